@@ -1,0 +1,521 @@
+/* kiln.h - the public API of kiln, a portable OpenCL compute runtime for C. */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+#include "kiln_version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
+/* ------------------------------------------------------------------------------------------
+ * Version
+ * ---------------------------------------------------------------------------------------- */
+
+/* The library's version string, e.g. "0.1.0" (may differ from KILN_VERSION_STRING, the
+ * version of the header a program was compiled against). Never fails. */
+KILN_API const char *kiln_version(void);
+
+/* ------------------------------------------------------------------------------------------
+ * Status
+ *
+ * Every call that can fail returns a kiln_status. On failure, out-parameters are set to NULL
+ * (or left untouched where documented), nothing is leaked, and kiln_last_error() holds a
+ * one-line message for this thread that says what was wrong and what to do.
+ * ---------------------------------------------------------------------------------------- */
+
+#define KILN_STATUS_MAP(X)                                                                     \
+    X(OK, 0, "success")                                                                        \
+    X(ERR_INVALID_ARGUMENT, -1, "invalid argument")                                            \
+    X(ERR_NO_DEVICE, -2, "no such device")                                                     \
+    X(ERR_DEVICE_MISMATCH, -3, "tensors are on different devices")                            \
+    X(ERR_SHAPE_MISMATCH, -4, "shape mismatch")                                                \
+    X(ERR_DTYPE_MISMATCH, -5, "dtype mismatch")                                                \
+    X(ERR_OUT_OF_MEMORY, -6, "out of memory")                                                  \
+    X(ERR_BUILD_FAILED, -7, "program build failed")                                            \
+    X(ERR_UNSUPPORTED, -8, "not supported on this device")                                     \
+    X(ERR_OPENCL, -9, "OpenCL error")                                                          \
+    X(ERR_IO, -10, "input/output error")                                                       \
+    X(ERR_NO_PLATFORM, -11, "no OpenCL platform")                                              \
+    X(ERR_NOT_FOUND, -12, "not found")                                                         \
+    X(ERR_STATE, -13, "invalid state")
+
+typedef enum kiln_status {
+#define KILN__STATUS_ENUM(name, num, text) KILN_##name = num,
+    KILN_STATUS_MAP(KILN__STATUS_ENUM)
+#undef KILN__STATUS_ENUM
+} kiln_status;
+
+/* The name of a status ("KILN_ERR_NO_DEVICE"); "KILN_UNKNOWN_STATUS" for other values. */
+KILN_API const char *kiln_status_string(kiln_status s);
+
+/* A short default description of a status ("no such device"). */
+KILN_API const char *kiln_status_text(kiln_status s);
+
+/* This thread's message for its last failed kiln call; "" if none failed yet. The pointer stays
+ * valid until this thread's next failing kiln call. Successful calls leave it unchanged. */
+KILN_API const char *kiln_last_error(void);
+
+/* ------------------------------------------------------------------------------------------
+ * Devices
+ *
+ * Devices are enumerated once, thread-safely, on first use of any function in this section.
+ * They are numbered per type ("gpu:0", "cpu:1"); GPUs fastest first (compute units x clock),
+ * ties in enumeration order. Device handles are owned by kiln and stay valid for the life of
+ * the process; never free them. All functions here are thread-safe.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct kiln_device kiln_device;
+
+typedef enum kiln_device_type {
+    KILN_DEVICE_CPU = 1 << 0,
+    KILN_DEVICE_GPU = 1 << 1,
+    KILN_DEVICE_ACCELERATOR = 1 << 2,
+    KILN_DEVICE_ALL = KILN_DEVICE_CPU | KILN_DEVICE_GPU | KILN_DEVICE_ACCELERATOR,
+} kiln_device_type;
+
+/* Number of visible, usable devices of a type (KILN_DEVICE_ALL: all of them). 0 when there is
+ * no OpenCL platform at all. Never fails. */
+KILN_API int kiln_device_count(kiln_device_type type);
+
+/* Whether at least one usable device of the type is visible, like torch.cuda.is_available().
+ * When false, kiln_unavailable_reason(type) says why. */
+KILN_API bool kiln_is_available(kiln_device_type type);
+
+/* Why no device of `type` is available: no OpenCL platform, platforms without such a device,
+ * devices hidden by KILN_VISIBLE_DEVICES, a platform that failed to answer, or a GPU present
+ * on the PCI bus that no OpenCL platform shows (with what to install). "" when available.
+ * The string is owned by kiln and valid for the life of the process. */
+KILN_API const char *kiln_unavailable_reason(kiln_device_type type);
+
+/* Find a device by spec: "auto" (KILN_DEVICE if set, else gpu:0, else cpu:0), "cpu", "cpu:N",
+ * "gpu", "gpu:N", "cuda", "cuda:N" (NVIDIA GPUs only), "accelerator:N", "opencl:P:D".
+ * *out is owned by kiln. Malformed specs give KILN_ERR_INVALID_ARGUMENT; a well-formed spec
+ * with no such device gives KILN_ERR_NO_DEVICE, and the message lists the devices there are;
+ * no OpenCL platform at all gives KILN_ERR_NO_PLATFORM. */
+KILN_API kiln_status kiln_device_get(const char *spec, kiln_device **out);
+
+/* The i-th visible device over all types, in the order kiln-info lists them (GPUs, then
+ * accelerators, then CPUs). NULL when i is out of range. */
+KILN_API kiln_device *kiln_device_at(int i);
+
+/* The device's name as its driver reports it; "" for NULL. */
+KILN_API const char *kiln_device_name(const kiln_device *dev);
+
+/* The canonical spec of the device, e.g. "gpu:0"; "" for NULL. */
+KILN_API const char *kiln_device_spec(const kiln_device *dev);
+
+/* How "auto" resolves and why, e.g. "gpu:0 (first GPU)" or
+ * "cpu:0 (no GPU: CPU fallback; <reason>)". Owned by kiln; "" when there is no device. */
+KILN_API const char *kiln_auto_reason(void);
+
+typedef struct kiln_device_info {
+    char spec[32];            /* "gpu:0" */
+    char opencl[32];          /* "P:D", the ICD loader's platform and device index */
+    char name[256];
+    char vendor[256];
+    char platform[256];       /* platform name */
+    char platform_version[256];
+    char driver_version[256];
+    char opencl_version[128];   /* CL_DEVICE_VERSION */
+    char opencl_c_version[128]; /* CL_DEVICE_OPENCL_C_VERSION */
+    kiln_device_type type;
+    uint32_t vendor_id;
+    uint32_t compute_units;
+    uint32_t max_clock_mhz;
+    uint64_t global_mem_bytes;
+    uint64_t max_alloc_bytes;
+    uint64_t local_mem_bytes;
+    uint64_t max_work_group_size;
+    bool fp16;
+    bool fp64;
+    bool unified_memory; /* CL_DEVICE_HOST_UNIFIED_MEMORY */
+} kiln_device_info;
+
+/* Fill *info for the device. KILN_ERR_INVALID_ARGUMENT for NULL arguments. */
+KILN_API kiln_status kiln_device_info_get(const kiln_device *dev, kiln_device_info *info);
+
+/* Wait until all work queued on the device has finished. Blocks. */
+KILN_API kiln_status kiln_device_synchronize(kiln_device *dev);
+
+typedef struct kiln_memory_stats {
+    uint64_t allocated_bytes;  /* bytes held by live tensors */
+    uint64_t peak_allocated_bytes;
+    uint64_t cached_bytes;     /* bytes freed by tensors, kept for reuse */
+    uint64_t driver_allocations; /* clCreateBuffer calls so far */
+    uint64_t budget_bytes;     /* KILN_MEMORY_LIMIT or kiln_device_set_memory_limit; 0: none */
+} kiln_memory_stats;
+
+/* Memory statistics of the device's caching allocator. */
+KILN_API kiln_status kiln_device_memory_stats(kiln_device *dev, kiln_memory_stats *stats);
+
+/* Reset the peak to the bytes allocated now. */
+KILN_API kiln_status kiln_device_reset_peak(kiln_device *dev);
+
+/* Release every cached (unused) buffer of the device back to the driver. */
+KILN_API kiln_status kiln_device_empty_cache(kiln_device *dev);
+
+/* Cap the bytes that live tensors may hold on the device (0: no cap beyond the driver's). An
+ * allocation past the cap, after the cache was emptied once, fails with
+ * KILN_ERR_OUT_OF_MEMORY. The environment variable KILN_MEMORY_LIMIT (bytes, or with a K/M/G
+ * suffix) sets the initial cap of every device. */
+KILN_API kiln_status kiln_device_set_memory_limit(kiln_device *dev, uint64_t bytes);
+
+/* Raw OpenCL handles for programs that already use OpenCL; NULL for a NULL device or when the
+ * device's context could not be created (kiln_last_error says why). Owned by kiln: do not
+ * release them; retain them if you keep them. Devices of one platform share one context. */
+KILN_API cl_context kiln_device_cl_context(kiln_device *dev);
+KILN_API cl_command_queue kiln_device_cl_queue(kiln_device *dev);
+KILN_API cl_device_id kiln_device_cl_device_id(kiln_device *dev);
+
+/* ------------------------------------------------------------------------------------------
+ * Tensors
+ *
+ * A tensor is contiguous row-major memory on exactly one device, with a dtype and a shape of
+ * 1 to KILN_MAX_DIMS dimensions (0-size dimensions are allowed and give empty tensors). Tensors
+ * are refcounted: every function that gives out a tensor gives one reference, released with
+ * kiln_tensor_release. Work is asynchronous on the device's in-order queue; reads wait for it.
+ * Tensor functions are thread-safe, but writing one tensor from two threads at once is a race
+ * as in any language.
+ * ---------------------------------------------------------------------------------------- */
+
+#define KILN_MAX_DIMS 8
+
+typedef struct kiln_tensor kiln_tensor;
+
+typedef enum kiln_dtype {
+    KILN_F32 = 0,
+    KILN_F64 = 1,
+    KILN_F16 = 2, /* storage only: ops compute in f32 */
+    KILN_I32 = 3,
+    KILN_I64 = 4,
+    KILN_U8 = 5,
+} kiln_dtype;
+
+#define KILN_DTYPE_COUNT 6
+
+/* Bytes per element (0 for an unknown dtype) and the dtype's name ("f32"; "?" if unknown). */
+KILN_API size_t kiln_dtype_size(kiln_dtype dtype);
+KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
+
+/* A new tensor on dev with unspecified contents. The memory comes from the device's caching
+ * allocator and is real when this returns: out of memory is reported here, not at first use
+ * (KILN_ERR_OUT_OF_MEMORY, with the sizes). f64 on a device without fp64 and f16 are allowed
+ * as storage. */
+KILN_API kiln_status kiln_tensor_empty(kiln_device *dev, kiln_dtype dtype, int ndim,
+                                       const int64_t *shape, kiln_tensor **out);
+
+/* A new tensor filled with zeros. */
+KILN_API kiln_status kiln_tensor_zeros(kiln_device *dev, kiln_dtype dtype, int ndim,
+                                       const int64_t *shape, kiln_tensor **out);
+
+/* A new tensor holding a copy of numel * dtype_size bytes at data (host -> device). The caller
+ * may reuse data as soon as this returns. */
+KILN_API kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, int ndim,
+                                           const int64_t *shape, const void *data,
+                                           kiln_tensor **out);
+
+/* Copy the tensor's contents to dst (device -> host). nbytes must equal kiln_tensor_nbytes(t).
+ * Blocks until the work the tensor depends on is done and the copy has landed. */
+KILN_API kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes);
+
+/* Overwrite the tensor's contents from src (host -> device). nbytes must equal
+ * kiln_tensor_nbytes(t). src may be reused as soon as this returns. */
+KILN_API kiln_status kiln_tensor_write(kiln_tensor *t, const void *src, size_t nbytes);
+
+/* A copy of t on dev, like PyTorch's t.to(dev): device-to-device within one OpenCL context,
+ * staged through host memory across contexts, ordered after pending work on t. If dev is t's
+ * own device, *out is a new reference to t itself (no copy), as in PyTorch. */
+KILN_API kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor **out);
+
+/* A deep copy of t on its own device. */
+KILN_API kiln_status kiln_tensor_clone(const kiln_tensor *t, kiln_tensor **out);
+
+/* Copy src's contents into dst (same device, dtype and element count). */
+KILN_API kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src);
+
+/* A tensor sharing t's storage with a new shape of the same element count. One dimension may
+ * be -1, inferred. Writes through either are seen by both. */
+KILN_API kiln_status kiln_tensor_reshape(const kiln_tensor *t, int ndim, const int64_t *shape,
+                                         kiln_tensor **out);
+
+/* Add a reference; returns t. NULL is a no-op returning NULL. */
+KILN_API kiln_tensor *kiln_tensor_retain(kiln_tensor *t);
+
+/* Drop a reference; the memory returns to the device cache at the last one. NULL is a no-op.
+ * Releasing a tensor more times than it was retained is a bug: debug builds abort with a
+ * message naming the tensor, release builds ignore a release of an already-freed handle when
+ * they can still recognise it. */
+KILN_API void kiln_tensor_release(kiln_tensor *t);
+
+/* Accessors. NULL tensors give NULL / -1 / 0. kiln_tensor_shape returns a pointer into t. */
+KILN_API kiln_device *kiln_tensor_device(const kiln_tensor *t);
+KILN_API kiln_dtype kiln_tensor_dtype(const kiln_tensor *t);
+KILN_API int kiln_tensor_ndim(const kiln_tensor *t);
+KILN_API const int64_t *kiln_tensor_shape(const kiln_tensor *t);
+KILN_API int64_t kiln_tensor_numel(const kiln_tensor *t);
+KILN_API size_t kiln_tensor_nbytes(const kiln_tensor *t);
+
+typedef enum kiln_map_flags {
+    KILN_MAP_READ = 1,
+    KILN_MAP_WRITE = 2,
+    KILN_MAP_READ_WRITE = 3,
+} kiln_map_flags;
+
+/* Map the tensor into host memory: *ptr points to nbytes of its contents. Zero-copy on devices
+ * with unified host memory. Blocks until pending work is done. Until kiln_tensor_unmap, do not
+ * use the tensor in other calls. Mapping a mapped tensor is KILN_ERR_STATE. */
+KILN_API kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr);
+KILN_API kiln_status kiln_tensor_unmap(kiln_tensor *t);
+
+/* The tensor's OpenCL buffer (NULL for an empty tensor). The buffer may be larger than the
+ * tensor, and the tensor starts kiln_tensor_cl_offset() bytes into it. Owned by the tensor. */
+KILN_API cl_mem kiln_tensor_cl_mem(const kiln_tensor *t);
+KILN_API size_t kiln_tensor_cl_offset(const kiln_tensor *t);
+
+/* Wrap an existing cl_mem created in dev's context as a tensor. kiln retains the
+ * buffer and releases its reference when the tensor dies; the caller keeps its own reference
+ * and releases it as usual. The buffer must hold at least numel * dtype_size bytes. Such a
+ * tensor's memory is not counted in the device's memory stats. */
+KILN_API kiln_status kiln_tensor_from_cl_mem(kiln_device *dev, cl_mem mem, kiln_dtype dtype,
+                                             int ndim, const int64_t *shape, kiln_tensor **out);
+
+/* ------------------------------------------------------------------------------------------
+ * Programs and launch
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct kiln_program kiln_program;
+
+/* Build an OpenCL C program for dev. options are passed to the compiler after kiln's own
+ * (-cl-std=CL1.2 and capability macros KILN_HAS_FP64 / KILN_HAS_FP16); NULL means none.
+ * Binaries are cached on disk (see README). A compile error gives KILN_ERR_BUILD_FAILED with
+ * the compiler's log in kiln_last_error(). The program is owned by the caller. */
+KILN_API kiln_status kiln_program_build(kiln_device *dev, const char *source, const char *options,
+                                        kiln_program **out);
+
+/* As kiln_program_build, reading the source from a file. KILN_ERR_IO names the path. */
+KILN_API kiln_status kiln_program_build_file(kiln_device *dev, const char *path,
+                                             const char *options, kiln_program **out);
+
+/* NULL is a no-op. */
+KILN_API void kiln_program_release(kiln_program *prog);
+
+typedef enum kiln_arg_kind {
+    KILN_ARG_TENSOR = 1,
+    KILN_ARG_SCALAR,
+    KILN_ARG_LOCAL,
+} kiln_arg_kind;
+
+/* One kernel argument; build them with the constructors below. */
+typedef struct kiln_arg {
+    kiln_arg_kind kind;
+    kiln_dtype dtype; /* scalars */
+    size_t size;      /* bytes: scalar size or local memory size */
+    union {
+        const kiln_tensor *tensor;
+        float f32;
+        double f64;
+        int32_t i32;
+        int64_t i64;
+        uint8_t u8;
+        uint16_t f16_bits;
+    } value;
+} kiln_arg;
+
+KILN_API kiln_arg kiln_arg_tensor(const kiln_tensor *t);
+KILN_API kiln_arg kiln_arg_f32(float x);
+KILN_API kiln_arg kiln_arg_f64(double x);
+KILN_API kiln_arg kiln_arg_i32(int32_t x);
+KILN_API kiln_arg kiln_arg_i64(int64_t x);
+KILN_API kiln_arg kiln_arg_u8(uint8_t x);
+KILN_API kiln_arg kiln_arg_local(size_t bytes);
+
+/* Launch the kernel `name` of prog over work_dim (1-3) dimensions of global size, with local
+ * size local (NULL: kiln chooses a valid one; global is then padded up to a multiple of it, so
+ * kernels must bounds-check get_global_id). Tensors must be on the program's device
+ * (KILN_ERR_DEVICE_MISMATCH). The argument count is checked against the kernel. Asynchronous:
+ * returns once the launch is queued. Safe to call from several threads on one program. */
+KILN_API kiln_status kiln_program_launch(kiln_program *prog, const char *name, int work_dim,
+                                         const size_t *global, const size_t *local, int nargs,
+                                         const kiln_arg *args);
+
+/* The names of the program's kernels, separated by ';' (owned by prog). */
+KILN_API const char *kiln_program_kernel_names(const kiln_program *prog);
+
+/* The device a program was built for. */
+KILN_API kiln_device *kiln_program_device(const kiln_program *prog);
+
+typedef struct kiln_cache_stats {
+    uint64_t hits;      /* programs loaded from the on-disk cache */
+    uint64_t misses;    /* programs built from source */
+    uint64_t saves;     /* entries written */
+    uint64_t corrupt;   /* entries found corrupt or foreign, and replaced */
+    uint64_t rejected;  /* entries the driver refused */
+    uint64_t write_errors;
+} kiln_cache_stats;
+
+/* Counters of this process's on-disk cache use. Never fails for non-NULL stats. */
+KILN_API kiln_status kiln_cache_stats_get(kiln_cache_stats *stats);
+
+/* The directory kiln caches binaries in ("" when caching is off: KILN_CACHE=0). */
+KILN_API const char *kiln_cache_dir(void);
+
+/* ------------------------------------------------------------------------------------------
+ * Operations
+ *
+ * Every op checks that its tensors are on one device (KILN_ERR_DEVICE_MISMATCH, naming both)
+ * and have fitting dtypes and shapes before any work is queued. Ops are asynchronous. An op
+ * with a `**out` parameter allocates its result from the caching allocator; the `_out` forms
+ * write into an existing tensor of the right shape and dtype instead.
+ * ---------------------------------------------------------------------------------------- */
+
+/* Creation */
+KILN_API kiln_status kiln_fill(kiln_tensor *t, double value);
+KILN_API kiln_status kiln_full(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                               double value, kiln_tensor **out);
+KILN_API kiln_status kiln_ones(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                               kiln_tensor **out);
+/* 1-D tensor start, start+step, ... < end (> end for a negative step). */
+KILN_API kiln_status kiln_arange(kiln_device *dev, kiln_dtype dtype, double start, double end,
+                                 double step, kiln_tensor **out);
+/* Philox4x32-10: the same seed and shape give bit-identical numbers on every device. Element i
+ * uses counter i, so a tensor's numbers do not depend on the device's work-group size. */
+KILN_API kiln_status kiln_rand_uniform(kiln_device *dev, kiln_dtype dtype, int ndim,
+                                       const int64_t *shape, uint64_t seed, double low,
+                                       double high, kiln_tensor **out);
+KILN_API kiln_status kiln_rand_normal(kiln_device *dev, kiln_dtype dtype, int ndim,
+                                      const int64_t *shape, uint64_t seed, double mean,
+                                      double stddev, kiln_tensor **out);
+
+/* Elementwise binary ops with NumPy broadcasting. Comparisons give KILN_U8 masks (0/1). */
+typedef enum kiln_binary_op {
+    KILN_OP_ADD,
+    KILN_OP_SUB,
+    KILN_OP_MUL,
+    KILN_OP_DIV,
+    KILN_OP_POW,
+    KILN_OP_MINIMUM,
+    KILN_OP_MAXIMUM,
+    KILN_OP_EQ,
+    KILN_OP_NE,
+    KILN_OP_LT,
+    KILN_OP_LE,
+    KILN_OP_GT,
+    KILN_OP_GE,
+} kiln_binary_op;
+
+KILN_API kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
+                                 kiln_tensor **out);
+KILN_API kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a,
+                                     const kiln_tensor *b, kiln_tensor *out);
+/* a op scalar */
+KILN_API kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
+                                        kiln_tensor **out);
+KILN_API kiln_status kiln_add(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
+KILN_API kiln_status kiln_sub(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
+KILN_API kiln_status kiln_mul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
+KILN_API kiln_status kiln_div(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
+/* cond (u8) ? a : b, broadcast over all three. */
+KILN_API kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a,
+                                const kiln_tensor *b, kiln_tensor **out);
+
+/* Elementwise unary ops (floating dtypes; NEG and ABS also on integers; RELU too). */
+typedef enum kiln_unary_op {
+    KILN_OP_NEG,
+    KILN_OP_ABS,
+    KILN_OP_EXP,
+    KILN_OP_LOG,
+    KILN_OP_SQRT,
+    KILN_OP_RSQRT,
+    KILN_OP_SIN,
+    KILN_OP_COS,
+    KILN_OP_TANH,
+    KILN_OP_SIGMOID,
+    KILN_OP_RELU,
+    KILN_OP_GELU,
+} kiln_unary_op;
+
+KILN_API kiln_status kiln_unary(kiln_unary_op op, const kiln_tensor *x, kiln_tensor **out);
+KILN_API kiln_status kiln_unary_out(kiln_unary_op op, const kiln_tensor *x, kiln_tensor *out);
+/* grad_in = grad_out * op'(x), the backward pass of kiln_unary (same shapes). */
+KILN_API kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x,
+                                         const kiln_tensor *grad_out, kiln_tensor **grad_in);
+
+/* Reductions over all elements (axis = KILN_ALL_AXES, giving a 1-element tensor of shape [1])
+ * or one axis (negative counts from the end). Sums of f32 accumulate pairwise per work-item
+ * and in a tree across them. ARGMAX gives KILN_I64 indices (the first maximum). */
+#define KILN_ALL_AXES INT32_MIN
+typedef enum kiln_reduce_op {
+    KILN_REDUCE_SUM,
+    KILN_REDUCE_MEAN,
+    KILN_REDUCE_MAX,
+    KILN_REDUCE_MIN,
+    KILN_REDUCE_ARGMAX,
+} kiln_reduce_op;
+
+KILN_API kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
+                                 kiln_tensor **out);
+
+/* Matrix product of the last two dimensions, batched over the leading ones (a batch of 1
+ * broadcasts). a: [..., M, K] (or [..., K, M] with KILN_TRANS_A), b: [..., K, N]
+ * (or [..., N, K] with KILN_TRANS_B); out: [..., M, N]. f32 and f64. The path (CLBlast, host
+ * CBLAS, built-in kernel) is chosen per device; KILN_MATMUL=clblast|cblas|builtin forces one. */
+#define KILN_TRANS_A 1u
+#define KILN_TRANS_B 2u
+KILN_API kiln_status kiln_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
+KILN_API kiln_status kiln_matmul_ex(const kiln_tensor *a, const kiln_tensor *b, unsigned flags,
+                                    kiln_tensor **out);
+KILN_API kiln_status kiln_matmul_out(const kiln_tensor *a, const kiln_tensor *b, unsigned flags,
+                                     kiln_tensor *out);
+/* The path kiln_matmul takes on dev: "clblast", "cblas" or "builtin". */
+KILN_API const char *kiln_matmul_path(kiln_device *dev);
+
+/* Copies: permute dimensions (perm has ndim entries), transpose the last two, cast, concatenate
+ * along an axis, slice [start, end) along an axis. */
+KILN_API kiln_status kiln_permute(const kiln_tensor *x, const int *perm, kiln_tensor **out);
+KILN_API kiln_status kiln_transpose(const kiln_tensor *x, kiln_tensor **out);
+KILN_API kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out);
+KILN_API kiln_status kiln_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out);
+KILN_API kiln_status kiln_slice(const kiln_tensor *x, int axis, int64_t start, int64_t end,
+                                kiln_tensor **out);
+
+/* Neural-network helpers. softmax/log_softmax are max-subtracted (stable). */
+KILN_API kiln_status kiln_softmax(const kiln_tensor *x, int axis, kiln_tensor **out);
+KILN_API kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tensor **out);
+/* Mean cross-entropy of logits [N, C] against class labels [N] (i32 or i64). *loss is a [1]
+ * tensor; *grad (optional, may be NULL) is d loss / d logits, [N, C]. */
+KILN_API kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *labels,
+                                        kiln_tensor **loss, kiln_tensor **grad);
+/* Mean squared error over all elements; *grad (optional) is d loss / d pred. */
+KILN_API kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target,
+                                   kiln_tensor **loss, kiln_tensor **grad);
+
+/* In-place optimizer steps. SGD: v = momentum * v + (grad + wd * p); p -= lr * v (velocity
+ * may be NULL when momentum is 0). Adam (step counts from 1): the usual bias-corrected update. */
+KILN_API kiln_status kiln_sgd_step(kiln_tensor *param, const kiln_tensor *grad,
+                                   kiln_tensor *velocity, double lr, double momentum,
+                                   double weight_decay);
+KILN_API kiln_status kiln_adam_step(kiln_tensor *param, const kiln_tensor *grad, kiln_tensor *m,
+                                    kiln_tensor *v, int64_t step, double lr, double beta1,
+                                    double beta2, double eps);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_H */

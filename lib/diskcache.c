@@ -1,0 +1,2 @@
+/* diskcache.c - placeholder until implemented. */
+typedef int kiln__placeholder_diskcache;

@@ -1,0 +1,1 @@
+/* creation.cl - placeholder. */

@@ -1,0 +1,1 @@
+/* matmul.cl - placeholder. */

@@ -1,0 +1,2 @@
+/* launch.c - placeholder until implemented. */
+typedef int kiln__placeholder_launch;

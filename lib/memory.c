@@ -1,0 +1,2 @@
+/* memory.c - placeholder until implemented. */
+typedef int kiln__placeholder_memory;

@@ -1,0 +1,2 @@
+/* creation.c - placeholder until implemented. */
+typedef int kiln__placeholder_creation;

@@ -1,0 +1,2 @@
+/* elementwise.c - placeholder until implemented. */
+typedef int kiln__placeholder_elementwise;

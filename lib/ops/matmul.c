@@ -1,0 +1,2 @@
+/* matmul.c - placeholder until implemented. */
+typedef int kiln__placeholder_matmul;

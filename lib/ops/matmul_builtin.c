@@ -1,0 +1,2 @@
+/* matmul_builtin.c - placeholder until implemented. */
+typedef int kiln__placeholder_matmul_builtin;

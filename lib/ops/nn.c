@@ -1,0 +1,2 @@
+/* nn.c - placeholder until implemented. */
+typedef int kiln__placeholder_nn;

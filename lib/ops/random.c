@@ -1,0 +1,2 @@
+/* random.c - placeholder until implemented. */
+typedef int kiln__placeholder_random;

@@ -1,0 +1,2 @@
+/* reduce.c - placeholder until implemented. */
+typedef int kiln__placeholder_reduce;

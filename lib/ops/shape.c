@@ -1,0 +1,2 @@
+/* shape.c - placeholder until implemented. */
+typedef int kiln__placeholder_shape;

@@ -1,0 +1,2 @@
+/* program.c - placeholder until implemented. */
+typedef int kiln__placeholder_program;

@@ -1,0 +1,46 @@
+/* program.h - building OpenCL programs (user and built-in), per-device program cache, and the
+ * built-in kernel sources embedded at build time. */
+#ifndef KILN_PROGRAM_H
+#define KILN_PROGRAM_H
+
+#include <pthread.h>
+
+#include "kiln.h"
+
+/* One embedded lib/kernels/<name>.cl (generated table, see lib/kernels/embed.py). */
+typedef struct kiln__kernel_source {
+    const char *name; /* file name without .cl: "elementwise" */
+    const char *text; /* NUL-terminated */
+    size_t length;
+} kiln__kernel_source;
+
+extern const kiln__kernel_source kiln__kernel_sources[];
+extern const int kiln__kernel_source_count;
+
+/* A kernel of a built program, safe to launch from several threads: the lock is held across
+ * clSetKernelArg and the enqueue. */
+typedef struct kiln__kernel {
+    cl_kernel kernel;
+    char name[128];
+    cl_uint nargs;
+    size_t wg_size;  /* CL_KERNEL_WORK_GROUP_SIZE on the device */
+    size_t wg_multiple; /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE */
+    pthread_mutex_t lock;
+} kiln__kernel;
+
+/* A built-in kernel for dev: builds lib/kernels/<source>.cl with `defines` (e.g.
+ * "-DKILN_T=float"; kiln adds -cl-std=CL1.2 and capability macros) on first use, through the
+ * on-disk cache, and keeps it for the life of the device. Thread-safe: two threads asking at
+ * once build once. The kernel is owned by the device; op names the caller in messages. */
+kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const char *defines,
+                                 const char *kernel, const char *op, kiln__kernel **out);
+
+/* Launch a kernel with kiln_arg arguments (tensors are checked to be on the kernel's device
+ * by the caller, see launch.h). global has work_dim entries; local NULL lets kiln choose a
+ * valid size and pads global up to a multiple of it. A launch with a zero global size is a
+ * no-op. */
+kiln_status kiln__kernel_launch(kiln_device *dev, kiln__kernel *k, const char *op, int work_dim,
+                                const size_t *global, const size_t *local, int nargs,
+                                const kiln_arg *args);
+
+#endif

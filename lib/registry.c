@@ -1,0 +1,628 @@
+/* registry.c - enumerate OpenCL platforms and devices once, order them, describe them, and
+ * explain why a device type is unavailable. */
+#include "registry.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <CL/cl_ext.h>
+
+#include "clcall.h"
+#include "pci.h"
+#include "spec.h"
+#include "status.h"
+
+#define KILN__MAX_PLATFORMS 32
+#define KILN__MAX_DEVICES 128
+#define KILN__NOTES_SIZE 4096
+
+/* Everything enumerated, including devices that are hidden or unusable. */
+typedef struct registry {
+    bool no_platform;
+    cl_int platform_error; /* clGetPlatformIDs failure, CL_SUCCESS otherwise */
+    int nplatforms;
+    kiln__platform platforms[KILN__MAX_PLATFORMS];
+    char platform_names[KILN__MAX_PLATFORMS][128];
+    int platform_ndevices[KILN__MAX_PLATFORMS];
+    int nall;
+    kiln__devdesc descs[KILN__MAX_DEVICES];
+    kiln_device all[KILN__MAX_DEVICES];
+    int nvisible;
+    kiln_device *visible[KILN__MAX_DEVICES]; /* in listing order */
+    kiln_status visible_status; /* a malformed KILN_VISIBLE_DEVICES */
+    char visible_error[512];
+    char notes[KILN__NOTES_SIZE]; /* platforms that failed, devices skipped: one per line */
+    char unavailable[3][KILN__NOTES_SIZE]; /* per type: cpu, gpu, accelerator */
+    char auto_reason[KILN__NOTES_SIZE];
+} registry;
+
+static registry reg;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
+static void note(const char *fmt, ...) KILN__PRINTF(1, 2);
+static void note(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    kiln__log(KILN_LOG_WARN, "%s", line);
+    size_t used = strlen(reg.notes);
+    snprintf(reg.notes + used, sizeof reg.notes - used, "%s\n", line);
+}
+
+/* Visible devices of a type; used while enumerating, when the public calls would wait on the
+ * enumeration itself. */
+static int count_type(kiln_device_type type)
+{
+    int n = 0;
+    for (int i = 0; i < reg.nvisible; i++)
+        n += (reg.visible[i]->info.type & type) != 0;
+    return n;
+}
+
+/* Copy a string query of a platform or device into buf (truncated). */
+static cl_int platform_str(cl_platform_id p, cl_platform_info what, char *buf, size_t size)
+{
+    size_t len = 0;
+    cl_int err = kiln__cl.GetPlatformInfo(p, what, 0, NULL, &len);
+    if (err != CL_SUCCESS)
+        return err;
+    char *tmp = malloc(len + 1);
+    if (!tmp)
+        return CL_OUT_OF_HOST_MEMORY;
+    err = kiln__cl.GetPlatformInfo(p, what, len, tmp, NULL);
+    if (err == CL_SUCCESS) {
+        tmp[len] = '\0';
+        snprintf(buf, size, "%s", tmp);
+    }
+    free(tmp);
+    return err;
+}
+
+static cl_int device_str(cl_device_id d, cl_device_info what, char *buf, size_t size)
+{
+    size_t len = 0;
+    cl_int err = kiln__cl.GetDeviceInfo(d, what, 0, NULL, &len);
+    if (err != CL_SUCCESS)
+        return err;
+    char *tmp = malloc(len + 1);
+    if (!tmp)
+        return CL_OUT_OF_HOST_MEMORY;
+    err = kiln__cl.GetDeviceInfo(d, what, len, tmp, NULL);
+    if (err == CL_SUCCESS) {
+        tmp[len] = '\0';
+        snprintf(buf, size, "%s", tmp);
+    }
+    free(tmp);
+    return err;
+}
+
+#define QUERY(dev, what, var)                                                                      \
+    do {                                                                                           \
+        err = kiln__cl.GetDeviceInfo(dev, what, sizeof(var), &(var), NULL);                        \
+        if (err != CL_SUCCESS) {                                                                   \
+            failed = #what;                                                                        \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+#define QUERY_STR(dev, what, buf)                                                                  \
+    do {                                                                                           \
+        err = device_str(dev, what, buf, sizeof(buf));                                             \
+        if (err != CL_SUCCESS) {                                                                   \
+            failed = #what;                                                                        \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* Describe one device; false (with a note) if a query failed. */
+static bool describe(kiln_device *kd, kiln__devdesc *desc, kiln__platform *plat, int pi, int di,
+                     cl_device_id id)
+{
+    kiln_device_info *in = &kd->info;
+    cl_int err = CL_SUCCESS;
+    const char *failed = NULL;
+    cl_device_type type;
+    cl_uint cu, clock, vendor_id;
+    cl_ulong gmem, maxalloc, lmem;
+    size_t wg;
+    cl_bool unified, available, compiler;
+    cl_device_fp_config fp64 = 0;
+    char ext[8192] = "";
+
+    memset(kd, 0, sizeof *kd);
+    QUERY_STR(id, CL_DEVICE_NAME, in->name);
+    QUERY(id, CL_DEVICE_TYPE, type);
+    QUERY_STR(id, CL_DEVICE_VENDOR, in->vendor);
+    QUERY_STR(id, CL_DRIVER_VERSION, in->driver_version);
+    QUERY_STR(id, CL_DEVICE_VERSION, in->opencl_version);
+    QUERY_STR(id, CL_DEVICE_OPENCL_C_VERSION, in->opencl_c_version);
+    QUERY(id, CL_DEVICE_VENDOR_ID, vendor_id);
+    QUERY(id, CL_DEVICE_MAX_COMPUTE_UNITS, cu);
+    QUERY(id, CL_DEVICE_MAX_CLOCK_FREQUENCY, clock);
+    QUERY(id, CL_DEVICE_GLOBAL_MEM_SIZE, gmem);
+    QUERY(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, maxalloc);
+    QUERY(id, CL_DEVICE_LOCAL_MEM_SIZE, lmem);
+    QUERY(id, CL_DEVICE_MAX_WORK_GROUP_SIZE, wg);
+    QUERY(id, CL_DEVICE_HOST_UNIFIED_MEMORY, unified);
+    QUERY(id, CL_DEVICE_AVAILABLE, available);
+    QUERY(id, CL_DEVICE_COMPILER_AVAILABLE, compiler);
+    /* Extensions may be long; a failure to read them only loses fp16/fp64. */
+    if (device_str(id, CL_DEVICE_EXTENSIONS, ext, sizeof ext) != CL_SUCCESS)
+        ext[0] = '\0';
+    if (kiln__cl.GetDeviceInfo(id, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64, &fp64, NULL) !=
+        CL_SUCCESS)
+        fp64 = 0;
+
+    kd->magic = KILN__DEVICE_MAGIC;
+    kd->platform = plat;
+    kd->id = id;
+    in->type = kiln__classify(type);
+    in->vendor_id = vendor_id;
+    in->compute_units = cu;
+    in->max_clock_mhz = clock;
+    in->global_mem_bytes = gmem;
+    in->max_alloc_bytes = maxalloc;
+    in->local_mem_bytes = lmem;
+    in->max_work_group_size = wg;
+    in->unified_memory = unified;
+    in->fp64 = fp64 != 0 || strstr(ext, "cl_khr_fp64") != NULL;
+    in->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+    snprintf(in->opencl, sizeof in->opencl, "%d:%d", pi, di);
+    snprintf(in->platform, sizeof in->platform, "%s", reg.platform_names[pi]);
+    platform_str(plat->id, CL_PLATFORM_VERSION, in->platform_version,
+                 sizeof in->platform_version);
+    kd->nvidia = vendor_id == 0x10de || strstr(in->vendor, "NVIDIA") != NULL;
+
+    desc->type = in->type;
+    desc->platform_index = pi;
+    desc->device_index = di;
+    desc->nvidia = kd->nvidia;
+    desc->compute_units = cu;
+    desc->clock_mhz = clock;
+    desc->usable = available && compiler;
+    if (!available)
+        note("device opencl:%d:%d (%s) reports itself unavailable; skipped", pi, di, in->name);
+    else if (!compiler)
+        note("device opencl:%d:%d (%s) has no OpenCL C compiler; skipped", pi, di, in->name);
+    return true;
+fail:
+    note("device opencl:%d:%d of platform '%s' failed to answer %s: %s (%d); skipped", pi, di,
+         reg.platform_names[pi], failed, kiln__cl_error_name(err), (int)err);
+    return false;
+}
+
+static void enumerate_platform(int pi)
+{
+    kiln__platform *plat = &reg.platforms[pi];
+    cl_uint n = 0;
+    cl_int err = kiln__cl.GetDeviceIDs(plat->id, CL_DEVICE_TYPE_ALL, 0, NULL, &n);
+    if (err == CL_DEVICE_NOT_FOUND || (err == CL_SUCCESS && n == 0)) {
+        note("platform %d (%s) has no devices", pi, reg.platform_names[pi]);
+        return;
+    }
+    if (err != CL_SUCCESS) {
+        note("platform %d (%s) failed to answer clGetDeviceIDs: %s (%d); skipped (is its driver "
+             "loaded, and may this user open its /dev nodes?)",
+             pi, reg.platform_names[pi], kiln__cl_error_name(err), (int)err);
+        return;
+    }
+    cl_device_id ids[KILN__MAX_DEVICES];
+    if (n > KILN__MAX_DEVICES)
+        n = KILN__MAX_DEVICES;
+    err = kiln__cl.GetDeviceIDs(plat->id, CL_DEVICE_TYPE_ALL, n, ids, NULL);
+    if (err != CL_SUCCESS) {
+        note("platform %d (%s) failed to list its devices: %s (%d); skipped", pi,
+             reg.platform_names[pi], kiln__cl_error_name(err), (int)err);
+        return;
+    }
+    for (cl_uint di = 0; di < n && reg.nall < KILN__MAX_DEVICES; di++) {
+        if (describe(&reg.all[reg.nall], &reg.descs[reg.nall], plat, pi, (int)di, ids[di])) {
+            reg.platform_ndevices[pi]++;
+            reg.nall++;
+        }
+    }
+}
+
+static const char install_hint[] =
+    "install an OpenCL driver: pocl-opencl-icd for the CPU, the NVIDIA driver's OpenCL ICD "
+    "(nvidia-opencl-icd) for NVIDIA GPUs; check /etc/OpenCL/vendors (or OCL_ICD_VENDORS) and "
+    "try clinfo";
+
+static void append(char *buf, size_t size, const char *fmt, ...) KILN__PRINTF(3, 4);
+static void append(char *buf, size_t size, const char *fmt, ...)
+{
+    size_t used = strlen(buf);
+    if (used && used + 2 < size) {
+        strcat(buf, "; ");
+        used += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, size - used, fmt, ap);
+    va_end(ap);
+}
+
+/* A GPU on the PCI bus that no OpenCL platform shows: say which driver/ICD is missing. */
+static void explain_pci(char *buf, size_t size)
+{
+    kiln__pci_gpu gpus[16];
+    int n = kiln__pci_scan(NULL, gpus, 16);
+    for (int i = 0; i < n; i++) {
+        const char *vname = kiln__pci_vendor_name(gpus[i].vendor);
+        if (!vname)
+            continue;
+        bool shown = false;
+        for (int k = 0; k < reg.nall; k++)
+            shown = shown || reg.all[k].info.vendor_id == gpus[i].vendor;
+        if (shown)
+            continue;
+        const char *what;
+        if (gpus[i].vendor == 0x10de)
+            what = strcmp(gpus[i].driver, "nouveau") == 0
+                       ? "it is driven by Nouveau, which has no compute support: install NVIDIA's "
+                         "driver and its OpenCL ICD (Debian: nvidia-driver, nvidia-opencl-icd)"
+                       : "install NVIDIA's driver and its OpenCL ICD (Debian: nvidia-opencl-icd); "
+                         "in a container, /etc/OpenCL/vendors/nvidia.icd is often missing (mount "
+                         "it, or use the NVIDIA container toolkit with the compute capability)";
+        else if (gpus[i].vendor == 0x1002)
+            what = "install AMD's OpenCL driver (ROCm's rocm-opencl-icd, or mesa-opencl-icd)";
+        else
+            what = "install Intel's OpenCL driver (intel-opencl-icd)";
+        append(buf, size,
+               "a%s %s GPU is on the PCI bus (%s, driver %s) but no OpenCL platform shows it: %s",
+               vname[0] == 'A' || vname[0] == 'I' ? "n" : "", vname, gpus[i].address,
+               gpus[i].driver[0] ? gpus[i].driver : "none", what);
+    }
+}
+
+static void explain(void)
+{
+    static const kiln_device_type types[] = {KILN_DEVICE_CPU, KILN_DEVICE_GPU,
+                                             KILN_DEVICE_ACCELERATOR};
+    for (int t = 0; t < 3; t++) {
+        char *buf = reg.unavailable[t];
+        size_t size = sizeof reg.unavailable[t];
+        buf[0] = '\0';
+        if (count_type(types[t]) > 0)
+            continue;
+        if (reg.no_platform) {
+            append(buf, size, "no OpenCL platform found (%s (%d)): %s",
+                   kiln__cl_error_name(reg.platform_error), (int)reg.platform_error,
+                   install_hint);
+        } else {
+            int hidden = 0, unusable = 0, present = 0;
+            for (int i = 0; i < reg.nall; i++) {
+                if (reg.descs[i].type != types[t])
+                    continue;
+                present++;
+                if (!reg.descs[i].usable)
+                    unusable++;
+                else if (!reg.descs[i].visible)
+                    hidden++;
+            }
+            if (reg.visible_status != KILN_OK)
+                append(buf, size, "%s", reg.visible_error);
+            else if (hidden)
+                append(buf, size, "%d %s device(s) hidden by KILN_VISIBLE_DEVICES='%s'", hidden,
+                       kiln__type_name(types[t]), getenv("KILN_VISIBLE_DEVICES"));
+            if (unusable)
+                append(buf, size, "%d %s device(s) unavailable or without a compiler", unusable,
+                       kiln__type_name(types[t]));
+            if (!present) {
+                char plats[1024] = "";
+                for (int p = 0; p < reg.nplatforms; p++)
+                    append(plats, sizeof plats, "%s: %d device(s)", reg.platform_names[p],
+                           reg.platform_ndevices[p]);
+                append(buf, size, "no OpenCL platform has a %s device (platforms: %s)",
+                       kiln__type_name(types[t]), plats);
+            }
+            /* Platforms that failed to answer may hide devices of any type. */
+            for (char *line = reg.notes; *line;) {
+                char *end = strchr(line, '\n');
+                size_t len = end ? (size_t)(end - line) : strlen(line);
+                if (strncmp(line, "platform", 8) == 0 && strstr(line, "failed"))
+                    append(buf, size, "%.*s", (int)len, line);
+                line += len + (end ? 1 : 0);
+            }
+        }
+        if (types[t] == KILN_DEVICE_GPU)
+            explain_pci(buf, size);
+    }
+    const char *env = getenv("KILN_DEVICE");
+    int i;
+    if (reg.visible_status != KILN_OK ||
+        kiln__spec_resolve("auto", reg.descs, reg.nall, env, &i) != KILN_OK) {
+        reg.auto_reason[0] = '\0';
+        return;
+    }
+    const kiln_device *dev = &reg.all[i];
+    if (env && *env && strcmp(env, "auto") != 0) {
+        snprintf(reg.auto_reason, sizeof reg.auto_reason, "%s (KILN_DEVICE=%.64s)",
+                 dev->info.spec, env);
+    } else if (dev->info.type == KILN_DEVICE_GPU) {
+        snprintf(reg.auto_reason, sizeof reg.auto_reason, "%s (first GPU)", dev->info.spec);
+    } else {
+        if (snprintf(reg.auto_reason, sizeof reg.auto_reason, "%s (no GPU: %s fallback; %s)",
+                     dev->info.spec, dev->info.type == KILN_DEVICE_CPU ? "CPU" : "accelerator",
+                     reg.unavailable[1]) >= (int)sizeof reg.auto_reason)
+            kiln__log(KILN_LOG_DEBUG, "auto reason truncated");
+    }
+}
+
+static void enumerate(void)
+{
+    cl_platform_id ids[KILN__MAX_PLATFORMS];
+    cl_uint n = 0;
+    cl_int err = kiln__cl.GetPlatformIDs(KILN__MAX_PLATFORMS, ids, &n);
+    if (err != CL_SUCCESS || n == 0) {
+        reg.no_platform = true;
+        reg.platform_error = err != CL_SUCCESS ? err : CL_PLATFORM_NOT_FOUND_KHR;
+        kiln__log(KILN_LOG_WARN, "no OpenCL platform found (%s (%d))",
+                  kiln__cl_error_name(reg.platform_error), (int)reg.platform_error);
+    }
+    if (n > KILN__MAX_PLATFORMS)
+        n = KILN__MAX_PLATFORMS;
+    for (cl_uint p = 0; !reg.no_platform && p < n; p++) {
+        kiln__platform *plat = &reg.platforms[reg.nplatforms];
+        plat->id = ids[p];
+        plat->index = (int)p;
+        if (platform_str(ids[p], CL_PLATFORM_NAME, reg.platform_names[p],
+                         sizeof reg.platform_names[p]) != CL_SUCCESS)
+            snprintf(reg.platform_names[p], sizeof reg.platform_names[p], "platform %u", p);
+        reg.nplatforms++;
+        enumerate_platform((int)p);
+    }
+    kiln__spec_number(reg.descs, reg.nall, false);
+    const char *vis = getenv("KILN_VISIBLE_DEVICES");
+    if (vis) {
+        reg.visible_status = kiln__spec_apply_visible(vis, reg.descs, reg.nall);
+        if (reg.visible_status != KILN_OK) {
+            snprintf(reg.visible_error, sizeof reg.visible_error, "%s", kiln_last_error());
+            kiln__log(KILN_LOG_ERROR, "%s", reg.visible_error);
+            for (int i = 0; i < reg.nall; i++)
+                reg.descs[i].visible = false;
+            kiln__spec_number(reg.descs, reg.nall, true);
+        }
+    }
+    for (int r = 0; r < reg.nall; r++)
+        for (int i = 0; i < reg.nall; i++)
+            if (reg.descs[i].rank == r) {
+                kiln_device *dev = &reg.all[i];
+                dev->type_index = reg.descs[i].type_index;
+                kiln__spec_format(&reg.descs[i], dev->info.spec, sizeof dev->info.spec);
+                pthread_mutex_init(&dev->lock, NULL);
+                reg.visible[reg.nvisible++] = dev;
+            }
+    explain();
+}
+
+static void ensure(void)
+{
+    pthread_once(&reg_once, enumerate);
+}
+
+kiln_device **kiln__devices(int *n)
+{
+    ensure();
+    *n = reg.nvisible;
+    return reg.visible;
+}
+
+bool kiln__device_valid(const kiln_device *dev)
+{
+    if (!dev)
+        return false;
+    ensure();
+    /* Compare addresses before reading: a forged pointer is never dereferenced. */
+    for (int i = 0; i < reg.nvisible; i++)
+        if (reg.visible[i] == dev)
+            return dev->magic == KILN__DEVICE_MAGIC;
+    return false;
+}
+
+kiln_status kiln__check_device(const kiln_device *dev, const char *op)
+{
+    if (!dev)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: device is NULL; get one with "
+                                                      "kiln_device_get()", op);
+    if (!kiln__device_valid(dev))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %p is not a device handle from kiln_device_get()", op,
+                           (const void *)dev);
+    return KILN_OK;
+}
+
+const char *kiln__device_label(const kiln_device *dev)
+{
+    return dev ? dev->info.spec : "?";
+}
+
+int kiln_device_count(kiln_device_type type)
+{
+    ensure();
+    return count_type(type);
+}
+
+bool kiln_is_available(kiln_device_type type)
+{
+    return kiln_device_count(type) > 0;
+}
+
+const char *kiln_unavailable_reason(kiln_device_type type)
+{
+    ensure();
+    if (count_type(type) > 0)
+        return "";
+    if (type & KILN_DEVICE_GPU)
+        return reg.unavailable[1];
+    if (type & KILN_DEVICE_ACCELERATOR)
+        return reg.unavailable[2];
+    if (type & KILN_DEVICE_CPU)
+        return reg.unavailable[0];
+    return "no device type given";
+}
+
+const char *kiln_auto_reason(void)
+{
+    ensure();
+    return reg.auto_reason;
+}
+
+/* Enumeration notes (skipped platforms and devices), one per line; "" if none. */
+const char *kiln__registry_notes(void)
+{
+    ensure();
+    return reg.notes;
+}
+
+kiln_status kiln_device_get(const char *spec, kiln_device **out)
+{
+    if (out)
+        *out = NULL;
+    if (!spec || !out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "kiln_device_get: spec and out must not be NULL");
+    ensure();
+    if (reg.no_platform) {
+        /* Still reject malformed specs first: that is the more useful message. */
+        int dummy;
+        kiln_status s = kiln__spec_resolve(spec, reg.descs, 0, NULL, &dummy);
+        if (s == KILN_ERR_INVALID_ARGUMENT)
+            return s;
+        return kiln__error(KILN_ERR_NO_PLATFORM, "kiln_device_get('%s'): %s", spec,
+                           reg.unavailable[0]);
+    }
+    if (reg.visible_status != KILN_OK)
+        return kiln__error(reg.visible_status, "kiln_device_get: %s", reg.visible_error);
+    int i;
+    kiln_status s = kiln__spec_resolve(spec, reg.descs, reg.nall, getenv("KILN_DEVICE"), &i);
+    if (s != KILN_OK)
+        return s;
+    *out = &reg.all[i];
+    return KILN_OK;
+}
+
+kiln_device *kiln_device_at(int i)
+{
+    ensure();
+    return i >= 0 && i < reg.nvisible ? reg.visible[i] : NULL;
+}
+
+const char *kiln_device_name(const kiln_device *dev)
+{
+    return kiln__device_valid(dev) ? dev->info.name : "";
+}
+
+const char *kiln_device_spec(const kiln_device *dev)
+{
+    return kiln__device_valid(dev) ? dev->info.spec : "";
+}
+
+kiln_status kiln_device_info_get(const kiln_device *dev, kiln_device_info *info)
+{
+    kiln_status s = kiln__check_device(dev, "kiln_device_info_get");
+    if (s != KILN_OK)
+        return s;
+    if (!info)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_device_info_get: info is NULL");
+    *info = dev->info;
+    return KILN_OK;
+}
+
+static void CL_CALLBACK context_notify(const char *msg, const void *info, size_t cb, void *user)
+{
+    (void)info;
+    (void)cb;
+    (void)user;
+    kiln__log(KILN_LOG_WARN, "OpenCL context: %s", msg);
+}
+
+/* Create the platform's context over its visible devices. Called with every device lock of
+ * the platform free; platform contexts are created under one global lock. */
+static pthread_mutex_t context_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static cl_int open_context(kiln__platform *plat)
+{
+    pthread_mutex_lock(&context_lock);
+    if (!plat->context_tried) {
+        cl_device_id ids[KILN__MAX_DEVICES];
+        cl_uint n = 0;
+        for (int i = 0; i < reg.nvisible; i++)
+            if (reg.visible[i]->platform == plat)
+                ids[n++] = reg.visible[i]->id;
+        cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plat->id,
+                                         0};
+        cl_int err = CL_SUCCESS;
+        plat->context = kiln__cl.CreateContext(props, n, ids, context_notify, NULL, &err);
+        if (err != CL_SUCCESS || !plat->context) {
+            plat->context = NULL;
+            plat->context_error = err != CL_SUCCESS ? err : CL_INVALID_CONTEXT;
+        } else {
+            plat->context_tried = true;
+        }
+    }
+    cl_int err = plat->context ? CL_SUCCESS : plat->context_error;
+    pthread_mutex_unlock(&context_lock);
+    return err;
+}
+
+kiln_status kiln__device_open(kiln_device *dev, const char *op)
+{
+    kiln_status s = kiln__check_device(dev, op);
+    if (s != KILN_OK)
+        return s;
+    pthread_mutex_lock(&dev->lock);
+    if (dev->queue) {
+        pthread_mutex_unlock(&dev->lock);
+        return KILN_OK;
+    }
+    cl_int err = open_context(dev->platform);
+    if (err != CL_SUCCESS) {
+        pthread_mutex_unlock(&dev->lock);
+        return kiln__cl_fail(err, op, "clCreateContext", dev->info.spec);
+    }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    dev->queue = kiln__cl.CreateCommandQueue(dev->platform->context, dev->id, 0, &err);
+#pragma GCC diagnostic pop
+    if (err != CL_SUCCESS || !dev->queue) {
+        dev->queue = NULL;
+        pthread_mutex_unlock(&dev->lock);
+        return kiln__cl_fail(err != CL_SUCCESS ? err : CL_INVALID_COMMAND_QUEUE, op,
+                             "clCreateCommandQueue", dev->info.spec);
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return KILN_OK;
+}
+
+kiln_status kiln_device_synchronize(kiln_device *dev)
+{
+    kiln_status s = kiln__device_open(dev, "kiln_device_synchronize");
+    if (s != KILN_OK)
+        return s;
+    cl_int err = kiln__cl.Finish(dev->queue);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, "kiln_device_synchronize", "clFinish", dev->info.spec);
+    return KILN_OK;
+}
+
+cl_context kiln_device_cl_context(kiln_device *dev)
+{
+    return kiln__device_open(dev, "kiln_device_cl_context") == KILN_OK ? dev->platform->context
+                                                                       : NULL;
+}
+
+cl_command_queue kiln_device_cl_queue(kiln_device *dev)
+{
+    return kiln__device_open(dev, "kiln_device_cl_queue") == KILN_OK ? dev->queue : NULL;
+}
+
+cl_device_id kiln_device_cl_device_id(kiln_device *dev)
+{
+    return kiln__device_valid(dev) ? dev->id : NULL;
+}

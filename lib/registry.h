@@ -1,0 +1,59 @@
+/* registry.h - the process-wide list of OpenCL platforms and devices. */
+#ifndef KILN_REGISTRY_H
+#define KILN_REGISTRY_H
+
+#include <pthread.h>
+
+#include "kiln.h"
+
+#define KILN__DEVICE_MAGIC 0x6b646576u /* "kdev" */
+
+struct kiln__pool;     /* memory.c */
+struct kiln__programs; /* program.c */
+
+/* One OpenCL platform; its usable, visible devices share one context. */
+typedef struct kiln__platform {
+    cl_platform_id id;
+    int index;
+    cl_context context; /* created on first use of any of its devices */
+    cl_int context_error;
+    bool context_tried;
+} kiln__platform;
+
+struct kiln_device {
+    uint32_t magic;
+    kiln_device_info info;
+    kiln__platform *platform;
+    cl_device_id id;
+    int type_index;
+    bool nvidia;
+    /* Lazily created, under lock: the queue (and the platform's context), the memory pool and
+     * the built-program cache. */
+    pthread_mutex_t lock;
+    cl_command_queue queue;
+    struct kiln__pool *pool;
+    struct kiln__programs *programs;
+};
+
+/* Whether dev is a device handle kiln gave out (not NULL, not forged). */
+bool kiln__device_valid(const kiln_device *dev);
+
+/* Make sure the device's context and queue exist. On failure the message names op. */
+kiln_status kiln__device_open(kiln_device *dev, const char *op);
+
+/* The device's context and queue (kiln__device_open must have succeeded). */
+static inline cl_context kiln__device_context(const kiln_device *dev)
+{
+    return dev->platform->context;
+}
+
+/* "cpu:0 (pthread-skylake...)": how messages name a device. */
+const char *kiln__device_label(const kiln_device *dev);
+
+/* Check a device argument: KILN_ERR_INVALID_ARGUMENT naming op when NULL or forged. */
+kiln_status kiln__check_device(const kiln_device *dev, const char *op);
+
+/* Every device (visible and usable), in listing order; count in *n. Enumerates on first call. */
+kiln_device **kiln__devices(int *n);
+
+#endif

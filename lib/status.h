@@ -1,0 +1,32 @@
+/* status.h - internal error reporting and logging. */
+#ifndef KILN_STATUS_H
+#define KILN_STATUS_H
+
+#include "kiln.h"
+
+#define KILN__PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* Set this thread's last-error message and return s. The message should name the operation,
+ * say what was wrong and what to do. */
+kiln_status kiln__error(kiln_status s, const char *fmt, ...) KILN__PRINTF(2, 3);
+
+/* KILN_ERR_OUT_OF_MEMORY for a failed host allocation, with a static message (no allocation). */
+kiln_status kiln__host_oom(const char *op);
+
+enum kiln__log_level {
+    KILN_LOG_ERROR = 1,
+    KILN_LOG_WARN = 2,
+    KILN_LOG_INFO = 3,
+    KILN_LOG_DEBUG = 4,
+};
+
+/* Whether KILN_LOG asks for messages of this level (read once). */
+int kiln__log_enabled(int level);
+
+/* Print one line "kiln: <level>: <text>" to stderr if KILN_LOG asks for it. */
+void kiln__log(int level, const char *fmt, ...) KILN__PRINTF(2, 3);
+
+/* Monotonic clock in seconds. */
+double kiln__now(void);
+
+#endif

@@ -1,0 +1,2 @@
+/* tensor.c - placeholder until implemented. */
+typedef int kiln__placeholder_tensor;

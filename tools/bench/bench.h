@@ -1,0 +1,70 @@
+/* bench.h - the kiln-bench framework: sections, timing, side-by-side results, text and JSON. */
+#ifndef KILN_BENCH_H
+#define KILN_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kiln.h"
+
+typedef struct bench_ctx {
+    kiln_device *dev;
+    const char *spec;
+    bool json;
+    bool quick;   /* --quick: fewer sizes and repetitions (smoke runs in tests) */
+    int repeats;  /* samples per measurement (median reported) */
+    const char *argv0; /* path of kiln-bench itself, for sections that start fresh processes */
+} bench_ctx;
+
+/* One section: `kiln-bench <name>`. Returns 0 on success. */
+typedef struct bench_section {
+    const char *name;
+    const char *help;
+    int (*run)(bench_ctx *ctx);
+} bench_section;
+
+/* One measurement, side by side with its baseline from the same run.
+ * higher_is_better: true for GB/s, GFLOP/s; false for times. ratio = kiln/baseline, inverted
+ * for times, so that >= 1 always means kiln is at least as good. */
+typedef struct bench_result {
+    char name[96];     /* "h2d 64 MiB" */
+    const char *unit;  /* "GB/s", "us", "GFLOP/s", "ms" */
+    bool higher_is_better;
+    const char *baseline; /* what the baseline is: "raw OpenCL", "cblas_sgemm", "C loop" */
+    double kiln;       /* median */
+    double baseline_value; /* median; 0 when there is no baseline */
+    int samples;
+    double min, max;   /* of kiln's samples */
+} bench_result;
+
+/* Monotonic seconds. */
+double bench_now(void);
+
+/* Median of n samples (sorts them in place); min and max optional. */
+double bench_median(double *v, int n, double *min, double *max);
+
+/* Fill r from kiln's and the baseline's samples (times or rates, as given). */
+void bench_result_set(bench_result *r, const char *name, const char *unit, bool higher_is_better,
+                      const char *baseline, double *kiln, double *base, int samples);
+
+/* Record a result: printed at once as a table row (text mode) and kept for the JSON document. */
+void bench_report(bench_ctx *ctx, const bench_result *r);
+
+/* Progress for long runs: to stderr, text mode only. */
+void bench_progress(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A note printed under the table (text) or as "notes" (JSON), e.g. OpenBLAS's core name. */
+void bench_note(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Stop with a message on a failed kiln call: prints kiln_last_error() and returns 1. */
+int bench_fail(const char *what, kiln_status s);
+
+/* Sections, each in its own file. */
+int bench_transfer(bench_ctx *ctx);
+int bench_startup(bench_ctx *ctx);
+int bench_launch(bench_ctx *ctx);
+int bench_elementwise(bench_ctx *ctx);
+int bench_matmul(bench_ctx *ctx);
+int bench_train(bench_ctx *ctx);
+
+#endif
