@@ -1,0 +1,39 @@
+/* prelude.cl - prepended to every built-in kernel source. Defines the element-type slots that
+ * ops select with -D options (see lib/ops/common.c, kiln__dtype_defines):
+ *   KILN_T / KILN_TC   storage and compute type of slot T (also U and O), with
+ *   KILN_T_HALF        set when T is stored as f16 (computed in float via vload/vstore_half)
+ *   LOAD_T(p, i), STORE_T(p, i, v)   element access for the slot (LOAD_U/STORE_U, LOAD_O/...)
+ * and KILN_HAS_FP64 / KILN_HAS_FP16 from the device's capabilities. OpenCL C 1.2 only. */
+#ifdef KILN_HAS_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
+#ifdef KILN_T
+#ifdef KILN_T_HALF
+#define LOAD_T(p, i) vload_half((i), (p))
+#define STORE_T(p, i, v) vstore_half((float)(v), (i), (p))
+#else
+#define LOAD_T(p, i) ((KILN_TC)(p)[(i)])
+#define STORE_T(p, i, v) ((p)[(i)] = (KILN_T)(v))
+#endif
+#endif
+
+#ifdef KILN_U
+#ifdef KILN_U_HALF
+#define LOAD_U(p, i) vload_half((i), (p))
+#define STORE_U(p, i, v) vstore_half((float)(v), (i), (p))
+#else
+#define LOAD_U(p, i) ((KILN_UC)(p)[(i)])
+#define STORE_U(p, i, v) ((p)[(i)] = (KILN_U)(v))
+#endif
+#endif
+
+#ifdef KILN_O
+#ifdef KILN_O_HALF
+#define LOAD_O(p, i) vload_half((i), (p))
+#define STORE_O(p, i, v) vstore_half((float)(v), (i), (p))
+#else
+#define LOAD_O(p, i) ((KILN_OC)(p)[(i)])
+#define STORE_O(p, i, v) ((p)[(i)] = (KILN_O)(v))
+#endif
+#endif
