@@ -1,0 +1,355 @@
+/* train.c - train a small MLP regressor with kiln on any device: predict a programmer's salary
+ * from years of experience, age, education level, languages known and remote work, generated
+ * from a known formula plus noise.
+ *
+ * Usage: train [--device SPEC] [--epochs N] [--batch N] [--hidden N] [--samples N] [--lr X]
+ *              [--seed N]
+ * The same seed gives the same data and the same initial weights on every device. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kiln.h"
+
+#define NFEAT 5
+
+typedef struct options {
+    const char *device;
+    int epochs, batch, hidden, samples;
+    double lr;
+    uint64_t seed;
+} options;
+
+/* Host-side data: features standardised, target in standard units. */
+typedef struct dataset {
+    int n;
+    float *x; /* n x NFEAT */
+    float *y; /* n */
+} dataset;
+
+typedef struct model {
+    kiln_tensor *p[4]; /* w1 [F,H], b1 [H], w2 [H,1], b2 [1] */
+    kiln_tensor *m[4], *v[4]; /* Adam moments */
+} model;
+
+static int check(kiln_status s, const char *what)
+{
+    if (s == KILN_OK)
+        return 0;
+    fprintf(stderr, "train: %s failed: %s: %s\n", what, kiln_status_string(s), kiln_last_error());
+    return 1;
+}
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        if (check((call), #call))                                                                  \
+            goto fail;                                                                             \
+    } while (0)
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* xorshift64* for the synthetic data (the weights come from kiln's Philox generator). */
+static double rnd(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return (double)((*s * 2685821657736338717ull) >> 11) * 0x1.0p-53;
+}
+
+static double gauss(uint64_t *s)
+{
+    double u = rnd(s), v = rnd(s);
+    return sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v);
+}
+
+/* The "true" salary in k$: concave in experience, with education, languages, remote. */
+static double salary(const double *f)
+{
+    double years = f[0], age = f[1], edu = f[2], langs = f[3], remote = f[4];
+    return 42.0 + 5.0 * years - 0.09 * years * years + 8.0 * edu + 2.5 * langs + 7.0 * remote -
+           0.15 * fmax(0.0, age - 22.0 - years);
+}
+
+static double ymean, ystd;
+
+static void make_data(dataset *train, dataset *test, int n, uint64_t seed)
+{
+    int ntest = n / 5, ntrain = n - ntest;
+    double *raw = malloc(sizeof(double) * (size_t)n * NFEAT), *y = malloc(sizeof(double) * n);
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int i = 0; i < n; i++) {
+        double *f = &raw[i * NFEAT];
+        f[0] = 30.0 * rnd(&s);
+        f[1] = 22.0 + f[0] + 15.0 * rnd(&s);
+        f[2] = floor(4.0 * rnd(&s));
+        f[3] = 1.0 + floor(6.0 * rnd(&s));
+        f[4] = rnd(&s) < 0.4 ? 1.0 : 0.0;
+        y[i] = salary(f) + 5.0 * gauss(&s);
+    }
+    /* Standardise with the training split's statistics. */
+    double mean[NFEAT] = {0}, sd[NFEAT] = {0};
+    ymean = ystd = 0;
+    for (int i = 0; i < ntrain; i++) {
+        for (int k = 0; k < NFEAT; k++)
+            mean[k] += raw[i * NFEAT + k] / ntrain;
+        ymean += y[i] / ntrain;
+    }
+    for (int i = 0; i < ntrain; i++) {
+        for (int k = 0; k < NFEAT; k++)
+            sd[k] += pow(raw[i * NFEAT + k] - mean[k], 2) / ntrain;
+        ystd += pow(y[i] - ymean, 2) / ntrain;
+    }
+    ystd = sqrt(ystd);
+    dataset *sets[2] = {train, test};
+    int counts[2] = {ntrain, ntest}, start[2] = {0, ntrain};
+    for (int d = 0; d < 2; d++) {
+        sets[d]->n = counts[d];
+        sets[d]->x = malloc(sizeof(float) * (size_t)counts[d] * NFEAT);
+        sets[d]->y = malloc(sizeof(float) * (size_t)counts[d]);
+        for (int i = 0; i < counts[d]; i++) {
+            int src = start[d] + i;
+            for (int k = 0; k < NFEAT; k++)
+                sets[d]->x[i * NFEAT + k] =
+                    (float)((raw[src * NFEAT + k] - mean[k]) / sqrt(sd[k] + 1e-12));
+            sets[d]->y[i] = (float)((y[src] - ymean) / ystd);
+        }
+    }
+    free(raw);
+    free(y);
+}
+
+static int parse(int argc, char **argv, options *o)
+{
+    *o = (options){"auto", 20, 64, 32, 4096, 0.01, 42};
+    static const struct option opts[] = {
+        {"device", required_argument, NULL, 'd'}, {"epochs", required_argument, NULL, 'e'},
+        {"batch", required_argument, NULL, 'b'},  {"hidden", required_argument, NULL, 'H'},
+        {"samples", required_argument, NULL, 'n'}, {"lr", required_argument, NULL, 'l'},
+        {"seed", required_argument, NULL, 's'},   {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "d:e:b:H:n:l:s:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': o->device = optarg; break;
+        case 'e': o->epochs = atoi(optarg); break;
+        case 'b': o->batch = atoi(optarg); break;
+        case 'H': o->hidden = atoi(optarg); break;
+        case 'n': o->samples = atoi(optarg); break;
+        case 'l': o->lr = atof(optarg); break;
+        case 's': o->seed = strtoull(optarg, NULL, 10); break;
+        default:
+            fprintf(c == 'h' ? stdout : stderr,
+                    "usage: train [--device SPEC] [--epochs N] [--batch N] [--hidden N] "
+                    "[--samples N] [--lr X] [--seed N]\n");
+            return c == 'h' ? 0 : 2;
+        }
+    }
+    if (o->epochs < 1 || o->batch < 1 || o->hidden < 1 || o->samples < 10 || !(o->lr > 0)) {
+        fprintf(stderr, "train: epochs, batch, hidden must be >= 1, samples >= 10, lr > 0\n");
+        return 2;
+    }
+    return -1;
+}
+
+/* pred = relu(x w1 + b1) w2 + b2; keeps the intermediates the backward pass needs. */
+static kiln_status forward(model *m, const kiln_tensor *x, kiln_tensor **z1, kiln_tensor **h,
+                           kiln_tensor **pred)
+{
+    kiln_tensor *xw = NULL, *hw = NULL;
+    kiln_status s;
+    *z1 = *h = *pred = NULL;
+    if ((s = kiln_matmul(x, m->p[0], &xw)) == KILN_OK &&
+        (s = kiln_add(xw, m->p[1], z1)) == KILN_OK &&
+        (s = kiln_unary(KILN_OP_RELU, *z1, h)) == KILN_OK &&
+        (s = kiln_matmul(*h, m->p[2], &hw)) == KILN_OK)
+        s = kiln_add(hw, m->p[3], pred);
+    kiln_tensor_release(xw);
+    kiln_tensor_release(hw);
+    return s;
+}
+
+/* One Adam step on a batch; *loss_out gets the batch loss tensor. */
+static kiln_status train_step(model *m, const kiln_tensor *x, const kiln_tensor *y, int64_t step,
+                              double lr, kiln_tensor **loss)
+{
+    kiln_tensor *z1 = NULL, *h = NULL, *pred = NULL, *dpred = NULL, *dh = NULL, *dz1 = NULL;
+    kiln_tensor *g[4] = {NULL, NULL, NULL, NULL};
+    kiln_status s = forward(m, x, &z1, &h, &pred);
+    if (s == KILN_OK)
+        s = kiln_mse_loss(pred, y, loss, &dpred);
+    if (s == KILN_OK)
+        s = kiln_matmul_ex(h, dpred, KILN_TRANS_A, &g[2]); /* dw2 = h^T dpred */
+    if (s == KILN_OK)
+        s = kiln_reduce(KILN_REDUCE_SUM, dpred, 0, false, &g[3]); /* db2 */
+    if (s == KILN_OK)
+        s = kiln_matmul_ex(dpred, m->p[2], KILN_TRANS_B, &dh); /* dh = dpred w2^T */
+    if (s == KILN_OK)
+        s = kiln_unary_backward(KILN_OP_RELU, z1, dh, &dz1);
+    if (s == KILN_OK)
+        s = kiln_matmul_ex(x, dz1, KILN_TRANS_A, &g[0]); /* dw1 = x^T dz1 */
+    if (s == KILN_OK)
+        s = kiln_reduce(KILN_REDUCE_SUM, dz1, 0, false, &g[1]); /* db1 */
+    for (int i = 0; i < 4 && s == KILN_OK; i++)
+        s = kiln_adam_step(m->p[i], g[i], m->m[i], m->v[i], step, lr, 0.9, 0.999, 1e-8);
+    kiln_tensor *all[] = {z1, h, pred, dpred, dh, dz1, g[0], g[1], g[2], g[3]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        kiln_tensor_release(all[i]);
+    return s;
+}
+
+/* Root-mean-square error in k$ on a dataset, evaluated in one batch. */
+static kiln_status evaluate(model *m, kiln_device *dev, const dataset *d, double *rmse)
+{
+    int64_t xs[2] = {d->n, NFEAT};
+    kiln_tensor *x = NULL, *z1 = NULL, *h = NULL, *pred = NULL;
+    float *out = malloc(sizeof(float) * (size_t)d->n);
+    kiln_status s = out ? kiln_tensor_from_host(dev, KILN_F32, 2, xs, d->x, &x)
+                        : KILN_ERR_OUT_OF_MEMORY;
+    if (s == KILN_OK)
+        s = forward(m, x, &z1, &h, &pred);
+    if (s == KILN_OK)
+        s = kiln_tensor_read(pred, out, sizeof(float) * (size_t)d->n);
+    if (s == KILN_OK) {
+        double se = 0;
+        for (int i = 0; i < d->n; i++)
+            se += pow((double)(out[i] - d->y[i]) * ystd, 2);
+        *rmse = sqrt(se / d->n);
+    }
+    kiln_tensor_release(x);
+    kiln_tensor_release(z1);
+    kiln_tensor_release(h);
+    kiln_tensor_release(pred);
+    free(out);
+    return s;
+}
+
+static kiln_status init_model(model *m, kiln_device *dev, int hidden, uint64_t seed)
+{
+    int64_t shapes[4][2] = {{NFEAT, hidden}, {hidden, 0}, {hidden, 1}, {1, 0}};
+    int ndims[4] = {2, 1, 2, 1};
+    kiln_status s = KILN_OK;
+    /* He initialisation for the ReLU layer, Xavier-like for the output. */
+    s = kiln_rand_normal(dev, KILN_F32, 2, shapes[0], seed, 0.0, sqrt(2.0 / NFEAT), &m->p[0]);
+    if (s == KILN_OK)
+        s = kiln_tensor_zeros(dev, KILN_F32, 1, shapes[1], &m->p[1]);
+    if (s == KILN_OK)
+        s = kiln_rand_normal(dev, KILN_F32, 2, shapes[2], seed + 1, 0.0, sqrt(1.0 / hidden),
+                             &m->p[2]);
+    if (s == KILN_OK)
+        s = kiln_tensor_zeros(dev, KILN_F32, 1, shapes[3], &m->p[3]);
+    for (int i = 0; i < 4 && s == KILN_OK; i++) {
+        s = kiln_tensor_zeros(dev, KILN_F32, ndims[i], shapes[i], &m->m[i]);
+        if (s == KILN_OK)
+            s = kiln_tensor_zeros(dev, KILN_F32, ndims[i], shapes[i], &m->v[i]);
+    }
+    return s;
+}
+
+/* A fingerprint of the initial weights: equal on every device for one seed. */
+static kiln_status print_fingerprint(const kiln_tensor *w1, options o)
+{
+    size_t n = (size_t)NFEAT * (size_t)o.hidden;
+    float *w = malloc(sizeof(float) * n);
+    if (!w)
+        return KILN_ERR_OUT_OF_MEMORY;
+    kiln_status s = kiln_tensor_read(w1, w, sizeof(float) * n);
+    if (s == KILN_OK) {
+        double sum = 0;
+        for (size_t i = 0; i < n; i++)
+            sum += w[i] * (double)(i % 7 + 1);
+        printf("initial weights fingerprint: %.9g (seed %llu)\n", sum,
+               (unsigned long long)o.seed);
+    }
+    free(w);
+    return s;
+}
+
+static void free_model(model *m)
+{
+    for (int i = 0; i < 4; i++) {
+        kiln_tensor_release(m->p[i]);
+        kiln_tensor_release(m->m[i]);
+        kiln_tensor_release(m->v[i]);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    rc = 1;
+    kiln_device *dev;
+    if (check(kiln_device_get(o.device, &dev), "kiln_device_get"))
+        return 1;
+    printf("device: %s (%s)\n", kiln_device_spec(dev), kiln_device_name(dev));
+
+    dataset train = {0}, test = {0};
+    make_data(&train, &test, o.samples, o.seed);
+    if (o.batch > train.n)
+        o.batch = train.n;
+    printf("data: %d training and %d held-out samples, %d features; model %d-%d-1, batch %d\n",
+           train.n, test.n, NFEAT, NFEAT, o.hidden, o.batch);
+
+    model m = {0};
+    int64_t xs[2] = {o.batch, NFEAT}, ys[2] = {o.batch, 1};
+    kiln_tensor *x = NULL, *y = NULL, *loss = NULL;
+    TRY(init_model(&m, dev, o.hidden, o.seed));
+    TRY(print_fingerprint(m.p[0], o));
+    TRY(kiln_tensor_empty(dev, KILN_F32, 2, xs, &x));
+    TRY(kiln_tensor_empty(dev, KILN_F32, 2, ys, &y));
+
+    double base = 0;
+    for (int i = 0; i < test.n; i++)
+        base += pow(test.y[i] * ystd, 2);
+    printf("baseline (predict the mean): held-out RMSE %.2f k$\n", sqrt(base / test.n));
+
+    int64_t step = 0;
+    int nbatch = train.n / o.batch;
+    double total_time = 0;
+    for (int epoch = 1; epoch <= o.epochs; epoch++) {
+        double t0 = now(), sum = 0;
+        for (int b = 0; b < nbatch; b++) {
+            size_t off = (size_t)b * o.batch;
+            TRY(kiln_tensor_write(x, train.x + off * NFEAT, sizeof(float) * o.batch * NFEAT));
+            TRY(kiln_tensor_write(y, train.y + off, sizeof(float) * o.batch));
+            TRY(train_step(&m, x, y, ++step, o.lr, &loss));
+            float l;
+            TRY(kiln_tensor_read(loss, &l, sizeof l));
+            kiln_tensor_release(loss);
+            loss = NULL;
+            sum += l;
+        }
+        TRY(kiln_device_synchronize(dev));
+        double dt = now() - t0;
+        total_time += dt;
+        printf("epoch %3d  loss %.4f  (%.1f ms)\n", epoch, sum / nbatch, dt * 1e3);
+    }
+    double rmse;
+    TRY(evaluate(&m, dev, &test, &rmse));
+    printf("held-out RMSE: %.2f k$ (noise level 5.00 k$)\n", rmse);
+    printf("time per epoch: %.1f ms, per step: %.3f ms\n", total_time / o.epochs * 1e3,
+           total_time / (double)(step ? step : 1) * 1e3);
+    rc = 0;
+fail:
+    kiln_tensor_release(loss);
+    kiln_tensor_release(x);
+    kiln_tensor_release(y);
+    free_model(&m);
+    free(train.x);
+    free(train.y);
+    free(test.x);
+    free(test.y);
+    return rc;
+}
