@@ -99,8 +99,10 @@ KILN_API bool kiln_is_available(kiln_device_type type);
 
 /* Why no device of `type` is available: no OpenCL platform, platforms without such a device,
  * devices hidden by KILN_VISIBLE_DEVICES, a platform that failed to answer, or a GPU present
- * on the PCI bus that no OpenCL platform shows (with what to install). "" when available.
- * The string is owned by kiln and valid for the life of the process. */
+ * on the PCI bus that no OpenCL platform shows (with what to install). "" when available;
+ * a short complaint for a value that is no device type (0, unknown bits). Several type bits
+ * (KILN_DEVICE_ALL) explain why there is no device at all. The string is owned by kiln and
+ * valid for the life of the process. */
 KILN_API const char *kiln_unavailable_reason(kiln_device_type type);
 
 /* Find a device by spec: "auto" (KILN_DEVICE if set, else gpu:0, else cpu:0), "cpu", "cpu:N",
@@ -123,6 +125,11 @@ KILN_API const char *kiln_device_spec(const kiln_device *dev);
 /* How "auto" resolves and why, e.g. "gpu:0 (first GPU)" or
  * "cpu:0 (no GPU: CPU fallback; <reason>)". Owned by kiln; "" when there is no device. */
 KILN_API const char *kiln_auto_reason(void);
+
+/* What enumeration skipped or could not use, one line per event ("platform 1 (X) failed to
+ * answer clGetDeviceIDs: ..."; "device opencl:0:1 (Y) has no OpenCL C compiler; skipped");
+ * "" when nothing was skipped. Owned by kiln, valid for the life of the process. */
+KILN_API const char *kiln_device_notes(void);
 
 typedef struct kiln_device_info {
     char spec[32];            /* "gpu:0" */
@@ -258,9 +265,11 @@ KILN_API kiln_status kiln_tensor_reshape(const kiln_tensor *t, int ndim, const i
 KILN_API kiln_tensor *kiln_tensor_retain(kiln_tensor *t);
 
 /* Drop a reference; the memory returns to the device cache at the last one. NULL is a no-op.
- * Releasing a tensor more times than it was retained is a bug: debug builds abort with a
- * message naming the tensor, release builds ignore a release of an already-freed handle when
- * they can still recognise it. */
+ * Releasing a tensor more times than it was retained is a bug. kiln keeps the headers of the
+ * last 256 released tensors marked dead, so such a second release (or any later use) of a
+ * recently released handle is recognised: the release is ignored and reported through
+ * kiln_last_error() and KILN_LOG=error; other calls fail with KILN_ERR_INVALID_ARGUMENT.
+ * Beyond that window it is undefined behaviour, as in free(). */
 KILN_API void kiln_tensor_release(kiln_tensor *t);
 
 /* Accessors. NULL tensors give NULL / -1 / 0. kiln_tensor_shape returns a pointer into t. */

@@ -1,8 +1,12 @@
-/* launch.c - the same-device rule and kernel-argument checks shared by every op and launch. */
+/* launch.c - the same-device rule, kernel-argument checks and the kernel launch shared by every
+ * op and kiln_program_launch. */
 #include "launch.h"
 
+#include <stdint.h>
 #include <stdio.h>
 
+#include "clcall.h"
+#include "program.h"
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
@@ -34,4 +38,209 @@ kiln_status kiln__same_device(const char *op, int n, const kiln_tensor *const *t
     if (dev)
         *dev = first ? first->dev : NULL;
     return KILN_OK;
+}
+
+/* Bytes of a scalar argument of dtype; 0 for an unknown dtype. */
+static size_t scalar_size(kiln_dtype dtype)
+{
+    return kiln_dtype_size(dtype);
+}
+
+static const void *scalar_ptr(const kiln_arg *a)
+{
+    switch (a->dtype) {
+    case KILN_F32: return &a->value.f32;
+    case KILN_F64: return &a->value.f64;
+    case KILN_F16: return &a->value.f16_bits;
+    case KILN_I32: return &a->value.i32;
+    case KILN_I64: return &a->value.i64;
+    case KILN_U8: return &a->value.u8;
+    }
+    return NULL;
+}
+
+/* Every argument well-formed, every tensor live and on dev. */
+static kiln_status check_args(kiln_device *dev, const kiln__kernel *k, const char *op, int nargs,
+                              const kiln_arg *args)
+{
+    if (nargs < 0 || (nargs > 0 && !args) || (cl_uint)nargs != k->nargs)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: kernel %s takes %u arguments, %d given%s", op, k->name,
+                           (unsigned)k->nargs, nargs,
+                           nargs > 0 && !args ? " (but args is NULL)" : "");
+    for (int i = 0; i < nargs; i++) {
+        const kiln_arg *a = &args[i];
+        char argname[192];
+        snprintf(argname, sizeof argname, "argument %d of kernel %s", i, k->name);
+        if (a->kind == KILN_ARG_TENSOR) {
+            kiln_status s = kiln__check_tensor(a->value.tensor, op, argname);
+            if (s != KILN_OK)
+                return s;
+            if (a->value.tensor->dev != dev)
+                return kiln__error(KILN_ERR_DEVICE_MISMATCH,
+                                   "%s: %s is a tensor on %s, but the kernel runs on %s; copy it "
+                                   "with kiln_tensor_to()",
+                                   op, argname, a->value.tensor->dev->info.spec, dev->info.spec);
+        } else if (a->kind == KILN_ARG_SCALAR) {
+            if (!scalar_ptr(a))
+                return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                                   "%s: %s has an unknown dtype %d; build it with kiln_arg_f32() "
+                                   "and friends",
+                                   op, argname, (int)a->dtype);
+        } else if (a->kind == KILN_ARG_LOCAL) {
+            if (a->size == 0 || a->size > dev->info.local_mem_bytes)
+                return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                                   "%s: %s asks for %zu bytes of local memory; %s has %llu", op,
+                                   argname, a->size, dev->info.spec,
+                                   (unsigned long long)dev->info.local_mem_bytes);
+        } else {
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: %s has an unknown kind %d; build it with kiln_arg_tensor(), "
+                               "kiln_arg_f32(), kiln_arg_local() ...",
+                               op, argname, (int)a->kind);
+        }
+    }
+    return KILN_OK;
+}
+
+static size_t pow2_at_least(size_t n)
+{
+    size_t p = 1;
+    while (p < n && p < ((size_t)1 << 20))
+        p <<= 1;
+    return p;
+}
+
+/* A valid local size for the kernel when the caller gave none: within the kernel's work-group
+ * size, a multiple of its preferred multiple in dimension 0 where that fits, not much larger
+ * than the global size. */
+void kiln__choose_local(const kiln__kernel *k, int work_dim, const size_t *global, size_t *local)
+{
+    size_t cap = k->wg_size < 256 ? k->wg_size : 256;
+    if (work_dim == 1) {
+        size_t m = k->wg_multiple ? k->wg_multiple : 1;
+        size_t l = global[0] < cap ? global[0] : cap;
+        l = (l + m - 1) / m * m; /* round up to the multiple ... */
+        while (l > cap)
+            l -= m; /* ... but stay within the cap */
+        local[0] = l ? l : 1;
+        return;
+    }
+    size_t per_dim = work_dim == 2 ? 16 : 8;
+    for (int d = 0; d < work_dim; d++) {
+        size_t l = pow2_at_least(global[d]);
+        local[d] = l < per_dim ? l : per_dim;
+    }
+    for (;;) {
+        size_t prod = 1;
+        int big = 0;
+        for (int d = 0; d < work_dim; d++) {
+            prod *= local[d];
+            if (local[d] > local[big])
+                big = d;
+        }
+        if (prod <= k->wg_size || local[big] == 1)
+            return;
+        local[big] /= 2;
+    }
+}
+
+/* Check or choose the local size, and pad global to a multiple of it. */
+static kiln_status shape_ndrange(const kiln__kernel *k, const char *op, int work_dim,
+                                 const size_t *global, const size_t *local, size_t *g, size_t *l)
+{
+    if (!local) {
+        kiln__choose_local(k, work_dim, global, l);
+        for (int d = 0; d < work_dim; d++) {
+            size_t r = global[d] % l[d];
+            if (r && global[d] > SIZE_MAX - (l[d] - r))
+                return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: global size %zu is too large",
+                                   op, global[d]);
+            g[d] = r ? global[d] + (l[d] - r) : global[d];
+        }
+        return KILN_OK;
+    }
+    size_t prod = 1;
+    for (int d = 0; d < work_dim; d++) {
+        if (local[d] == 0 || global[d] % local[d] != 0)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: global size %zu in dimension %d is not a multiple of the "
+                               "local size %zu; round global up (and bounds-check in the "
+                               "kernel) or pass local = NULL to let kiln choose",
+                               op, global[d], d, local[d]);
+        prod *= local[d];
+        g[d] = global[d];
+        l[d] = local[d];
+    }
+    if (prod > k->wg_size)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: local size of %zu work-items exceeds kernel %s's limit of %zu on "
+                           "this device; use a smaller local size or NULL",
+                           op, prod, k->name, k->wg_size);
+    return KILN_OK;
+}
+
+static kiln_status set_args(kiln_device *dev, kiln__kernel *k, const char *op, int nargs,
+                            const kiln_arg *args)
+{
+    for (int i = 0; i < nargs; i++) {
+        const kiln_arg *a = &args[i];
+        cl_int err;
+        if (a->kind == KILN_ARG_TENSOR) {
+            const kiln_tensor *t = a->value.tensor;
+            cl_mem m = t->storage ? t->storage->mem : NULL;
+            err = kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, sizeof m, &m);
+        } else if (a->kind == KILN_ARG_SCALAR) {
+            err = kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, scalar_size(a->dtype),
+                                        scalar_ptr(a));
+        } else {
+            err = kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, a->size, NULL);
+        }
+        if (err == CL_INVALID_ARG_SIZE || err == CL_INVALID_ARG_VALUE ||
+            err == CL_INVALID_MEM_OBJECT || err == CL_INVALID_SAMPLER)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: argument %d of kernel %s does not match its parameter "
+                               "(%s given; %s from clSetKernelArg); pass the parameter's type",
+                               op, i, k->name,
+                               a->kind == KILN_ARG_TENSOR   ? "a tensor"
+                               : a->kind == KILN_ARG_LOCAL ? "local memory"
+                                                           : kiln_dtype_name(a->dtype),
+                               kiln__cl_error_name(err));
+        if (err != CL_SUCCESS)
+            return kiln__cl_fail(err, op, "clSetKernelArg", dev->info.spec);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln__kernel_launch(kiln_device *dev, kiln__kernel *k, const char *op, int work_dim,
+                                const size_t *global, const size_t *local, int nargs,
+                                const kiln_arg *args)
+{
+    if (!k)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: no kernel given", op);
+    if (work_dim < 1 || work_dim > 3 || !global)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: work_dim is %d and global is %s; pass work_dim 1 to 3 and a "
+                           "global size per dimension",
+                           op, work_dim, global ? "set" : "NULL");
+    kiln_status s = check_args(dev, k, op, nargs, args);
+    if (s != KILN_OK)
+        return s;
+    for (int d = 0; d < work_dim; d++)
+        if (global[d] == 0)
+            return KILN_OK; /* nothing to run: no OpenCL call at all */
+    size_t g[3], l[3];
+    s = shape_ndrange(k, op, work_dim, global, local, g, l);
+    if (s != KILN_OK)
+        return s;
+    pthread_mutex_lock(&k->lock);
+    s = set_args(dev, k, op, nargs, args);
+    if (s == KILN_OK) {
+        cl_int err = kiln__cl.EnqueueNDRangeKernel(dev->queue, k->kernel, (cl_uint)work_dim, NULL,
+                                                   g, l, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            s = kiln__cl_fail(err, op, "clEnqueueNDRangeKernel", dev->info.spec);
+    }
+    pthread_mutex_unlock(&k->lock);
+    return s;
 }

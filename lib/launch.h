@@ -11,4 +11,12 @@
 kiln_status kiln__same_device(const char *op, int n, const kiln_tensor *const *ts,
                               kiln_device **dev);
 
+struct kiln__kernel;
+
+/* The local size kiln picks for a launch with local = NULL: within the kernel's work-group
+ * size (and at most 256), a multiple of its preferred multiple in 1-D, close to the global
+ * size. local gets work_dim entries. */
+void kiln__choose_local(const struct kiln__kernel *k, int work_dim, const size_t *global,
+                        size_t *local);
+
 #endif

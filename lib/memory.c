@@ -1,2 +1,397 @@
-/* memory.c - placeholder until implemented. */
-typedef int kiln__placeholder_memory;
+/* memory.c - the per-device caching allocator of device buffers, its stats and budget. */
+#include "memory.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "clcall.h"
+#include "registry.h"
+#include "status.h"
+
+#define KILN__MIB ((size_t)1 << 20)
+#define KILN__SMALL_STEP 512 /* granularity of size classes up to 1 MiB */
+
+/* A cached (free) buffer. */
+typedef struct kiln__block {
+    struct kiln__block *next;
+    cl_mem mem;
+    size_t capacity;
+} kiln__block;
+
+struct kiln__pool {
+    pthread_mutex_t lock;
+    kiln__block *cached_list;
+    uint64_t allocated; /* capacity held by live tensors */
+    uint64_t peak;
+    uint64_t cached;
+    uint64_t driver_allocations;
+    uint64_t budget;
+    /* A private queue for touching new buffers: waiting on it does not wait for the work
+     * queued on the device's own queue. Created on first use, under lock. */
+    cl_command_queue touch_queue;
+};
+
+uint64_t kiln__parse_size(const char *s, bool *ok)
+{
+    char *end;
+    *ok = false;
+    if (!s || !isdigit((unsigned char)*s))
+        return 0;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE)
+        return 0;
+    uint64_t mult = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K':
+        mult = (uint64_t)1 << 10;
+        end++;
+        break;
+    case 'M':
+        mult = (uint64_t)1 << 20;
+        end++;
+        break;
+    case 'G':
+        mult = (uint64_t)1 << 30;
+        end++;
+        break;
+    case 'T':
+        mult = (uint64_t)1 << 40;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (mult > 1 && (*end == 'i' || *end == 'I'))
+        end++;
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end != '\0' || (v && UINT64_MAX / mult < v))
+        return 0;
+    *ok = true;
+    return (uint64_t)v * mult;
+}
+
+static uint64_t env_budget(void)
+{
+    const char *v = getenv("KILN_MEMORY_LIMIT");
+    if (!v || !*v)
+        return 0;
+    bool ok;
+    uint64_t b = kiln__parse_size(v, &ok);
+    if (!ok)
+        kiln__log(KILN_LOG_WARN, "KILN_MEMORY_LIMIT='%s' is not a size like 512M or 2G; ignored",
+                  v);
+    return b;
+}
+
+/* The device's pool, created on first use. NULL only when out of host memory. */
+static struct kiln__pool *get_pool(kiln_device *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+    if (!dev->pool) {
+        struct kiln__pool *p = calloc(1, sizeof *p);
+        if (p) {
+            pthread_mutex_init(&p->lock, NULL);
+            p->budget = env_budget();
+            dev->pool = p;
+        }
+    }
+    struct kiln__pool *pool = dev->pool;
+    pthread_mutex_unlock(&dev->lock);
+    return pool;
+}
+
+static kiln_status pool_for(kiln_device *dev, const char *op, struct kiln__pool **out)
+{
+    kiln_status s = kiln__check_device(dev, op);
+    if (s != KILN_OK)
+        return s;
+    *out = get_pool(dev);
+    return *out ? KILN_OK : kiln__host_oom(op);
+}
+
+/* The size class of a request: 512-byte steps up to 1 MiB, then four classes per power of
+ * two, so that buffers of similar sizes are shared without wasting more than 25%. */
+static size_t size_class(size_t bytes, uint64_t max_alloc)
+{
+    size_t step = KILN__SMALL_STEP;
+    if (bytes > KILN__MIB) {
+        size_t p = KILN__MIB;
+        while (p <= bytes / 2)
+            p *= 2;
+        step = p / 4;
+    }
+    size_t cls = bytes + (step - bytes % step) % step;
+    if (cls < bytes || (max_alloc && cls > max_alloc))
+        return bytes;
+    return cls;
+}
+
+static void update_peak(struct kiln__pool *p)
+{
+    if (p->allocated > p->peak)
+        p->peak = p->allocated;
+}
+
+/* Take a cached buffer of exactly `capacity` bytes, or NULL. Called under p->lock. */
+static cl_mem take_cached(struct kiln__pool *p, size_t capacity)
+{
+    for (kiln__block **b = &p->cached_list; *b; b = &(*b)->next) {
+        if ((*b)->capacity != capacity)
+            continue;
+        kiln__block *blk = *b;
+        cl_mem mem = blk->mem;
+        *b = blk->next;
+        p->cached -= capacity;
+        free(blk);
+        return mem;
+    }
+    return NULL;
+}
+
+/* Detach the whole cache (under p->lock); free_blocks releases it outside the lock. */
+static kiln__block *detach_cache(struct kiln__pool *p)
+{
+    kiln__block *list = p->cached_list;
+    p->cached_list = NULL;
+    p->cached = 0;
+    return list;
+}
+
+static void free_blocks(kiln__block *list)
+{
+    while (list) {
+        kiln__block *next = list->next;
+        kiln__cl.ReleaseMemObject(list->mem);
+        free(list);
+        list = next;
+    }
+}
+
+static void empty_cache(struct kiln__pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    kiln__block *list = detach_cache(p);
+    pthread_mutex_unlock(&p->lock);
+    free_blocks(list);
+}
+
+static cl_int touch_queue(kiln_device *dev, struct kiln__pool *p, cl_command_queue *q)
+{
+    cl_int err = CL_SUCCESS;
+    pthread_mutex_lock(&p->lock);
+    if (!p->touch_queue) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+        p->touch_queue = kiln__cl.CreateCommandQueue(kiln__device_context(dev), dev->id, 0, &err);
+#pragma GCC diagnostic pop
+        if (err == CL_SUCCESS && !p->touch_queue)
+            err = CL_OUT_OF_RESOURCES;
+        if (err != CL_SUCCESS)
+            p->touch_queue = NULL;
+    }
+    *q = p->touch_queue;
+    pthread_mutex_unlock(&p->lock);
+    return err;
+}
+
+/* A new driver buffer, made real by writing its first byte and waiting for that: drivers
+ * that allocate lazily (PoCL, NVIDIA) then fail here rather than at first use. */
+static cl_mem create_real(kiln_device *dev, struct kiln__pool *p, size_t capacity, cl_int *err,
+                          const char **clfn)
+{
+    static const unsigned char zero = 0;
+    cl_command_queue q;
+    *clfn = "clCreateCommandQueue";
+    *err = touch_queue(dev, p, &q);
+    if (*err != CL_SUCCESS)
+        return NULL;
+    *clfn = "clCreateBuffer";
+    cl_mem mem =
+        kiln__cl.CreateBuffer(kiln__device_context(dev), CL_MEM_READ_WRITE, capacity, NULL, err);
+    if (*err != CL_SUCCESS || !mem) {
+        if (*err == CL_SUCCESS)
+            *err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
+        return NULL;
+    }
+    *clfn = "clEnqueueWriteBuffer";
+    *err = kiln__cl.EnqueueWriteBuffer(q, mem, CL_TRUE, 0, 1, &zero, 0, NULL, NULL);
+    if (*err != CL_SUCCESS) {
+        kiln__cl.ReleaseMemObject(mem);
+        return NULL;
+    }
+    return mem;
+}
+
+static kiln_status driver_fail(kiln_device *dev, const char *op, size_t capacity, cl_int err,
+                               const char *clfn)
+{
+    kiln_status s = kiln__cl_status(err);
+    if (err == CL_INVALID_BUFFER_SIZE)
+        s = KILN_ERR_OUT_OF_MEMORY;
+    return kiln__error(s,
+                       "%s: could not allocate %zu bytes on %s: %s failed with %s (%d); free "
+                       "tensors, call kiln_device_empty_cache() or use a smaller size",
+                       op, capacity, kiln__device_label(dev), clfn, kiln__cl_error_name(err),
+                       (int)err);
+}
+
+static kiln_status over_budget(kiln_device *dev, const char *op, size_t capacity,
+                               uint64_t allocated, uint64_t budget)
+{
+    return kiln__error(KILN_ERR_OUT_OF_MEMORY,
+                       "%s: allocating %zu bytes on %s would exceed its memory limit of %" PRIu64
+                       " bytes (%" PRIu64 " bytes held by live tensors); release tensors or "
+                       "raise the limit (kiln_device_set_memory_limit, KILN_MEMORY_LIMIT)",
+                       op, capacity, kiln__device_label(dev), budget, allocated);
+}
+
+/* Reserve capacity in the stats, reusing a cached buffer when there is one (*mem). */
+static kiln_status reserve(kiln_device *dev, struct kiln__pool *p, size_t capacity, const char *op,
+                           cl_mem *mem)
+{
+    kiln__block *drop = NULL;
+    pthread_mutex_lock(&p->lock);
+    if (p->budget && p->allocated + capacity > p->budget) {
+        uint64_t allocated = p->allocated, budget = p->budget;
+        kiln__block *list = detach_cache(p);
+        pthread_mutex_unlock(&p->lock);
+        free_blocks(list);
+        return over_budget(dev, op, capacity, allocated, budget);
+    }
+    *mem = take_cached(p, capacity);
+    /* Keep what the driver holds for this device within the budget too. */
+    if (!*mem && p->budget && p->allocated + p->cached + capacity > p->budget)
+        drop = detach_cache(p);
+    p->allocated += capacity;
+    if (*mem)
+        update_peak(p);
+    pthread_mutex_unlock(&p->lock);
+    free_blocks(drop);
+    return KILN_OK;
+}
+
+kiln_status kiln__mem_alloc(kiln_device *dev, size_t bytes, const char *op, cl_mem *out,
+                            size_t *capacity)
+{
+    struct kiln__pool *p;
+    *out = NULL;
+    *capacity = 0;
+    kiln_status s = pool_for(dev, op, &p);
+    if (s == KILN_OK)
+        s = kiln__device_open(dev, op);
+    if (s != KILN_OK)
+        return s;
+    if (dev->info.max_alloc_bytes && bytes > dev->info.max_alloc_bytes)
+        return kiln__error(KILN_ERR_OUT_OF_MEMORY,
+                           "%s: %zu bytes exceed the largest single allocation %s allows (%" PRIu64
+                           " bytes, CL_DEVICE_MAX_MEM_ALLOC_SIZE); split the tensor",
+                           op, bytes, kiln__device_label(dev), dev->info.max_alloc_bytes);
+    size_t cap = size_class(bytes, dev->info.max_alloc_bytes);
+    cl_mem mem;
+    s = reserve(dev, p, cap, op, &mem);
+    if (s != KILN_OK || mem) {
+        *out = mem;
+        *capacity = mem ? cap : 0;
+        return s;
+    }
+    cl_int err;
+    const char *clfn;
+    mem = create_real(dev, p, cap, &err, &clfn);
+    if (!mem) {
+        empty_cache(p);
+        mem = create_real(dev, p, cap, &err, &clfn);
+    }
+    pthread_mutex_lock(&p->lock);
+    if (mem) {
+        p->driver_allocations++;
+        update_peak(p);
+    } else {
+        p->allocated -= cap;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (!mem)
+        return driver_fail(dev, op, cap, err, clfn);
+    *out = mem;
+    *capacity = cap;
+    return KILN_OK;
+}
+
+void kiln__mem_free(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity)
+{
+    (void)bytes;
+    if (!mem)
+        return;
+    struct kiln__pool *p = dev->pool;
+    kiln__block *blk = malloc(sizeof *blk);
+    pthread_mutex_lock(&p->lock);
+    p->allocated -= capacity;
+    if (blk) {
+        blk->mem = mem;
+        blk->capacity = capacity;
+        blk->next = p->cached_list;
+        p->cached_list = blk;
+        p->cached += capacity;
+    }
+    pthread_mutex_unlock(&p->lock);
+    /* Without host memory for the cache entry the buffer goes back to the driver. The driver
+     * defers the release until queued work using it has finished. */
+    if (!blk)
+        kiln__cl.ReleaseMemObject(mem);
+}
+
+kiln_status kiln_device_memory_stats(kiln_device *dev, kiln_memory_stats *stats)
+{
+    struct kiln__pool *p;
+    kiln_status s = pool_for(dev, "kiln_device_memory_stats", &p);
+    if (s != KILN_OK)
+        return s;
+    if (!stats)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_device_memory_stats: stats is NULL");
+    pthread_mutex_lock(&p->lock);
+    stats->allocated_bytes = p->allocated;
+    stats->peak_allocated_bytes = p->peak;
+    stats->cached_bytes = p->cached;
+    stats->driver_allocations = p->driver_allocations;
+    stats->budget_bytes = p->budget;
+    pthread_mutex_unlock(&p->lock);
+    return KILN_OK;
+}
+
+kiln_status kiln_device_reset_peak(kiln_device *dev)
+{
+    struct kiln__pool *p;
+    kiln_status s = pool_for(dev, "kiln_device_reset_peak", &p);
+    if (s != KILN_OK)
+        return s;
+    pthread_mutex_lock(&p->lock);
+    p->peak = p->allocated;
+    pthread_mutex_unlock(&p->lock);
+    return KILN_OK;
+}
+
+kiln_status kiln_device_empty_cache(kiln_device *dev)
+{
+    struct kiln__pool *p;
+    kiln_status s = pool_for(dev, "kiln_device_empty_cache", &p);
+    if (s != KILN_OK)
+        return s;
+    empty_cache(p);
+    return KILN_OK;
+}
+
+kiln_status kiln_device_set_memory_limit(kiln_device *dev, uint64_t bytes)
+{
+    struct kiln__pool *p;
+    kiln_status s = pool_for(dev, "kiln_device_set_memory_limit", &p);
+    if (s != KILN_OK)
+        return s;
+    pthread_mutex_lock(&p->lock);
+    p->budget = bytes;
+    pthread_mutex_unlock(&p->lock);
+    return KILN_OK;
+}

@@ -1,2 +1,729 @@
-/* program.c - placeholder until implemented. */
-typedef int kiln__placeholder_program;
+/* program.c - building OpenCL programs (built-in and user) through the disk cache, the
+ * per-device cache of built-in programs and kernels, and the kiln_program object. */
+#include "program.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "clcall.h"
+#include "diskcache.h"
+#include "registry.h"
+#include "status.h"
+
+#define KILN__PROGRAM_MAGIC 0x6b70726fu /* "kpro" */
+#define LOG_CAP 6000                    /* bytes of compiler log kept in a message */
+#define FILE_CAP ((size_t)16 << 20)     /* largest .cl file kiln_program_build_file reads */
+
+/* One kernel of a program, created on first use and kept with the program. */
+typedef struct kernel_node {
+    kiln__kernel k;
+    struct kernel_node *next;
+} kernel_node;
+
+/* A built-in program of one device: (source, defines) -> cl_program. */
+typedef struct builtin_entry {
+    char *source;
+    char *defines;
+    cl_program program;
+    bool building; /* one thread builds while the others wait on `built` */
+    kernel_node *kernels;
+    struct builtin_entry *next;
+} builtin_entry;
+
+struct kiln__programs {
+    pthread_mutex_t lock;
+    pthread_cond_t built;
+    builtin_entry *entries;
+};
+
+struct kiln_program {
+    uint32_t magic;
+    kiln_device *dev;
+    cl_program program;
+    char *names;
+    pthread_mutex_t lock; /* guards kernels */
+    kernel_node *kernels;
+};
+
+static char *dup_string(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* kiln's options, then the caller's: "-cl-std=CL1.2 -DKILN_HAS_FP64 <extra>". */
+static char *build_options(const kiln_device *dev, const char *extra)
+{
+    const char *fp64 = dev->info.fp64 ? " -DKILN_HAS_FP64=1" : "";
+    const char *fp16 = dev->info.fp16 ? " -DKILN_HAS_FP16=1" : "";
+    extra = extra ? extra : "";
+    size_t n = strlen("-cl-std=CL1.2") + strlen(fp64) + strlen(fp16) + strlen(extra) + 2;
+    char *o = malloc(n);
+    if (o)
+        snprintf(o, n, "-cl-std=CL1.2%s%s%s%s", fp64, fp16, *extra ? " " : "", extra);
+    return o;
+}
+
+/* The index of dev among the program's devices (programs are created in the platform's
+ * context, which may hold several). */
+static int program_device_index(cl_program p, cl_device_id dev)
+{
+    cl_uint n = 0;
+    if (kiln__cl.GetProgramInfo(p, CL_PROGRAM_NUM_DEVICES, sizeof n, &n, NULL) != CL_SUCCESS ||
+        n == 0 || n > 64)
+        return -1;
+    cl_device_id ids[64];
+    if (kiln__cl.GetProgramInfo(p, CL_PROGRAM_DEVICES, n * sizeof *ids, ids, NULL) != CL_SUCCESS)
+        return -1;
+    for (cl_uint i = 0; i < n; i++)
+        if (ids[i] == dev)
+            return (int)i;
+    return -1;
+}
+
+/* The binary of a freshly built program, to save in the disk cache (NULL if unavailable). */
+static unsigned char *program_binary(cl_program p, cl_device_id dev, size_t *size)
+{
+    int idx = program_device_index(p, dev);
+    if (idx < 0)
+        return NULL;
+    size_t sizes[64] = {0};
+    cl_uint ndev = 0;
+    if (kiln__cl.GetProgramInfo(p, CL_PROGRAM_NUM_DEVICES, sizeof ndev, &ndev, NULL) !=
+            CL_SUCCESS ||
+        ndev > 64 ||
+        kiln__cl.GetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, ndev * sizeof(size_t), sizes,
+                                NULL) != CL_SUCCESS ||
+        sizes[idx] == 0)
+        return NULL;
+    unsigned char *bin = malloc(sizes[idx]);
+    unsigned char *ptrs[64] = {NULL};
+    if (!bin)
+        return NULL;
+    ptrs[idx] = bin;
+    if (kiln__cl.GetProgramInfo(p, CL_PROGRAM_BINARIES, ndev * sizeof(unsigned char *), ptrs,
+                                NULL) != CL_SUCCESS) {
+        free(bin);
+        return NULL;
+    }
+    *size = sizes[idx];
+    return bin;
+}
+
+/* The build log of p on dev, malloc'd ("" when the driver gives none); NULL on OOM. */
+static char *build_log(cl_program p, cl_device_id dev)
+{
+    size_t n = 0;
+    if (kiln__cl.GetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) != CL_SUCCESS)
+        n = 0;
+    char *log = malloc(n + 1);
+    if (!log)
+        return NULL;
+    if (n && kiln__cl.GetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) !=
+                 CL_SUCCESS)
+        n = 0;
+    log[n] = '\0';
+    return log;
+}
+
+void kiln__log_trim(const char *log, char *buf, size_t size)
+{
+    size_t len = strlen(log);
+    if (size == 0)
+        return;
+    if (len < size) {
+        memcpy(buf, log, len + 1);
+        return;
+    }
+    /* Too long: start at the first error line, so the line that matters survives the cut. */
+    const char *start = log;
+    const char *err = strstr(log, "error");
+    if (err && (size_t)(err - log) + 64 > size) {
+        while (err > log && err[-1] != '\n')
+            err--;
+        start = err;
+    }
+    const char *more = "\n[log trimmed]";
+    size_t keep = size - strlen(more) - 1;
+    size_t rest = strlen(start);
+    if (rest < keep)
+        keep = rest;
+    memcpy(buf, start, keep);
+    memcpy(buf + keep, more, strlen(more) + 1);
+}
+
+const char *kiln__build_hint(const kiln_device_info *info, const char *source)
+{
+    if (!info->fp64 && strstr(source, "double"))
+        return "\nhint: this device has no fp64 support (cl_khr_fp64), so `double` is not "
+               "available; guard double code with #ifdef KILN_HAS_FP64";
+    return "";
+}
+
+static kiln_status build_failed(kiln_device *dev, cl_program p, const char *source,
+                                const char *options, const char *op)
+{
+    char *log = build_log(p, dev->id);
+    if (!log)
+        return kiln__host_oom(op);
+    char *trimmed = malloc(LOG_CAP);
+    if (!trimmed) {
+        free(log);
+        return kiln__host_oom(op);
+    }
+    kiln__log_trim(log, trimmed, LOG_CAP);
+    kiln__log(KILN_LOG_WARN, "%s: build failed on %s:\n%s", op, dev->info.spec, log);
+    kiln_status s = kiln__error(KILN_ERR_BUILD_FAILED,
+                                "%s: the OpenCL C compiler rejected the program on %s "
+                                "(options: %s); fix the source. Compiler log:\n%s%s",
+                                op, kiln__device_label(dev), options, trimmed,
+                                kiln__build_hint(&dev->info, source));
+    free(trimmed);
+    free(log);
+    return s;
+}
+
+static kiln_status from_source(kiln_device *dev, const char *src, size_t len, const char *options,
+                               const char *op, cl_program *out)
+{
+    cl_int err = CL_SUCCESS;
+    cl_program p = kiln__cl.CreateProgramWithSource(kiln__device_context(dev), 1, &src, &len, &err);
+    if (err != CL_SUCCESS || !p)
+        return kiln__cl_fail(err != CL_SUCCESS ? err : CL_INVALID_PROGRAM, op,
+                             "clCreateProgramWithSource", dev->info.spec);
+    err = kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
+    if (err == CL_SUCCESS) {
+        *out = p;
+        return KILN_OK;
+    }
+    kiln_status s;
+    if (err == CL_BUILD_PROGRAM_FAILURE || err == CL_COMPILE_PROGRAM_FAILURE)
+        s = build_failed(dev, p, src, options, op);
+    else if (err == CL_INVALID_BUILD_OPTIONS)
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                        "%s: the OpenCL compiler on %s rejected the build options \"%s\"; "
+                        "check the options string",
+                        op, dev->info.spec, options);
+    else
+        s = kiln__cl_fail(err, op, "clBuildProgram", dev->info.spec);
+    kiln__cl.ReleaseProgram(p);
+    return s;
+}
+
+/* A program from a cached binary; NULL when the driver refuses it. */
+static cl_program from_binary(kiln_device *dev, const unsigned char *bin, size_t size,
+                              const char *options)
+{
+    cl_int err = CL_SUCCESS, bstatus = CL_SUCCESS;
+    cl_program p = kiln__cl.CreateProgramWithBinary(kiln__device_context(dev), 1, &dev->id, &size,
+                                                    &bin, &bstatus, &err);
+    if (err != CL_SUCCESS || bstatus != CL_SUCCESS || !p) {
+        kiln__log(KILN_LOG_WARN, "cache: %s refused a cached binary (%s); rebuilding",
+                  dev->info.spec, kiln__cl_error_name(err != CL_SUCCESS ? err : bstatus));
+        if (p)
+            kiln__cl.ReleaseProgram(p);
+        return NULL;
+    }
+    err = kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        kiln__log(KILN_LOG_WARN, "cache: %s could not build a cached binary (%s); rebuilding",
+                  dev->info.spec, kiln__cl_error_name(err));
+        kiln__cl.ReleaseProgram(p);
+        return NULL;
+    }
+    return p;
+}
+
+kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
+                                  const char *options, const char *op, cl_program *out)
+{
+    *out = NULL;
+    size_t keylen = 0;
+    char *key = kiln__diskcache_key(&dev->info, src, len, options, &keylen);
+    if (!key)
+        return kiln__host_oom(op);
+    unsigned char *bin = NULL;
+    size_t size = 0;
+    if (kiln__diskcache_load(key, keylen, &bin, &size)) {
+        cl_program p = from_binary(dev, bin, size, options);
+        free(bin);
+        if (p) {
+            free(key);
+            *out = p;
+            return KILN_OK;
+        }
+        kiln__diskcache_rejected(key, keylen);
+    }
+    double t0 = kiln__now();
+    kiln_status s = from_source(dev, src, len, options, op, out);
+    if (s == KILN_OK) {
+        kiln__diskcache_count_miss();
+        kiln__log(KILN_LOG_INFO, "%s: built a program from source on %s in %.3f s", op,
+                  dev->info.spec, kiln__now() - t0);
+        bin = program_binary(*out, dev->id, &size);
+        if (bin)
+            kiln__diskcache_store(key, keylen, bin, size);
+        free(bin);
+    }
+    free(key);
+    return s;
+}
+
+/* Whether the program's kernels include name; writes the list "a;b" to kiln's message. */
+static kiln_status kernel_not_found(cl_program p, const char *name, const char *op)
+{
+    char names[1024] = "";
+    kiln__cl.GetProgramInfo(p, CL_PROGRAM_KERNEL_NAMES, sizeof names - 1, names, NULL);
+    names[sizeof names - 1] = '\0';
+    return kiln__error(KILN_ERR_NOT_FOUND,
+                       "%s: the program has no kernel named \"%s\"; its kernels are: %s", op,
+                       name, *names ? names : "(none)");
+}
+
+static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name, const char *op,
+                               kernel_node **out)
+{
+    *out = NULL;
+    if (strlen(name) >= sizeof((kiln__kernel *)0)->name)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: kernel name \"%.40s...\" is too long",
+                           op, name);
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = kiln__cl.CreateKernel(p, name, &err);
+    if (err == CL_INVALID_KERNEL_NAME)
+        return kernel_not_found(p, name, op);
+    if (err != CL_SUCCESS || !k)
+        return kiln__cl_fail(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, op, "clCreateKernel",
+                             dev->info.spec);
+    kernel_node *n = calloc(1, sizeof *n);
+    if (!n) {
+        kiln__cl.ReleaseKernel(k);
+        return kiln__host_oom(op);
+    }
+    n->k.kernel = k;
+    strcpy(n->k.name, name);
+    err = kiln__cl.GetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof n->k.nargs, &n->k.nargs, NULL);
+    if (err == CL_SUCCESS)
+        err = kiln__cl.GetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_WORK_GROUP_SIZE,
+                                              sizeof n->k.wg_size, &n->k.wg_size, NULL);
+    if (err == CL_SUCCESS)
+        err = kiln__cl.GetKernelWorkGroupInfo(k, dev->id,
+                                              CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
+                                              sizeof n->k.wg_multiple, &n->k.wg_multiple, NULL);
+    if (err != CL_SUCCESS) {
+        kiln__cl.ReleaseKernel(k);
+        free(n);
+        return kiln__cl_fail(err, op, "clGetKernelInfo", dev->info.spec);
+    }
+    if (n->k.wg_size == 0)
+        n->k.wg_size = 1;
+    if (n->k.wg_multiple == 0 || n->k.wg_multiple > n->k.wg_size)
+        n->k.wg_multiple = 1;
+    pthread_mutex_init(&n->k.lock, NULL);
+    *out = n;
+    return KILN_OK;
+}
+
+/* Find or create the kernel `name` in a list guarded by the caller's lock. */
+static kiln_status list_kernel(kiln_device *dev, cl_program p, kernel_node **list,
+                               const char *name, const char *op, kiln__kernel **out)
+{
+    for (kernel_node *n = *list; n; n = n->next) {
+        if (strcmp(n->k.name, name) == 0) {
+            *out = &n->k;
+            return KILN_OK;
+        }
+    }
+    kernel_node *n;
+    kiln_status s = make_kernel(dev, p, name, op, &n);
+    if (s != KILN_OK)
+        return s;
+    n->next = *list;
+    *list = n;
+    *out = &n->k;
+    return KILN_OK;
+}
+
+static const kiln__kernel_source *find_source(const char *name)
+{
+    for (int i = 0; i < kiln__kernel_source_count; i++)
+        if (strcmp(kiln__kernel_sources[i].name, name) == 0)
+            return &kiln__kernel_sources[i];
+    return NULL;
+}
+
+static kiln_status programs_of(kiln_device *dev, const char *op, struct kiln__programs **out)
+{
+    pthread_mutex_lock(&dev->lock);
+    if (!dev->programs) {
+        struct kiln__programs *ps = calloc(1, sizeof *ps);
+        if (!ps) {
+            pthread_mutex_unlock(&dev->lock);
+            return kiln__host_oom(op);
+        }
+        pthread_mutex_init(&ps->lock, NULL);
+        pthread_cond_init(&ps->built, NULL);
+        dev->programs = ps;
+    }
+    *out = dev->programs;
+    pthread_mutex_unlock(&dev->lock);
+    return KILN_OK;
+}
+
+/* Build the built-in program of an entry that this thread marked as building. */
+static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *src,
+                                 const char *defines, const char *op, cl_program *out)
+{
+    const kiln__kernel_source *prelude = find_source("prelude");
+    size_t plen = prelude ? prelude->length : 0;
+    size_t len = plen + 1 + src->length;
+    char *text = malloc(len + 1);
+    char *options = build_options(dev, defines);
+    kiln_status s = KILN_OK;
+    if (!text || !options) {
+        s = kiln__host_oom(op);
+        goto done;
+    }
+    if (plen)
+        memcpy(text, prelude->text, plen);
+    text[plen] = '\n';
+    memcpy(text + plen + 1, src->text, src->length + 1);
+    s = kiln__program_compile(dev, text, len, options, op, out);
+    if (s == KILN_ERR_BUILD_FAILED) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", kiln_last_error());
+        s = kiln__error(KILN_ERR_BUILD_FAILED,
+                        "%s: built-in kernel source %s.cl (%s) failed to build on %s; this is a "
+                        "kiln bug, please report it with the log: %s",
+                        op, src->name, defines, dev->info.spec, msg);
+    }
+done:
+    free(text);
+    free(options);
+    return s;
+}
+
+/* Find (or build, once across threads) the built-in program of (source, defines). Called and
+ * returns with ps->lock held. */
+static kiln_status builtin_entry_get(kiln_device *dev, struct kiln__programs *ps,
+                                     const kiln__kernel_source *src, const char *defines,
+                                     const char *op, builtin_entry **out)
+{
+    for (;;) {
+        builtin_entry *e = ps->entries;
+        while (e && (strcmp(e->source, src->name) != 0 || strcmp(e->defines, defines) != 0))
+            e = e->next;
+        if (e && e->building) {
+            pthread_cond_wait(&ps->built, &ps->lock);
+            continue;
+        }
+        if (e) {
+            *out = e;
+            return KILN_OK;
+        }
+        break;
+    }
+    builtin_entry *e = calloc(1, sizeof *e);
+    if (e) {
+        e->source = dup_string(src->name);
+        e->defines = dup_string(defines);
+    }
+    if (!e || !e->source || !e->defines) {
+        if (e) {
+            free(e->source);
+            free(e->defines);
+        }
+        free(e);
+        return kiln__host_oom(op);
+    }
+    e->building = true;
+    e->next = ps->entries;
+    ps->entries = e;
+    pthread_mutex_unlock(&ps->lock);
+    cl_program p = NULL;
+    kiln_status s = build_builtin(dev, src, defines, op, &p);
+    pthread_mutex_lock(&ps->lock);
+    e->building = false;
+    if (s == KILN_OK) {
+        e->program = p;
+        *out = e;
+    } else {
+        /* Unlink it, so a later call tries again (and waiters build and report for themselves). */
+        builtin_entry **pp = &ps->entries;
+        while (*pp != e)
+            pp = &(*pp)->next;
+        *pp = e->next;
+        free(e->source);
+        free(e->defines);
+        free(e);
+    }
+    pthread_cond_broadcast(&ps->built);
+    return s;
+}
+
+kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const char *defines,
+                                 const char *kernel, const char *op, kiln__kernel **out)
+{
+    *out = NULL;
+    kiln_status s = kiln__device_open(dev, op);
+    if (s != KILN_OK)
+        return s;
+    const kiln__kernel_source *src = source ? find_source(source) : NULL;
+    if (!src || !kernel)
+        return kiln__error(KILN_ERR_NOT_FOUND, "%s: no built-in kernel source \"%s\" (kiln bug)",
+                           op, source ? source : "(null)");
+    struct kiln__programs *ps = NULL;
+    s = programs_of(dev, op, &ps);
+    if (s != KILN_OK)
+        return s;
+    pthread_mutex_lock(&ps->lock);
+    builtin_entry *e = NULL;
+    s = builtin_entry_get(dev, ps, src, defines ? defines : "", op, &e);
+    if (s == KILN_OK)
+        s = list_kernel(dev, e->program, &e->kernels, kernel, op, out);
+    pthread_mutex_unlock(&ps->lock);
+    return s;
+}
+
+/* --- user programs ------------------------------------------------------------------------ */
+
+static bool program_valid(const kiln_program *prog)
+{
+    return prog && prog->magic == KILN__PROGRAM_MAGIC;
+}
+
+static kiln_status kernel_names(kiln_program *prog, const char *op)
+{
+    size_t n = 0;
+    cl_int err = kiln__cl.GetProgramInfo(prog->program, CL_PROGRAM_KERNEL_NAMES, 0, NULL, &n);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, op, "clGetProgramInfo", prog->dev->info.spec);
+    prog->names = calloc(1, n + 1);
+    if (!prog->names)
+        return kiln__host_oom(op);
+    err = kiln__cl.GetProgramInfo(prog->program, CL_PROGRAM_KERNEL_NAMES, n, prog->names, NULL);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, op, "clGetProgramInfo", prog->dev->info.spec);
+    return KILN_OK;
+}
+
+static kiln_status program_build(kiln_device *dev, const char *source, size_t len,
+                                 const char *options, const char *op, kiln_program **out)
+{
+    kiln_status s = kiln__device_open(dev, op);
+    if (s != KILN_OK)
+        return s;
+    kiln_program *prog = calloc(1, sizeof *prog);
+    char *opts = build_options(dev, options);
+    if (!prog || !opts) {
+        s = kiln__host_oom(op);
+        goto fail;
+    }
+    prog->magic = KILN__PROGRAM_MAGIC;
+    prog->dev = dev;
+    pthread_mutex_init(&prog->lock, NULL);
+    s = kiln__program_compile(dev, source, len, opts, op, &prog->program);
+    if (s == KILN_OK)
+        s = kernel_names(prog, op);
+    if (s != KILN_OK)
+        goto fail;
+    free(opts);
+    *out = prog;
+    return KILN_OK;
+fail:
+    free(opts);
+    kiln_program_release(prog);
+    return s;
+}
+
+kiln_status kiln_program_build(kiln_device *dev, const char *source, const char *options,
+                               kiln_program **out)
+{
+    const char *op = "kiln_program_build";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    if (!source || !*source)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: source is %s; pass OpenCL C text", op,
+                           source ? "empty" : "NULL");
+    return program_build(dev, source, strlen(source), options, op, out);
+}
+
+/* Read a whole regular file of at most FILE_CAP bytes, NUL-terminated. */
+static kiln_status read_source(const char *path, const char *op, char **out, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return kiln__error(KILN_ERR_IO, "%s: cannot open \"%s\": %s", op, path, strerror(errno));
+    struct stat st;
+    kiln_status s = KILN_OK;
+    char *buf = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        s = kiln__error(KILN_ERR_IO, "%s: \"%s\" is not a regular file; pass a .cl file", op,
+                        path);
+        goto done;
+    }
+    if (st.st_size == 0 || (uintmax_t)st.st_size > FILE_CAP) {
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: \"%s\" is %s (%jd bytes; limit %zu)", op,
+                        path, st.st_size ? "too large" : "empty", (intmax_t)st.st_size, FILE_CAP);
+        goto done;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    buf = malloc(n + 1);
+    if (!buf) {
+        s = kiln__host_oom(op);
+        goto done;
+    }
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            s = kiln__error(KILN_ERR_IO, "%s: cannot read \"%s\": %s", op, path,
+                            r < 0 ? strerror(errno) : "file shrank while reading");
+            goto done;
+        }
+        got += (size_t)r;
+    }
+    buf[n] = '\0';
+    if (memchr(buf, '\0', n)) {
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                        "%s: \"%s\" contains a NUL byte; it is not OpenCL C text", op, path);
+        goto done;
+    }
+    *out = buf;
+    *len = n;
+    buf = NULL;
+done:
+    free(buf);
+    close(fd);
+    return s;
+}
+
+kiln_status kiln_program_build_file(kiln_device *dev, const char *path, const char *options,
+                                    kiln_program **out)
+{
+    const char *op = "kiln_program_build_file";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    if (!path || !*path)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: path is %s", op,
+                           path ? "empty" : "NULL");
+    kiln_status s = kiln__check_device(dev, op);
+    if (s != KILN_OK)
+        return s;
+    char *src = NULL;
+    size_t len = 0;
+    s = read_source(path, op, &src, &len);
+    if (s == KILN_OK)
+        s = program_build(dev, src, len, options, op, out);
+    free(src);
+    return s;
+}
+
+void kiln_program_release(kiln_program *prog)
+{
+    if (!program_valid(prog))
+        return;
+    prog->magic = 0;
+    kernel_node *n = prog->kernels;
+    while (n) {
+        kernel_node *next = n->next;
+        kiln__cl.ReleaseKernel(n->k.kernel);
+        pthread_mutex_destroy(&n->k.lock);
+        free(n);
+        n = next;
+    }
+    if (prog->program)
+        kiln__cl.ReleaseProgram(prog->program);
+    pthread_mutex_destroy(&prog->lock);
+    free(prog->names);
+    free(prog);
+}
+
+const char *kiln_program_kernel_names(const kiln_program *prog)
+{
+    return program_valid(prog) && prog->names ? prog->names : "";
+}
+
+kiln_device *kiln_program_device(const kiln_program *prog)
+{
+    return program_valid(prog) ? prog->dev : NULL;
+}
+
+kiln_status kiln_program_launch(kiln_program *prog, const char *name, int work_dim,
+                                const size_t *global, const size_t *local, int nargs,
+                                const kiln_arg *args)
+{
+    const char *op = "kiln_program_launch";
+    if (!program_valid(prog))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: prog is %s; build one with kiln_program_build()", op,
+                           prog ? "not a live kiln_program (released?)" : "NULL");
+    if (!name)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: kernel name is NULL; kernels: %s", op,
+                           kiln_program_kernel_names(prog));
+    kiln__kernel *k = NULL;
+    pthread_mutex_lock(&prog->lock);
+    kiln_status s = list_kernel(prog->dev, prog->program, &prog->kernels, name, op, &k);
+    pthread_mutex_unlock(&prog->lock);
+    if (s != KILN_OK)
+        return s;
+    return kiln__kernel_launch(prog->dev, k, op, work_dim, global, local, nargs, args);
+}
+
+kiln_arg kiln_arg_tensor(const kiln_tensor *t)
+{
+    kiln_arg a = {.kind = KILN_ARG_TENSOR, .size = sizeof(cl_mem)};
+    a.value.tensor = t;
+    return a;
+}
+
+kiln_arg kiln_arg_f32(float x)
+{
+    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = KILN_F32, .size = sizeof x};
+    a.value.f32 = x;
+    return a;
+}
+
+kiln_arg kiln_arg_f64(double x)
+{
+    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = KILN_F64, .size = sizeof x};
+    a.value.f64 = x;
+    return a;
+}
+
+kiln_arg kiln_arg_i32(int32_t x)
+{
+    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = KILN_I32, .size = sizeof x};
+    a.value.i32 = x;
+    return a;
+}
+
+kiln_arg kiln_arg_i64(int64_t x)
+{
+    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = KILN_I64, .size = sizeof x};
+    a.value.i64 = x;
+    return a;
+}
+
+kiln_arg kiln_arg_u8(uint8_t x)
+{
+    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = KILN_U8, .size = sizeof x};
+    a.value.u8 = x;
+    return a;
+}
+
+kiln_arg kiln_arg_local(size_t bytes)
+{
+    kiln_arg a = {.kind = KILN_ARG_LOCAL, .size = bytes};
+    return a;
+}

@@ -43,4 +43,17 @@ kiln_status kiln__kernel_launch(kiln_device *dev, kiln__kernel *k, const char *o
                                 const size_t *global, const size_t *local, int nargs,
                                 const kiln_arg *args);
 
+/* Build source (len bytes) for dev with the full options string, loading or saving the binary
+ * in the on-disk cache. A compile error is KILN_ERR_BUILD_FAILED with the trimmed log; op
+ * names the caller. *out is owned by the caller. */
+kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
+                                  const char *options, const char *op, cl_program *out);
+
+/* Copy a compiler log into buf (size bytes), trimmed to fit: when it is too long the text
+ * starts at the first line mentioning "error" so that line survives. */
+void kiln__log_trim(const char *log, char *buf, size_t size);
+
+/* A hint appended to build errors: "" or why `double` fails on a device without fp64. */
+const char *kiln__build_hint(const kiln_device_info *info, const char *source);
+
 #endif

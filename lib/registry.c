@@ -3,6 +3,7 @@
 #include "registry.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +32,18 @@ typedef struct registry {
     kiln_device all[KILN__MAX_DEVICES];
     int nvisible;
     kiln_device *visible[KILN__MAX_DEVICES]; /* in listing order */
-    kiln_status visible_status; /* a malformed KILN_VISIBLE_DEVICES */
+    kiln_status visible_status;              /* a malformed KILN_VISIBLE_DEVICES */
     char visible_error[512];
     char notes[KILN__NOTES_SIZE]; /* platforms that failed, devices skipped: one per line */
-    char unavailable[3][KILN__NOTES_SIZE]; /* per type: cpu, gpu, accelerator */
+    char unavailable[4][KILN__NOTES_SIZE]; /* per type: cpu, gpu, accelerator; any */
     char auto_reason[KILN__NOTES_SIZE];
 } registry;
 
 static registry reg;
-static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+/* Enumeration runs once under reg_lock; reg_ready makes later calls lock-free. A mutex and a
+ * flag rather than pthread_once so that kiln__registry_reset can enumerate again in tests. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool reg_ready;
 
 static void note(const char *fmt, ...) KILN__PRINTF(1, 2);
 static void note(const char *fmt, ...)
@@ -174,8 +178,7 @@ static bool describe(kiln_device *kd, kiln__devdesc *desc, kiln__platform *plat,
     in->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
     snprintf(in->opencl, sizeof in->opencl, "%d:%d", pi, di);
     snprintf(in->platform, sizeof in->platform, "%s", reg.platform_names[pi]);
-    platform_str(plat->id, CL_PLATFORM_VERSION, in->platform_version,
-                 sizeof in->platform_version);
+    platform_str(plat->id, CL_PLATFORM_VERSION, in->platform_version, sizeof in->platform_version);
     kd->nvidia = vendor_id == 0x10de || strstr(in->vendor, "NVIDIA") != NULL;
 
     desc->type = in->type;
@@ -257,8 +260,10 @@ static void explain_pci(char *buf, size_t size)
         if (!vname)
             continue;
         bool shown = false;
+        /* A vendor's CPU runtime (Intel's) does not show its GPU. */
         for (int k = 0; k < reg.nall; k++)
-            shown = shown || reg.all[k].info.vendor_id == gpus[i].vendor;
+            shown = shown || (reg.all[k].info.vendor_id == gpus[i].vendor &&
+                              reg.all[k].info.type == KILN_DEVICE_GPU);
         if (shown)
             continue;
         const char *what;
@@ -274,76 +279,84 @@ static void explain_pci(char *buf, size_t size)
         else
             what = "install Intel's OpenCL driver (intel-opencl-icd)";
         append(buf, size,
-               "a%s %s GPU is on the PCI bus (%s, driver %s) but no OpenCL platform shows it: %s",
-               vname[0] == 'A' || vname[0] == 'I' ? "n" : "", vname, gpus[i].address,
-               gpus[i].driver[0] ? gpus[i].driver : "none", what);
+               "an %s GPU is on the PCI bus (%s, driver %s) but no OpenCL platform shows it: %s",
+               vname, gpus[i].address, gpus[i].driver[0] ? gpus[i].driver : "none", what);
     }
 }
 
-static void explain(void)
+/* "gpu", or "OpenCL" for a mask of several types. */
+static const char *mask_name(kiln_device_type mask)
 {
-    static const kiln_device_type types[] = {KILN_DEVICE_CPU, KILN_DEVICE_GPU,
-                                             KILN_DEVICE_ACCELERATOR};
-    for (int t = 0; t < 3; t++) {
-        char *buf = reg.unavailable[t];
-        size_t size = sizeof reg.unavailable[t];
-        buf[0] = '\0';
-        if (count_type(types[t]) > 0)
-            continue;
-        if (reg.no_platform) {
-            append(buf, size, "no OpenCL platform found (%s (%d)): %s",
-                   kiln__cl_error_name(reg.platform_error), (int)reg.platform_error,
-                   install_hint);
-        } else {
-            int hidden = 0, unusable = 0, present = 0;
-            for (int i = 0; i < reg.nall; i++) {
-                if (reg.descs[i].type != types[t])
-                    continue;
-                present++;
-                if (!reg.descs[i].usable)
-                    unusable++;
-                else if (!reg.descs[i].visible)
-                    hidden++;
-            }
-            if (reg.visible_status != KILN_OK)
-                append(buf, size, "%s", reg.visible_error);
-            else if (hidden)
-                append(buf, size, "%d %s device(s) hidden by KILN_VISIBLE_DEVICES='%s'", hidden,
-                       kiln__type_name(types[t]), getenv("KILN_VISIBLE_DEVICES"));
-            if (unusable)
-                append(buf, size, "%d %s device(s) unavailable or without a compiler", unusable,
-                       kiln__type_name(types[t]));
-            if (!present) {
-                char plats[1024] = "";
-                for (int p = 0; p < reg.nplatforms; p++)
-                    append(plats, sizeof plats, "%s: %d device(s)", reg.platform_names[p],
-                           reg.platform_ndevices[p]);
-                append(buf, size, "no OpenCL platform has a %s device (platforms: %s)",
-                       kiln__type_name(types[t]), plats);
-            }
-            /* Platforms that failed to answer may hide devices of any type. */
-            for (char *line = reg.notes; *line;) {
-                char *end = strchr(line, '\n');
-                size_t len = end ? (size_t)(end - line) : strlen(line);
-                if (strncmp(line, "platform", 8) == 0 && strstr(line, "failed"))
-                    append(buf, size, "%.*s", (int)len, line);
-                line += len + (end ? 1 : 0);
-            }
+    const char *name = kiln__type_name(mask);
+    return strcmp(name, "?") == 0 ? "OpenCL" : name;
+}
+
+/* Why no visible device matches mask: hidden, unusable, absent, or a platform that failed. */
+static void explain_type(kiln_device_type mask, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (count_type(mask) > 0)
+        return;
+    if (reg.no_platform) {
+        append(buf, size, "no OpenCL platform found (%s (%d)): %s",
+               kiln__cl_error_name(reg.platform_error), (int)reg.platform_error, install_hint);
+    } else {
+        int hidden = 0, unusable = 0, present = 0;
+        for (int i = 0; i < reg.nall; i++) {
+            if (!(reg.descs[i].type & mask))
+                continue;
+            present++;
+            if (!reg.descs[i].usable)
+                unusable++;
+            else if (!reg.descs[i].visible)
+                hidden++;
         }
-        if (types[t] == KILN_DEVICE_GPU)
-            explain_pci(buf, size);
+        const char *vis = getenv("KILN_VISIBLE_DEVICES");
+        if (reg.visible_status != KILN_OK)
+            append(buf, size, "%s", reg.visible_error);
+        else if (hidden)
+            append(buf, size, "%d %s device(s) hidden by KILN_VISIBLE_DEVICES='%.200s'", hidden,
+                   mask_name(mask), vis ? vis : "");
+        if (unusable)
+            append(buf, size, "%d %s device(s) unavailable or without a compiler", unusable,
+                   mask_name(mask));
+        if (!present) {
+            char plats[1024] = "";
+            for (int p = 0; p < reg.nplatforms; p++)
+                append(plats, sizeof plats, "%s: %d device(s)", reg.platform_names[p],
+                       reg.platform_ndevices[p]);
+            append(buf, size, "no OpenCL platform has a%s %s device (platforms: %s)",
+                   mask == KILN_DEVICE_GPU || mask == KILN_DEVICE_CPU ? "" : "n", mask_name(mask),
+                   plats);
+        }
+        /* Platforms and devices that failed to answer may hide devices of any type. */
+        for (char *line = reg.notes; *line;) {
+            char *end = strchr(line, '\n');
+            size_t len = end ? (size_t)(end - line) : strlen(line);
+            if (strstr(line, "failed") && (size_t)(strstr(line, "failed") - line) < len)
+                append(buf, size, "%.*s", (int)len, line);
+            line += len + (end ? 1 : 0);
+        }
     }
+    if (mask & KILN_DEVICE_GPU)
+        explain_pci(buf, size);
+    if (!buf[0])
+        append(buf, size, "no %s device", mask_name(mask));
+}
+
+/* What "auto" selects and why. */
+static void explain_auto(void)
+{
     const char *env = getenv("KILN_DEVICE");
     int i;
+    reg.auto_reason[0] = '\0';
     if (reg.visible_status != KILN_OK ||
-        kiln__spec_resolve("auto", reg.descs, reg.nall, env, &i) != KILN_OK) {
-        reg.auto_reason[0] = '\0';
+        kiln__spec_resolve("auto", reg.descs, reg.nall, env, &i) != KILN_OK)
         return;
-    }
     const kiln_device *dev = &reg.all[i];
     if (env && *env && strcmp(env, "auto") != 0) {
-        snprintf(reg.auto_reason, sizeof reg.auto_reason, "%s (KILN_DEVICE=%.64s)",
-                 dev->info.spec, env);
+        snprintf(reg.auto_reason, sizeof reg.auto_reason, "%s (KILN_DEVICE=%.64s)", dev->info.spec,
+                 env);
     } else if (dev->info.type == KILN_DEVICE_GPU) {
         snprintf(reg.auto_reason, sizeof reg.auto_reason, "%s (first GPU)", dev->info.spec);
     } else {
@@ -354,8 +367,20 @@ static void explain(void)
     }
 }
 
+static void explain(void)
+{
+    static const kiln_device_type masks[] = {KILN_DEVICE_CPU, KILN_DEVICE_GPU,
+                                             KILN_DEVICE_ACCELERATOR, KILN_DEVICE_ALL};
+    for (int t = 0; t < 4; t++)
+        explain_type(masks[t], reg.unavailable[t], sizeof reg.unavailable[t]);
+    explain_auto();
+}
+
 static void enumerate(void)
 {
+    /* Enumeration is not a failing call of the caller's: keep its last-error message. */
+    static _Thread_local char saved[1024];
+    snprintf(saved, sizeof saved, "%s", kiln_last_error());
     cl_platform_id ids[KILN__MAX_PLATFORMS];
     cl_uint n = 0;
     cl_int err = kiln__cl.GetPlatformIDs(KILN__MAX_PLATFORMS, ids, &n);
@@ -399,11 +424,38 @@ static void enumerate(void)
                 reg.visible[reg.nvisible++] = dev;
             }
     explain();
+    kiln__error(KILN_OK, "%s", saved);
 }
 
 static void ensure(void)
 {
-    pthread_once(&reg_once, enumerate);
+    if (atomic_load_explicit(&reg_ready, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&reg_lock);
+    if (!atomic_load_explicit(&reg_ready, memory_order_relaxed)) {
+        enumerate();
+        atomic_store_explicit(&reg_ready, true, memory_order_release);
+    }
+    pthread_mutex_unlock(&reg_lock);
+}
+
+void kiln__registry_reset(void)
+{
+    pthread_mutex_lock(&reg_lock);
+    if (atomic_load_explicit(&reg_ready, memory_order_relaxed)) {
+        for (int i = 0; i < reg.nvisible; i++) {
+            kiln_device *dev = reg.visible[i];
+            if (dev->queue)
+                kiln__cl.ReleaseCommandQueue(dev->queue);
+            pthread_mutex_destroy(&dev->lock);
+        }
+        for (int p = 0; p < reg.nplatforms; p++)
+            if (reg.platforms[p].context)
+                kiln__cl.ReleaseContext(reg.platforms[p].context);
+        memset(&reg, 0, sizeof reg);
+        atomic_store_explicit(&reg_ready, false, memory_order_release);
+    }
+    pthread_mutex_unlock(&reg_lock);
 }
 
 kiln_device **kiln__devices(int *n)
@@ -428,8 +480,10 @@ bool kiln__device_valid(const kiln_device *dev)
 kiln_status kiln__check_device(const kiln_device *dev, const char *op)
 {
     if (!dev)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: device is NULL; get one with "
-                                                      "kiln_device_get()", op);
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: device is NULL; get one with "
+                           "kiln_device_get()",
+                           op);
     if (!kiln__device_valid(dev))
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: %p is not a device handle from kiln_device_get()", op,
@@ -456,15 +510,20 @@ bool kiln_is_available(kiln_device_type type)
 const char *kiln_unavailable_reason(kiln_device_type type)
 {
     ensure();
+    if ((type & ~KILN_DEVICE_ALL) || type == 0)
+        return "not a device type (use KILN_DEVICE_CPU, _GPU, _ACCELERATOR or _ALL)";
     if (count_type(type) > 0)
         return "";
-    if (type & KILN_DEVICE_GPU)
-        return reg.unavailable[1];
-    if (type & KILN_DEVICE_ACCELERATOR)
-        return reg.unavailable[2];
-    if (type & KILN_DEVICE_CPU)
+    switch (type) {
+    case KILN_DEVICE_CPU:
         return reg.unavailable[0];
-    return "no device type given";
+    case KILN_DEVICE_GPU:
+        return reg.unavailable[1];
+    case KILN_DEVICE_ACCELERATOR:
+        return reg.unavailable[2];
+    default:
+        return reg.unavailable[3];
+    }
 }
 
 const char *kiln_auto_reason(void)
@@ -473,8 +532,7 @@ const char *kiln_auto_reason(void)
     return reg.auto_reason;
 }
 
-/* Enumeration notes (skipped platforms and devices), one per line; "" if none. */
-const char *kiln__registry_notes(void)
+const char *kiln_device_notes(void)
 {
     ensure();
     return reg.notes;
@@ -491,16 +549,29 @@ kiln_status kiln_device_get(const char *spec, kiln_device **out)
     if (reg.no_platform) {
         /* Still reject malformed specs first: that is the more useful message. */
         int dummy;
-        kiln_status s = kiln__spec_resolve(spec, reg.descs, 0, NULL, &dummy);
+        kiln_status s = kiln__spec_resolve(spec, reg.descs, 0, getenv("KILN_DEVICE"), &dummy);
         if (s == KILN_ERR_INVALID_ARGUMENT)
             return s;
         return kiln__error(KILN_ERR_NO_PLATFORM, "kiln_device_get('%s'): %s", spec,
-                           reg.unavailable[0]);
+                           reg.unavailable[3]);
     }
     if (reg.visible_status != KILN_OK)
         return kiln__error(reg.visible_status, "kiln_device_get: %s", reg.visible_error);
     int i;
     kiln_status s = kiln__spec_resolve(spec, reg.descs, reg.nall, getenv("KILN_DEVICE"), &i);
+    if (s == KILN_ERR_NO_DEVICE) {
+        /* Say why, when a whole type is missing: that is what the user needs to fix. */
+        const char *why = NULL;
+        if (count_type(KILN_DEVICE_ALL) == 0)
+            why = reg.unavailable[3];
+        else if ((strncmp(spec, "gpu", 3) == 0 || strncmp(spec, "cuda", 4) == 0) &&
+                 count_type(KILN_DEVICE_GPU) == 0)
+            why = reg.unavailable[1];
+        else if (strncmp(spec, "accelerator", 11) == 0 && count_type(KILN_DEVICE_ACCELERATOR) == 0)
+            why = reg.unavailable[2];
+        if (why && *why)
+            kiln__error(s, "%s (%s)", kiln_last_error(), why);
+    }
     if (s != KILN_OK)
         return s;
     *out = &reg.all[i];
@@ -555,8 +626,7 @@ static cl_int open_context(kiln__platform *plat)
         for (int i = 0; i < reg.nvisible; i++)
             if (reg.visible[i]->platform == plat)
                 ids[n++] = reg.visible[i]->id;
-        cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plat->id,
-                                         0};
+        cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plat->id, 0};
         cl_int err = CL_SUCCESS;
         plat->context = kiln__cl.CreateContext(props, n, ids, context_notify, NULL, &err);
         if (err != CL_SUCCESS || !plat->context) {

@@ -56,4 +56,10 @@ kiln_status kiln__check_device(const kiln_device *dev, const char *op);
 /* Every device (visible and usable), in listing order; count in *n. Enumerates on first call. */
 kiln_device **kiln__devices(int *n);
 
+/* Test only: forget the enumeration so the next call enumerates again (after a test changed
+ * the environment or the kiln__cl table). Releases device queues and platform contexts. Valid
+ * only while no other thread uses kiln and no tensor or program exists: device handles given
+ * out before become invalid. */
+void kiln__registry_reset(void);
+
 #endif

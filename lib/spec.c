@@ -106,12 +106,30 @@ void kiln__spec_list(const kiln__devdesc *d, int n, char *buf, size_t size)
         snprintf(buf, size, "none");
 }
 
+/* Copy s into buf for a message: control and non-ASCII bytes as \xNN, cut after max input
+ * bytes with "...", so a hostile spec never reaches a terminal or log raw. */
+static const char *printable(const char *s, size_t max, char *buf, size_t size)
+{
+    size_t o = 0, i = 0;
+    for (; s[i] && i < max && o + 5 < size; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c >= 0x7f || c == '\'')
+            o += (size_t)snprintf(buf + o, size - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+    }
+    buf[o] = '\0';
+    if (s[i] && o + 4 < size)
+        memcpy(buf + o, "...", 4);
+    return buf;
+}
+
 typedef enum spec_kind { SPEC_AUTO, SPEC_TYPE, SPEC_CUDA, SPEC_OPENCL } spec_kind;
 
 typedef struct parsed_spec {
     spec_kind kind;
     kiln_device_type type;
-    int index; /* SPEC_TYPE/SPEC_CUDA; P for SPEC_OPENCL */
+    int index;  /* SPEC_TYPE/SPEC_CUDA; P for SPEC_OPENCL */
     int device; /* D for SPEC_OPENCL */
 } parsed_spec;
 
@@ -141,20 +159,22 @@ static kiln_status parse_spec(const char *spec, parsed_spec *out)
 {
     static const char usage[] =
         "use auto, cpu, cpu:N, gpu, gpu:N, cuda, cuda:N, accelerator:N or opencl:P:D";
+    char shown[4 * KILN__SPEC_MAX_LEN + 8];
     size_t len = strnlen(spec, KILN__SPEC_MAX_LEN + 1);
     if (len == 0)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "empty device spec; %s", usage);
     if (len > KILN__SPEC_MAX_LEN)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "device spec too long (over %d characters); %s", KILN__SPEC_MAX_LEN,
-                           usage);
+                           "device spec '%s' too long (over %d characters); %s",
+                           printable(spec, 24, shown, sizeof shown), KILN__SPEC_MAX_LEN, usage);
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)spec[i];
         if (c <= ' ' || c >= 0x7f)
             return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                               "invalid device spec '%s': unexpected character 0x%02x at "
-                               "position %zu; %s",
-                               spec, c, i, usage);
+                               "invalid device spec '%s': unexpected %s 0x%02x at position %zu "
+                               "(specs have no spaces); %s",
+                               printable(spec, KILN__SPEC_MAX_LEN, shown, sizeof shown),
+                               c == ' ' ? "space" : "character", c, i, usage);
     }
     if (strcmp(spec, "auto") == 0) {
         out->kind = SPEC_AUTO;
@@ -201,11 +221,13 @@ static kiln_status parse_spec(const char *spec, parsed_spec *out)
         }
         if (*p != '\0')
             return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                               "invalid device spec '%s': unexpected '%s' at position %d; %s",
-                               spec, p, (int)(p - spec), usage);
+                               "invalid device spec '%s': unexpected '%s' at position %d; %s", spec,
+                               p, (int)(p - spec), usage);
         return KILN_OK;
     }
-    return kiln__error(KILN_ERR_INVALID_ARGUMENT, "unknown device spec '%s'; %s", spec, usage);
+    return kiln__error(KILN_ERR_INVALID_ARGUMENT, "unknown device spec '%s'%s; %s", spec,
+                       strpbrk(spec, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") ? " (specs are lower-case)" : "",
+                       usage);
 }
 
 /* Index of the visible device a parsed, non-auto spec names, or -1. */
@@ -213,8 +235,7 @@ static int find(const parsed_spec *ps, const kiln__devdesc *d, int n)
 {
     if (ps->kind == SPEC_OPENCL) {
         for (int i = 0; i < n; i++)
-            if (d[i].visible && d[i].platform_index == ps->index &&
-                d[i].device_index == ps->device)
+            if (d[i].visible && d[i].platform_index == ps->index && d[i].device_index == ps->device)
                 return i;
         return -1;
     }
@@ -291,9 +312,9 @@ kiln_status kiln__spec_resolve(const char *spec, const kiln__devdesc *d, int n,
                                                       "NULL");
     if (strcmp(spec, "auto") == 0 && env_device && env_device[0] &&
         strcmp(env_device, "auto") != 0) {
-        char var[KILN__SPEC_MAX_LEN + 64];
-        snprintf(var, sizeof var, "KILN_DEVICE='%.*s' (what auto means): ", KILN__SPEC_MAX_LEN,
-                 env_device);
+        char var[5 * KILN__SPEC_MAX_LEN + 64], shown[4 * KILN__SPEC_MAX_LEN + 8];
+        snprintf(var, sizeof var, "KILN_DEVICE='%s' (what auto means): ",
+                 printable(env_device, KILN__SPEC_MAX_LEN, shown, sizeof shown));
         return resolve_one(env_device, var, d, n, out);
     }
     return resolve_one(spec, "", d, n, out);
@@ -301,6 +322,8 @@ kiln_status kiln__spec_resolve(const char *spec, const kiln__devdesc *d, int n,
 
 kiln_status kiln__spec_apply_visible(const char *list, kiln__devdesc *d, int n)
 {
+    char shown[4 * 200 + 8];
+    printable(list, 200, shown, sizeof shown);
     int *order = calloc((size_t)n + 1, sizeof *order);
     if (!order)
         return kiln__host_oom("KILN_VISIBLE_DEVICES");
@@ -308,14 +331,19 @@ kiln_status kiln__spec_apply_visible(const char *list, kiln__devdesc *d, int n)
     const char *p = list;
     kiln_status s = KILN_OK;
     while (*p) {
+        /* Entries are specs separated by commas; spaces around an entry are allowed. */
+        while (*p == ' ')
+            p++;
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
         char item[KILN__SPEC_MAX_LEN + 1];
         if (len == 0 || len > KILN__SPEC_MAX_LEN) {
             s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
                             "KILN_VISIBLE_DEVICES='%s': empty or over-long entry at position %d; "
-                            "use a comma-separated list such as gpu:1,cpu:0",
-                            list, (int)(p - list));
+                            "use a comma-separated list such as gpu:1,cpu:0 (or unset it)",
+                            shown, (int)(p - list));
             goto done;
         }
         memcpy(item, p, len);
@@ -325,15 +353,17 @@ kiln_status kiln__spec_apply_visible(const char *list, kiln__devdesc *d, int n)
         if (s == KILN_OK && ps.kind == SPEC_AUTO)
             s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "'auto' cannot be listed");
         if (s != KILN_OK) {
-            s = kiln__error(s, "KILN_VISIBLE_DEVICES='%s': %s", list, kiln_last_error());
+            s = kiln__error(s, "KILN_VISIBLE_DEVICES='%s': %s", shown, kiln_last_error());
             goto done;
         }
         int i = find(&ps, d, n);
         if (i < 0) {
             char avail[1024];
             kiln__spec_list(d, n, avail, sizeof avail);
-            s = kiln__error(KILN_ERR_NO_DEVICE, "KILN_VISIBLE_DEVICES='%s': no device '%s'; "
-                            "available: %s", list, item, avail);
+            s = kiln__error(KILN_ERR_NO_DEVICE,
+                            "KILN_VISIBLE_DEVICES='%s': no device '%s'; "
+                            "available: %s",
+                            shown, item, avail);
             goto done;
         }
         bool dup = false;
@@ -341,9 +371,14 @@ kiln_status kiln__spec_apply_visible(const char *list, kiln__devdesc *d, int n)
             dup = dup || order[k] == i;
         if (!dup)
             order[count++] = i;
-        p += len;
-        if (*p == ',')
-            p++;
+        p = end ? end + 1 : p + strlen(p);
+        if (end && *p == '\0') {
+            s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                            "KILN_VISIBLE_DEVICES='%s': trailing comma; use a comma-separated "
+                            "list such as gpu:1,cpu:0",
+                            shown);
+            goto done;
+        }
     }
     /* Listed devices stay, renumbered per type in list order; rank follows type then list. */
     for (int i = 0; i < n; i++) {

@@ -1,10 +1,740 @@
-/* tensor.c - placeholder until implemented. */
-#include "status.h"
+/* tensor.c - refcounted tensors: creation, host<->device copies, to(), views, maps, interop. */
 #include "tensor.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clcall.h"
+#include "launch.h"
+#include "memory.h"
+#include "registry.h"
+#include "status.h"
+
+#define KILN__TENSOR_DEAD 0x64656164u /* "dead": a released header */
+#define KILN__GRAVEYARD 256           /* released headers kept recognisable */
+
+static const struct {
+    size_t size;
+    const char *name;
+} dtypes[KILN_DTYPE_COUNT] = {
+    [KILN_F32] = {4, "f32"}, [KILN_F64] = {8, "f64"}, [KILN_F16] = {2, "f16"},
+    [KILN_I32] = {4, "i32"}, [KILN_I64] = {8, "i64"}, [KILN_U8] = {1, "u8"},
+};
+
+size_t kiln_dtype_size(kiln_dtype dtype)
+{
+    return (unsigned)dtype < KILN_DTYPE_COUNT ? dtypes[dtype].size : 0;
+}
+
+const char *kiln_dtype_name(kiln_dtype dtype)
+{
+    return (unsigned)dtype < KILN_DTYPE_COUNT ? dtypes[dtype].name : "?";
+}
+
+/* "[2, 3, 4]" into buf. */
+static const char *shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
+{
+    size_t n = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (n < size)
+        snprintf(buf + n, size - n, "]");
+    return buf;
+}
+
+/* Released headers are not freed at once but kept, marked dead, among the last
+ * KILN__GRAVEYARD ones: a second release or a use of a just-released handle then reads memory
+ * kiln still owns and is reported instead of corrupting the heap. */
+static pthread_mutex_t graveyard_lock = PTHREAD_MUTEX_INITIALIZER;
+static kiln_tensor *graveyard[KILN__GRAVEYARD];
+static size_t graveyard_next;
+
+static void bury(kiln_tensor *t)
+{
+    pthread_mutex_lock(&graveyard_lock);
+    kiln_tensor *old = graveyard[graveyard_next];
+    graveyard[graveyard_next] = t;
+    graveyard_next = (graveyard_next + 1) % KILN__GRAVEYARD;
+    pthread_mutex_unlock(&graveyard_lock);
+    free(old);
+}
 
 kiln_status kiln__check_tensor(const kiln_tensor *t, const char *op, const char *argname)
 {
     if (!t)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, argname);
+    if (t->magic == KILN__TENSOR_DEAD)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s (%p) was already released; keep a reference with "
+                           "kiln_tensor_retain() while you use it",
+                           op, argname, (const void *)t);
+    if (t->magic != KILN__TENSOR_MAGIC)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s (%p) is not a tensor handle from kiln (forged or corrupted)", op,
+                           argname, (const void *)t);
+    return KILN_OK;
+}
+
+static bool tensor_valid(const kiln_tensor *t)
+{
+    return t && t->magic == KILN__TENSOR_MAGIC;
+}
+
+kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, const char *op,
+                              int64_t *numel, size_t *nbytes)
+{
+    size_t size = kiln_dtype_size(dtype);
+    if (!size)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: unknown dtype %d; use KILN_F32, KILN_F64, KILN_F16, KILN_I32, "
+                           "KILN_I64 or KILN_U8",
+                           op, (int)dtype);
+    if (ndim < 1 || ndim > KILN_MAX_DIMS)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: ndim is %d; tensors have 1 to %d dimensions", op, ndim,
+                           KILN_MAX_DIMS);
+    if (!shape)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: shape is NULL", op);
+    char buf[256];
+    int64_t n = 1;
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: dimension %d of shape %s is negative; dimensions must be >= 0",
+                               op, i, shape_str(buf, sizeof buf, ndim, shape));
+        if (shape[i] == 0)
+            empty = true;
+        else if (n > INT64_MAX / shape[i])
+            goto overflow;
+        else
+            n *= shape[i];
+    }
+    if ((uint64_t)n > SIZE_MAX / size)
+        goto overflow;
+    *numel = empty ? 0 : n;
+    *nbytes = (size_t)*numel * size;
+    return KILN_OK;
+overflow:
+    return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                       "%s: shape %s of %s has more bytes than an address can count (overflow)", op,
+                       shape_str(buf, sizeof buf, ndim, shape), kiln_dtype_name(dtype));
+}
+
+static kiln__storage *storage_new(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity,
+                                  bool pooled)
+{
+    kiln__storage *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    atomic_init(&st->refs, 1);
+    atomic_init(&st->mapped, 0);
+    st->dev = dev;
+    st->mem = mem;
+    st->bytes = bytes;
+    st->capacity = capacity;
+    st->pooled = pooled;
+    return st;
+}
+
+static void storage_release(kiln__storage *st)
+{
+    if (atomic_fetch_sub(&st->refs, 1) > 1)
+        return;
+    /* A tensor released while mapped: unmap so the buffer is clean when reused. */
+    if (atomic_load(&st->mapped) && st->mem && st->map_ptr)
+        kiln__cl.EnqueueUnmapMemObject(st->dev->queue, st->mem, st->map_ptr, 0, NULL, NULL);
+    if (st->mem && st->pooled)
+        kiln__mem_free(st->dev, st->mem, st->bytes, st->capacity);
+    else if (st->mem)
+        kiln__cl.ReleaseMemObject(st->mem);
+    free(st);
+}
+
+/* A header over st (taking over the caller's storage reference). */
+static kiln_tensor *header_new(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                               int64_t numel, size_t nbytes, kiln__storage *st)
+{
+    kiln_tensor *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->magic = KILN__TENSOR_MAGIC;
+    atomic_init(&t->refs, 1);
+    t->dev = dev;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->numel = numel;
+    t->nbytes = nbytes;
+    t->storage = st;
+    return t;
+}
+
+kiln_status kiln__tensor_new(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                             const char *op, kiln_tensor **out)
+{
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    int64_t numel;
+    size_t nbytes, capacity = 0;
+    cl_mem mem = NULL;
+    kiln_status s = kiln__check_device(dev, op);
+    if (s == KILN_OK)
+        s = kiln__check_shape(ndim, shape, dtype, op, &numel, &nbytes);
+    if (s == KILN_OK)
+        s = kiln__device_open(dev, op);
+    if (s == KILN_OK && nbytes > 0)
+        s = kiln__mem_alloc(dev, nbytes, op, &mem, &capacity);
+    if (s != KILN_OK)
+        return s;
+    kiln__storage *st = storage_new(dev, mem, nbytes, capacity, true);
+    kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st) : NULL;
+    if (!t) {
+        if (st)
+            storage_release(st);
+        else
+            kiln__mem_free(dev, mem, nbytes, capacity);
+        return kiln__host_oom(op);
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_empty(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                              kiln_tensor **out)
+{
+    return kiln__tensor_new(dev, dtype, ndim, shape, "kiln_tensor_empty", out);
+}
+
+/* The largest fill pattern (<= 16 bytes) that divides nbytes: fewer, wider stores. */
+static size_t zero_pattern_size(size_t nbytes)
+{
+    size_t p = 16;
+    while (nbytes % p)
+        p /= 2;
+    return p;
+}
+
+kiln_status kiln_tensor_zeros(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                              kiln_tensor **out)
+{
+    static const unsigned char zeros[16];
+    kiln_tensor *t;
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_zeros: out is NULL");
+    kiln_status s = kiln__tensor_new(dev, dtype, ndim, shape, "kiln_tensor_zeros", &t);
+    if (s != KILN_OK || (*out = t)->nbytes == 0)
+        return s;
+    size_t p = zero_pattern_size(t->nbytes);
+    cl_int err = kiln__cl.EnqueueFillBuffer(dev->queue, t->storage->mem, zeros, p, 0, t->nbytes, 0,
+                                            NULL, NULL);
+    if (err != CL_SUCCESS) {
+        *out = NULL;
+        kiln_tensor_release(t);
+        return kiln__cl_fail(err, "kiln_tensor_zeros", "clEnqueueFillBuffer", dev->info.spec);
+    }
+    return KILN_OK;
+}
+
+/* The byte-count rule of read and write. */
+static kiln_status check_io(const kiln_tensor *t, const void *ptr, size_t nbytes, const char *op,
+                            const char *ptrname)
+{
+    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    if (s != KILN_OK)
+        return s;
+    char buf[256];
+    if (nbytes != t->nbytes)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: nbytes is %zu but the tensor holds %zu bytes (%s of %s); pass "
+                           "kiln_tensor_nbytes(t)",
+                           op, nbytes, t->nbytes, shape_str(buf, sizeof buf, t->ndim, t->shape),
+                           kiln_dtype_name(t->dtype));
+    if (!ptr && nbytes > 0)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, ptrname);
+    if (atomic_load(&t->storage->mapped))
+        return kiln__error(KILN_ERR_STATE,
+                           "%s: the tensor is mapped; call kiln_tensor_unmap() "
+                           "first",
+                           op);
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes)
+{
+    kiln_status s = check_io(t, dst, nbytes, "kiln_tensor_read", "dst");
+    if (s != KILN_OK || nbytes == 0)
+        return s;
+    cl_int err = kiln__cl.EnqueueReadBuffer(t->dev->queue, t->storage->mem, CL_TRUE, 0, nbytes, dst,
+                                            0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, "kiln_tensor_read", "clEnqueueReadBuffer", t->dev->info.spec);
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_write(kiln_tensor *t, const void *src, size_t nbytes)
+{
+    kiln_status s = check_io(t, src, nbytes, "kiln_tensor_write", "src");
+    if (s != KILN_OK || nbytes == 0)
+        return s;
+    /* Blocking, so that src may be reused at once without a staging copy. */
+    cl_int err = kiln__cl.EnqueueWriteBuffer(t->dev->queue, t->storage->mem, CL_TRUE, 0, nbytes,
+                                             src, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, "kiln_tensor_write", "clEnqueueWriteBuffer", t->dev->info.spec);
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, int ndim,
+                                  const int64_t *shape, const void *data, kiln_tensor **out)
+{
+    const char *op = "kiln_tensor_from_host";
+    kiln_tensor *t;
+    int64_t numel;
+    size_t nbytes;
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    /* Refuse a NULL source before anything is allocated. */
+    kiln_status s = kiln__check_shape(ndim, shape, dtype, op, &numel, &nbytes);
+    if (s == KILN_OK && !data && nbytes > 0)
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: data is NULL", op);
+    if (s == KILN_OK)
+        s = kiln__tensor_new(dev, dtype, ndim, shape, op, &t);
+    if (s != KILN_OK || nbytes == 0) {
+        *out = s == KILN_OK ? t : NULL;
+        return s;
+    }
+    cl_int err = kiln__cl.EnqueueWriteBuffer(dev->queue, t->storage->mem, CL_TRUE, 0, nbytes, data,
+                                             0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        kiln_tensor_release(t);
+        return kiln__cl_fail(err, op, "clEnqueueWriteBuffer", dev->info.spec);
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+/* Device to device in one context: the copy runs on dst's queue after a marker of src's queue
+ * (src's pending work), and src's queue gets a barrier on the copy, so later writes to the
+ * source (or reuse of its buffer) wait for it. Nothing blocks the host. */
+static kiln_status copy_same_context(const kiln_tensor *src, kiln_tensor *dst)
+{
+    const char *op = "kiln_tensor_to", *clfn = "clEnqueueMarkerWithWaitList";
+    cl_command_queue sq = src->dev->queue, dq = dst->dev->queue;
+    cl_event ready = NULL, done = NULL;
+    cl_int err = kiln__cl.EnqueueMarkerWithWaitList(sq, 0, NULL, &ready);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, op, clfn, src->dev->info.spec);
+    /* Flush both queues: each waits on an event of the other. */
+    kiln__cl.Flush(sq);
+    err = kiln__cl.EnqueueCopyBuffer(dq, src->storage->mem, dst->storage->mem, 0, 0, src->nbytes, 1,
+                                     &ready, &done);
+    kiln__cl.ReleaseEvent(ready);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, op, "clEnqueueCopyBuffer", dst->dev->info.spec);
+    kiln__cl.Flush(dq);
+    err = kiln__cl.EnqueueBarrierWithWaitList(sq, 1, &done, NULL);
+    if (err != CL_SUCCESS)
+        kiln__cl.WaitForEvents(1, &done); /* the source must not be reused before the copy */
+    kiln__cl.ReleaseEvent(done);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, op, "clEnqueueBarrierWithWaitList", src->dev->info.spec);
+    kiln__cl.Flush(sq);
+    return KILN_OK;
+}
+
+/* Across contexts, through host memory: a blocking read (or, where the source's memory is the
+ * host's, a blocking map: no extra copy) waits for src's pending work; then a blocking write on
+ * dst's queue, so the staging memory can go at once. */
+static kiln_status copy_staged(const kiln_tensor *src, kiln_tensor *dst)
+{
+    const char *op = "kiln_tensor_to";
+    cl_command_queue sq = src->dev->queue;
+    cl_mem smem = src->storage->mem;
+    cl_int err = CL_SUCCESS;
+    void *stage = NULL, *mapped = NULL;
+    if (src->dev->info.unified_memory)
+        mapped = kiln__cl.EnqueueMapBuffer(sq, smem, CL_TRUE, CL_MAP_READ, 0, src->nbytes, 0, NULL,
+                                           NULL, &err);
+    if (!mapped) {
+        stage = malloc(src->nbytes);
+        if (!stage)
+            return kiln__host_oom(op);
+        err = kiln__cl.EnqueueReadBuffer(sq, smem, CL_TRUE, 0, src->nbytes, stage, 0, NULL, NULL);
+        if (err != CL_SUCCESS) {
+            free(stage);
+            return kiln__cl_fail(err, op, "clEnqueueReadBuffer", src->dev->info.spec);
+        }
+    }
+    err = kiln__cl.EnqueueWriteBuffer(dst->dev->queue, dst->storage->mem, CL_TRUE, 0, src->nbytes,
+                                      mapped ? mapped : stage, 0, NULL, NULL);
+    if (mapped)
+        kiln__cl.EnqueueUnmapMemObject(sq, smem, mapped, 0, NULL, NULL);
+    free(stage);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, op, "clEnqueueWriteBuffer", dst->dev->info.spec);
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor **out)
+{
+    const char *op = "kiln_tensor_to";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    if (s == KILN_OK)
+        s = kiln__check_device(dev, op);
+    if (s != KILN_OK)
+        return s;
+    if (dev == t->dev) {
+        *out = kiln_tensor_retain((kiln_tensor *)t);
+        return KILN_OK;
+    }
+    if (atomic_load(&t->storage->mapped))
+        return kiln__error(KILN_ERR_STATE,
+                           "%s: the tensor is mapped; call kiln_tensor_unmap() "
+                           "first",
+                           op);
+    kiln_tensor *d;
+    s = kiln__tensor_new(dev, t->dtype, t->ndim, t->shape, op, &d);
+    if (s != KILN_OK || t->nbytes == 0) {
+        *out = d;
+        return s;
+    }
+    if (kiln__device_context(dev) == kiln__device_context(t->dev))
+        s = copy_same_context(t, d);
+    else
+        s = copy_staged(t, d);
+    if (s != KILN_OK) {
+        kiln_tensor_release(d);
+        return s;
+    }
+    *out = d;
+    return KILN_OK;
+}
+
+/* Enqueue a copy of src's bytes into dst on their (common) device's queue. */
+static kiln_status enqueue_copy(kiln_tensor *dst, const kiln_tensor *src, const char *op)
+{
+    if (src->nbytes == 0 || dst->storage == src->storage)
+        return KILN_OK;
+    cl_int err = kiln__cl.EnqueueCopyBuffer(src->dev->queue, src->storage->mem, dst->storage->mem,
+                                            0, 0, src->nbytes, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, op, "clEnqueueCopyBuffer", src->dev->info.spec);
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_clone(const kiln_tensor *t, kiln_tensor **out)
+{
+    const char *op = "kiln_tensor_clone";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    if (s != KILN_OK)
+        return s;
+    if (atomic_load(&t->storage->mapped))
+        return kiln__error(KILN_ERR_STATE,
+                           "%s: the tensor is mapped; call kiln_tensor_unmap() "
+                           "first",
+                           op);
+    kiln_tensor *c;
+    s = kiln__tensor_new(t->dev, t->dtype, t->ndim, t->shape, op, &c);
+    if (s == KILN_OK)
+        s = enqueue_copy(c, t, op);
+    if (s != KILN_OK) {
+        kiln_tensor_release(c);
+        return s;
+    }
+    *out = c;
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src)
+{
+    const char *op = "kiln_tensor_copy";
+    const kiln_tensor *ts[2] = {dst, src};
+    if (!dst || !src)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, dst ? "src" : "dst");
+    kiln_status s = kiln__same_device(op, 2, ts, NULL);
+    if (s != KILN_OK)
+        return s;
+    if (dst->dtype != src->dtype)
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH,
+                           "%s: dst is %s but src is %s; convert with "
+                           "kiln_cast()",
+                           op, kiln_dtype_name(dst->dtype), kiln_dtype_name(src->dtype));
+    if (dst->numel != src->numel)
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                           "%s: dst has %" PRId64 " elements but src has %" PRId64, op, dst->numel,
+                           src->numel);
+    if (atomic_load(&dst->storage->mapped) || atomic_load(&src->storage->mapped))
+        return kiln__error(KILN_ERR_STATE,
+                           "%s: a tensor is mapped; call kiln_tensor_unmap() "
+                           "first",
+                           op);
+    return enqueue_copy(dst, src, op);
+}
+
+/* Resolve a reshape target with at most one -1 into out_shape. */
+static kiln_status infer_shape(const kiln_tensor *t, int ndim, const int64_t *shape,
+                               int64_t *out_shape, const char *op)
+{
+    int infer = -1;
+    int64_t known = 1;
+    char buf[256], buf2[256];
+    for (int i = 0; i < ndim; i++) {
+        out_shape[i] = shape[i];
+        if (shape[i] == -1 && infer < 0)
+            infer = i;
+        else if (shape[i] == -1)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: only one dimension may be -1", op);
+        else if (shape[i] < 0)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: dimension %d is %" PRId64 "; dimensions must be >= 0 (or -1)",
+                               op, i, shape[i]);
+        else if (shape[i] > 0 && known > INT64_MAX / shape[i])
+            goto mismatch;
+        else
+            known *= shape[i];
+    }
+    if (infer >= 0) {
+        if (known == 0 || t->numel % known)
+            goto mismatch;
+        out_shape[infer] = t->numel / known;
+    }
+    return KILN_OK;
+mismatch:
+    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: cannot view %s (%" PRId64 " elements) as %s",
+                       op, shape_str(buf, sizeof buf, t->ndim, t->shape), t->numel,
+                       shape_str(buf2, sizeof buf2, ndim, shape));
+}
+
+kiln_status kiln_tensor_reshape(const kiln_tensor *t, int ndim, const int64_t *shape,
+                                kiln_tensor **out)
+{
+    const char *op = "kiln_tensor_reshape";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    if (s != KILN_OK)
+        return s;
+    if (ndim < 1 || ndim > KILN_MAX_DIMS || !shape)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: ndim is %d and shape %s; give 1 to %d dimensions", op, ndim,
+                           shape ? "is set" : "is NULL", KILN_MAX_DIMS);
+    int64_t resolved[KILN_MAX_DIMS], numel;
+    size_t nbytes;
+    s = infer_shape(t, ndim, shape, resolved, op);
+    if (s == KILN_OK)
+        s = kiln__check_shape(ndim, resolved, t->dtype, op, &numel, &nbytes);
+    if (s == KILN_OK && numel != t->numel) {
+        char buf[256], buf2[256];
+        s = kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                        "%s: cannot view %s (%" PRId64 " elements) as %s (%" PRId64 " elements)",
+                        op, shape_str(buf, sizeof buf, t->ndim, t->shape), t->numel,
+                        shape_str(buf2, sizeof buf2, ndim, resolved), numel);
+    }
+    if (s != KILN_OK)
+        return s;
+    atomic_fetch_add(&t->storage->refs, 1);
+    kiln_tensor *v = header_new(t->dev, t->dtype, ndim, resolved, numel, nbytes, t->storage);
+    if (!v) {
+        storage_release(t->storage);
+        return kiln__host_oom(op);
+    }
+    *out = v;
+    return KILN_OK;
+}
+
+kiln_tensor *kiln_tensor_retain(kiln_tensor *t)
+{
+    if (t)
+        atomic_fetch_add(&t->refs, 1);
+    return t;
+}
+
+void kiln_tensor_release(kiln_tensor *t)
+{
+    if (!t)
+        return;
+    if (t->magic != KILN__TENSOR_MAGIC) {
+        /* A bug in the caller; report it rather than corrupt the heap. */
+        kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_release: %p %s; ignored", (void *)t,
+                    t->magic == KILN__TENSOR_DEAD ? "was already released"
+                                                  : "is not a tensor handle");
+        kiln__log(KILN_LOG_ERROR, "%s", kiln_last_error());
+        return;
+    }
+    if (atomic_fetch_sub(&t->refs, 1) > 1)
+        return;
+    t->magic = KILN__TENSOR_DEAD;
+    storage_release(t->storage);
+    t->storage = NULL;
+    bury(t);
+}
+
+kiln_device *kiln_tensor_device(const kiln_tensor *t)
+{
+    return tensor_valid(t) ? t->dev : NULL;
+}
+
+kiln_dtype kiln_tensor_dtype(const kiln_tensor *t)
+{
+    return tensor_valid(t) ? t->dtype : (kiln_dtype)-1;
+}
+
+int kiln_tensor_ndim(const kiln_tensor *t)
+{
+    return tensor_valid(t) ? t->ndim : -1;
+}
+
+const int64_t *kiln_tensor_shape(const kiln_tensor *t)
+{
+    return tensor_valid(t) ? t->shape : NULL;
+}
+
+int64_t kiln_tensor_numel(const kiln_tensor *t)
+{
+    return tensor_valid(t) ? t->numel : -1;
+}
+
+size_t kiln_tensor_nbytes(const kiln_tensor *t)
+{
+    return tensor_valid(t) ? t->nbytes : 0;
+}
+
+kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr)
+{
+    static unsigned char empty_map; /* what an empty tensor maps to */
+    const char *op = "kiln_tensor_map";
+    if (ptr)
+        *ptr = NULL;
+    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    if (s != KILN_OK)
+        return s;
+    if (!ptr)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: ptr is NULL", op);
+    if (flags < KILN_MAP_READ || flags > KILN_MAP_READ_WRITE)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: flags is %d; use KILN_MAP_READ, KILN_MAP_WRITE or "
+                           "KILN_MAP_READ_WRITE",
+                           op, (int)flags);
+    kiln__storage *st = t->storage;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&st->mapped, &expected, 1))
+        return kiln__error(KILN_ERR_STATE,
+                           "%s: the tensor (or a view of its storage) is already "
+                           "mapped; call kiln_tensor_unmap() first",
+                           op);
+    if (!st->mem) {
+        st->map_ptr = &empty_map;
+        *ptr = st->map_ptr;
+        return KILN_OK;
+    }
+    cl_map_flags f =
+        ((flags & KILN_MAP_READ) ? CL_MAP_READ : 0) | ((flags & KILN_MAP_WRITE) ? CL_MAP_WRITE : 0);
+    cl_int err;
+    void *p = kiln__cl.EnqueueMapBuffer(t->dev->queue, st->mem, CL_TRUE, f, 0, t->nbytes, 0, NULL,
+                                        NULL, &err);
+    if (err != CL_SUCCESS || !p) {
+        atomic_store(&st->mapped, 0);
+        return kiln__cl_fail(err != CL_SUCCESS ? err : CL_MAP_FAILURE, op, "clEnqueueMapBuffer",
+                             t->dev->info.spec);
+    }
+    st->map_ptr = p;
+    *ptr = p;
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_unmap(kiln_tensor *t)
+{
+    const char *op = "kiln_tensor_unmap";
+    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    if (s != KILN_OK)
+        return s;
+    kiln__storage *st = t->storage;
+    if (!atomic_load(&st->mapped))
+        return kiln__error(KILN_ERR_STATE, "%s: the tensor is not mapped", op);
+    if (st->mem) {
+        cl_int err =
+            kiln__cl.EnqueueUnmapMemObject(t->dev->queue, st->mem, st->map_ptr, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            return kiln__cl_fail(err, op, "clEnqueueUnmapMemObject", t->dev->info.spec);
+    }
+    st->map_ptr = NULL;
+    atomic_store(&st->mapped, 0);
+    return KILN_OK;
+}
+
+cl_mem kiln_tensor_cl_mem(const kiln_tensor *t)
+{
+    return tensor_valid(t) ? t->storage->mem : NULL;
+}
+
+size_t kiln_tensor_cl_offset(const kiln_tensor *t)
+{
+    (void)t; /* tensors always start at the beginning of their buffer */
+    return 0;
+}
+
+/* The context and size of a foreign buffer must fit dev and the shape. */
+static kiln_status check_foreign(kiln_device *dev, cl_mem mem, size_t nbytes, size_t *size,
+                                 const char *op)
+{
+    cl_context ctx = NULL;
+    cl_int err = kiln__cl.GetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof ctx, &ctx, NULL);
+    if (err == CL_SUCCESS)
+        err = kiln__cl.GetMemObjectInfo(mem, CL_MEM_SIZE, sizeof *size, size, NULL);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, op, "clGetMemObjectInfo", dev->info.spec);
+    if (ctx != kiln__device_context(dev))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: the buffer was created in another OpenCL context than %s's; create "
+                           "it in kiln_device_cl_context(dev)",
+                           op, dev->info.spec);
+    if (*size < nbytes)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: the buffer holds %zu bytes but the shape needs %zu", op, *size,
+                           nbytes);
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_from_cl_mem(kiln_device *dev, cl_mem mem, kiln_dtype dtype, int ndim,
+                                    const int64_t *shape, kiln_tensor **out)
+{
+    const char *op = "kiln_tensor_from_cl_mem";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    int64_t numel;
+    size_t nbytes, size = 0;
+    kiln_status s = kiln__check_device(dev, op);
+    if (s == KILN_OK && !mem)
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: mem is NULL", op);
+    if (s == KILN_OK)
+        s = kiln__check_shape(ndim, shape, dtype, op, &numel, &nbytes);
+    if (s == KILN_OK)
+        s = kiln__device_open(dev, op);
+    if (s == KILN_OK)
+        s = check_foreign(dev, mem, nbytes, &size, op);
+    if (s != KILN_OK)
+        return s;
+    kiln__storage *st = storage_new(dev, mem, nbytes, size, false);
+    kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st) : NULL;
+    if (!t) {
+        free(st);
+        return kiln__host_oom(op);
+    }
+    kiln__cl.RetainMemObject(mem);
+    *out = t;
     return KILN_OK;
 }

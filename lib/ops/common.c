@@ -6,6 +6,7 @@
 
 #include "registry.h"
 #include "status.h"
+#include "tensor.h"
 
 const char *kiln__cl_type(kiln_dtype dtype)
 {
@@ -48,4 +49,185 @@ kiln_status kiln__check_dtype_on(kiln_device *dev, kiln_dtype dtype, const char 
                            "%s: device %s (%s) has no fp64 support (cl_khr_fp64); use f32", op,
                            dev->info.spec, dev->info.name);
     return KILN_OK;
+}
+
+/* Scalar args are built here rather than with kiln_arg_f32() and friends so that the ops'
+ * argument lists stay plain data. */
+static kiln_arg scalar_arg(kiln_dtype dtype, size_t size)
+{
+    kiln_arg a;
+    memset(&a, 0, sizeof a);
+    a.kind = KILN_ARG_SCALAR;
+    a.dtype = dtype;
+    a.size = size;
+    return a;
+}
+
+kiln_arg kiln__arg_compute(kiln_dtype dtype, double v)
+{
+    kiln_arg a;
+    switch (dtype) {
+    case KILN_F64:
+        a = scalar_arg(KILN_F64, sizeof(double));
+        a.value.f64 = v;
+        return a;
+    case KILN_I32:
+        a = scalar_arg(KILN_I32, sizeof(int32_t));
+        a.value.i32 = kiln__scalar_fits(dtype, v) ? (int32_t)v : 0;
+        return a;
+    case KILN_I64:
+        a = scalar_arg(KILN_I64, sizeof(int64_t));
+        a.value.i64 = kiln__scalar_fits(dtype, v) ? (int64_t)v : 0;
+        return a;
+    case KILN_U8:
+        a = scalar_arg(KILN_U8, sizeof(uint8_t));
+        a.value.u8 = kiln__scalar_fits(dtype, v) ? (uint8_t)v : 0;
+        return a;
+    default: /* f32, and f16 which computes in f32 */
+        a = scalar_arg(KILN_F32, sizeof(float));
+        a.value.f32 = (float)v;
+        return a;
+    }
+}
+
+bool kiln__scalar_fits(kiln_dtype dtype, double v)
+{
+    /* Bounds are exact powers of two, so the comparisons are exact in double. */
+    switch (dtype) {
+    case KILN_I32:
+        return v > -2147483649.0 && v < 2147483648.0;
+    case KILN_I64:
+        return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+    case KILN_U8:
+        return v > -1.0 && v < 256.0;
+    default:
+        return true;
+    }
+}
+
+uint16_t kiln__f32_to_f16_bits(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    uint32_t sign = (b >> 16) & 0x8000u, exp = (b >> 23) & 0xffu, man = b & 0x7fffffu;
+    if (exp == 0xff) /* inf, NaN (kept quiet) */
+        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    uint32_t full = man | 0x800000u; /* 24 significant bits */
+    int shift = e >= 1 ? 13 : 13 + 1 - e; /* subnormal halves drop more bits */
+    if (exp == 0 || shift > 24)
+        return (uint16_t)sign; /* f32 subnormals and tiny values round to zero */
+    uint32_t q = full >> shift, rem = full & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++; /* round to nearest even; a carry correctly bumps the exponent */
+    if (e >= 1)
+        return (uint16_t)(sign | (((uint32_t)e << 10) + (q - 0x400u)));
+    return (uint16_t)(sign | q);
+}
+
+char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
+{
+    size_t used = (size_t)snprintf(buf, size, "[");
+    for (int d = 0; d < ndim && used < size; d++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%lld", d ? ", " : "",
+                                 (long long)shape[d]);
+    if (used < size)
+        snprintf(buf + used, size - used, "]");
+    return buf;
+}
+
+static kiln_status bcast_error(const char *op, int n, const kiln_tensor *const *ts)
+{
+    char shapes[4][160];
+    for (int i = 0; i < n; i++)
+        kiln__shape_str(shapes[i], sizeof shapes[i], ts[i]->ndim, ts[i]->shape);
+    return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                       "%s: shapes %s%s%s%s%s%s%s cannot be broadcast (NumPy rules: dimensions "
+                       "align from the right and must be equal or 1)",
+                       op, shapes[0], n > 2 ? ", " : " and ", shapes[1],
+                       n > 2 ? (n > 3 ? ", " : " and ") : "", n > 2 ? shapes[2] : "",
+                       n > 3 ? " and " : "", n > 3 ? shapes[3] : "");
+}
+
+/* Padded shape (right-aligned to nd dims) and contiguous strides of input t. */
+static void bcast_input(const kiln_tensor *t, int nd, int64_t *shape, int64_t *stride)
+{
+    int64_t acc = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int k = d - (nd - t->ndim);
+        shape[d] = k >= 0 ? t->shape[k] : 1;
+        stride[d] = shape[d] == 1 ? 0 : acc;
+        acc *= shape[d];
+    }
+}
+
+kiln_status kiln__broadcast(const char *op, int n, const kiln_tensor *const *ts, kiln__bcast *bc)
+{
+    memset(bc, 0, sizeof *bc);
+    bc->n = n;
+    for (int i = 0; i < n; i++)
+        bc->ndim = ts[i]->ndim > bc->ndim ? ts[i]->ndim : bc->ndim;
+    int64_t shape[4][KILN_MAX_DIMS], stride[4][KILN_MAX_DIMS];
+    for (int i = 0; i < n; i++)
+        bcast_input(ts[i], bc->ndim, shape[i], stride[i]);
+    bc->numel = 1;
+    for (int d = 0; d < bc->ndim; d++) {
+        int64_t size = 1;
+        for (int i = 0; i < n; i++) {
+            if (shape[i][d] == 1)
+                continue;
+            if (size != 1 && size != shape[i][d])
+                return bcast_error(op, n, ts);
+            size = shape[i][d];
+        }
+        bc->shape[d] = size;
+        bc->numel *= size;
+    }
+    for (int d = 0; d < bc->ndim; d++) {
+        if (bc->shape[d] == 1)
+            continue; /* contributes nothing to any index */
+        int c = bc->nd;
+        bool merge = c > 0;
+        for (int i = 0; i < n && merge; i++)
+            merge = bc->cstride[i][c - 1] == stride[i][d] * bc->shape[d];
+        if (merge) {
+            bc->cshape[c - 1] *= bc->shape[d];
+            for (int i = 0; i < n; i++)
+                bc->cstride[i][c - 1] = stride[i][d];
+            continue;
+        }
+        bc->cshape[c] = bc->shape[d];
+        for (int i = 0; i < n; i++)
+            bc->cstride[i][c] = stride[i][d];
+        bc->nd = c + 1;
+    }
+    return KILN_OK;
+}
+
+bool kiln__bcast_flat(const kiln__bcast *bc)
+{
+    if (bc->nd > 1)
+        return false;
+    for (int i = 0; i < bc->n && bc->nd == 1; i++)
+        if (bc->cstride[i][0] != 1)
+            return false;
+    return true;
+}
+
+int kiln__bcast_args(const kiln__bcast *bc, kiln_arg *args)
+{
+    int k = 0, pad = KILN_MAX_DIMS - bc->nd;
+    for (int s = 0; s < KILN_MAX_DIMS; s++) {
+        args[k] = scalar_arg(KILN_I64, sizeof(int64_t));
+        args[k++].value.i64 = s < pad ? 1 : bc->cshape[s - pad];
+    }
+    for (int i = 0; i < bc->n; i++) {
+        for (int s = 0; s < KILN_MAX_DIMS; s++) {
+            args[k] = scalar_arg(KILN_I64, sizeof(int64_t));
+            args[k++].value.i64 = s < pad ? 0 : bc->cstride[i][s - pad];
+        }
+    }
+    return k;
 }

@@ -1,2 +1,325 @@
-/* matmul.c - placeholder until implemented. */
-typedef int kiln__placeholder_matmul;
+/* matmul.c - kiln_matmul and friends: host-side validation, batch broadcasting and the choice
+ * between the CLBlast, host CBLAS and built-in kernel paths. */
+#include "matmul.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../clcall.h"
+#include "../launch.h"
+#include "../registry.h"
+#include "../status.h"
+#include "../tensor.h"
+#include "common.h"
+
+static const kiln__matmul_path *const paths[] = {
+    &kiln__matmul_clblast,
+    &kiln__matmul_cblas,
+    &kiln__matmul_builtin,
+};
+#define NPATHS ((int)(sizeof paths / sizeof paths[0]))
+
+/* (device, path) pairs already logged, so the choice is logged once per device. */
+#define LOGGED_MAX 64
+static struct {
+    const kiln_device *dev;
+    const kiln__matmul_path *path;
+} logged[LOGGED_MAX];
+static int nlogged;
+static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void log_choice(kiln_device *dev, const kiln__matmul_path *path, bool forced)
+{
+    if (!kiln__log_enabled(KILN_LOG_INFO))
+        return;
+    bool seen = false;
+    pthread_mutex_lock(&logged_lock);
+    for (int i = 0; i < nlogged && !seen; i++)
+        seen = logged[i].dev == dev && logged[i].path == path;
+    if (!seen && nlogged < LOGGED_MAX) {
+        logged[nlogged].dev = dev;
+        logged[nlogged++].path = path;
+    }
+    pthread_mutex_unlock(&logged_lock);
+    if (!seen)
+        kiln__log(KILN_LOG_INFO, "matmul on %s (%s) uses the %s path%s", dev->info.spec,
+                  dev->info.name, path->name, forced ? " (forced by KILN_MATMUL)" : "");
+}
+
+static kiln_status select_forced(kiln_device *dev, const char *force, const char *op,
+                                 const kiln__matmul_path **out)
+{
+    for (int i = 0; i < NPATHS; i++) {
+        if (strcmp(force, paths[i]->name) != 0)
+            continue;
+        char why[160] = "";
+        if (!paths[i]->available(dev, why, sizeof why))
+            return kiln__error(KILN_ERR_UNSUPPORTED,
+                               "%s: KILN_MATMUL=%s is not available on %s (%s): %s; unset "
+                               "KILN_MATMUL to let kiln choose",
+                               op, force, dev->info.spec, dev->info.name, why);
+        *out = paths[i];
+        return KILN_OK;
+    }
+    return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                       "%s: unknown KILN_MATMUL value '%s'; use clblast, cblas or builtin", op,
+                       force);
+}
+
+kiln_status kiln__matmul_select(kiln_device *dev, const char *force, const char *op,
+                                const kiln__matmul_path **out)
+{
+    *out = NULL;
+    kiln_status s = KILN_OK;
+    if (force && *force) {
+        s = select_forced(dev, force, op, out);
+    } else {
+        char why[160];
+        /* GPUs: CLBlast; CPUs with host memory: CBLAS; the built-in kernel always works. */
+        if (dev->info.type == KILN_DEVICE_GPU && kiln__matmul_clblast.available(dev, why, 160))
+            *out = &kiln__matmul_clblast;
+        else if (kiln__matmul_cblas.available(dev, why, sizeof why))
+            *out = &kiln__matmul_cblas;
+        else
+            *out = &kiln__matmul_builtin;
+    }
+    if (s == KILN_OK)
+        log_choice(dev, *out, force && *force);
+    return s;
+}
+
+const char *kiln_matmul_path(kiln_device *dev)
+{
+    if (kiln__check_device(dev, "kiln_matmul_path") != KILN_OK)
+        return NULL;
+    const kiln__matmul_path *p;
+    if (kiln__matmul_select(dev, getenv("KILN_MATMUL"), "kiln_matmul_path", &p) != KILN_OK)
+        return NULL;
+    return p->name;
+}
+
+/* "[2, 3, 4]" into buf. */
+static const char *shape_str(const kiln_tensor *t, char *buf, size_t size)
+{
+    size_t used = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < t->ndim && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "",
+                                 (long long)t->shape[i]);
+    if (used < size)
+        snprintf(buf + used, size - used, "]");
+    return buf;
+}
+
+static kiln_status shape_error(const char *op, const kiln_tensor *a, const kiln_tensor *b,
+                               unsigned flags, const char *what)
+{
+    char sa[160], sb[160];
+    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: shapes %s%s and %s%s %s", op,
+                       shape_str(a, sa, sizeof sa), (flags & KILN_TRANS_A) ? " (transposed)" : "",
+                       shape_str(b, sb, sizeof sb), (flags & KILN_TRANS_B) ? " (transposed)" : "",
+                       what);
+}
+
+static int64_t batch_numel(const kiln_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim - 2; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+static bool same_batch_shape(const kiln_tensor *a, const kiln_tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return false;
+    for (int i = 0; i < a->ndim - 2; i++)
+        if (a->shape[i] != b->shape[i])
+            return false;
+    return true;
+}
+
+/* The result shape of a valid product and the problem's dims and batch strides. */
+typedef struct plan {
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+} plan;
+
+static kiln_status check_operands(const char *op, const kiln_tensor *a, const kiln_tensor *b,
+                                  unsigned flags)
+{
+    if (flags & ~(KILN_TRANS_A | KILN_TRANS_B))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: unknown flags 0x%x; use KILN_TRANS_A and KILN_TRANS_B", op, flags);
+    if (a->ndim < 2 || b->ndim < 2)
+        return shape_error(op, a, b, flags, "need at least 2 dimensions each (use a [1, K] or "
+                                            "[K, 1] matrix for a vector)");
+    if (a->dtype != b->dtype)
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: dtypes %s and %s differ; cast one with "
+                           "kiln_cast()", op, kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
+    if (a->dtype != KILN_F32 && a->dtype != KILN_F64)
+        return kiln__error(KILN_ERR_UNSUPPORTED, "%s: dtype %s is not supported; matmul takes "
+                           "f32 or f64 (cast f16 to f32 with kiln_cast())", op,
+                           kiln_dtype_name(a->dtype));
+    return kiln__check_dtype_on(a->dev, a->dtype, op);
+}
+
+static kiln_status make_plan(const char *op, const kiln_tensor *a, const kiln_tensor *b,
+                             unsigned flags, kiln__matmul_problem *p, plan *pl)
+{
+    kiln_status s = check_operands(op, a, b, flags);
+    if (s != KILN_OK)
+        return s;
+    p->trans_a = flags & KILN_TRANS_A;
+    p->trans_b = flags & KILN_TRANS_B;
+    const int64_t *as = a->shape + a->ndim - 2, *bs = b->shape + b->ndim - 2;
+    p->m = p->trans_a ? as[1] : as[0];
+    p->k = p->trans_a ? as[0] : as[1];
+    int64_t kb = p->trans_b ? bs[1] : bs[0];
+    p->n = p->trans_b ? bs[0] : bs[1];
+    if (p->k != kb)
+        return shape_error(op, a, b, flags, "do not match: inner dimensions differ");
+    int64_t na = batch_numel(a), nb = batch_numel(b);
+    /* A batch of 1 broadcasts; otherwise the batch shapes must be equal. */
+    const kiln_tensor *outer = na > nb || (na == nb && a->ndim >= b->ndim) ? a : b;
+    if (na != 1 && nb != 1 && !same_batch_shape(a, b))
+        return shape_error(op, a, b, flags, "have different batch dimensions (a batch of 1 "
+                           "broadcasts, others must be equal)");
+    if (p->m > INT_MAX || p->n > INT_MAX || p->k > INT_MAX)
+        return shape_error(op, a, b, flags, "have a matrix dimension over 2^31 - 1, which no "
+                           "matmul path supports");
+    p->dtype = a->dtype;
+    p->batch = outer == a ? na : nb;
+    p->stride_a = na == 1 ? 0 : p->m * p->k;
+    p->stride_b = nb == 1 ? 0 : p->k * p->n;
+    p->stride_c = p->m * p->n;
+    pl->ndim = outer->ndim;
+    memcpy(pl->shape, outer->shape, sizeof pl->shape);
+    pl->shape[pl->ndim - 2] = p->m;
+    pl->shape[pl->ndim - 1] = p->n;
+    return KILN_OK;
+}
+
+/* The product into c, which has the planned shape; no CL call for an empty result. */
+static kiln_status compute(const char *op, kiln__matmul_problem *p)
+{
+    if (p->m == 0 || p->n == 0 || p->batch == 0)
+        return KILN_OK;
+    kiln_device *dev = p->dev;
+    kiln_status s = kiln__device_open(dev, op);
+    if (s != KILN_OK)
+        return s;
+    if (p->k == 0) {
+        /* An empty sum: zeros, as every BLAS gives with beta = 0. */
+        static const double zero = 0.0;
+        cl_int err = kiln__cl.EnqueueFillBuffer(dev->queue, p->c->storage->mem, &zero,
+                                                kiln_dtype_size(p->dtype), 0, p->c->nbytes, 0,
+                                                NULL, NULL);
+        return err == CL_SUCCESS ? KILN_OK
+                                 : kiln__cl_fail(err, op, "clEnqueueFillBuffer",
+                                                 kiln__device_label(dev));
+    }
+    /* A shared B under a batch of plain A is one taller product: [batch*M, K] x [K, N]. */
+    if (p->batch > 1 && p->stride_b == 0 && !p->trans_a && p->stride_a == p->m * p->k &&
+        p->batch * p->m <= INT_MAX) {
+        p->m *= p->batch;
+        p->stride_a = p->stride_c = 0;
+        p->batch = 1;
+    }
+    const kiln__matmul_path *path;
+    s = kiln__matmul_select(dev, getenv("KILN_MATMUL"), op, &path);
+    if (s != KILN_OK)
+        return s;
+    return path->run(p);
+}
+
+kiln_status kiln_matmul_ex(const kiln_tensor *a, const kiln_tensor *b, unsigned flags,
+                           kiln_tensor **out)
+{
+    const char *op = "kiln_matmul";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    kiln__matmul_problem p = {0};
+    kiln_status s = kiln__check_tensor(a, op, "argument 1 (a)");
+    if (s == KILN_OK)
+        s = kiln__check_tensor(b, op, "argument 2 (b)");
+    if (s == KILN_OK)
+        s = kiln__same_device(op, 2, (const kiln_tensor *[]){a, b}, &p.dev);
+    if (s != KILN_OK)
+        return s;
+    plan pl;
+    s = make_plan(op, a, b, flags, &p, &pl);
+    if (s != KILN_OK)
+        return s;
+    kiln_tensor *c;
+    s = kiln__tensor_new(p.dev, p.dtype, pl.ndim, pl.shape, op, &c);
+    if (s != KILN_OK)
+        return s;
+    p.a = a;
+    p.b = b;
+    p.c = c;
+    s = compute(op, &p);
+    if (s != KILN_OK) {
+        kiln_tensor_release(c);
+        return s;
+    }
+    *out = c;
+    return KILN_OK;
+}
+
+kiln_status kiln_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out)
+{
+    return kiln_matmul_ex(a, b, 0, out);
+}
+
+static kiln_status check_out(const char *op, const kiln_tensor *a, const kiln_tensor *b,
+                             const kiln_tensor *c, const kiln__matmul_problem *p, const plan *pl)
+{
+    char sc[160], se[160];
+    if (c->dtype != p->dtype)
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: out has dtype %s, the product is %s", op,
+                           kiln_dtype_name(c->dtype), kiln_dtype_name(p->dtype));
+    bool same = c->ndim == pl->ndim;
+    for (int i = 0; same && i < pl->ndim; i++)
+        same = c->shape[i] == pl->shape[i];
+    if (!same) {
+        kiln_tensor expect = {.ndim = pl->ndim};
+        memcpy(expect.shape, pl->shape, sizeof expect.shape);
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: out has shape %s, the product is %s", op,
+                           shape_str(c, sc, sizeof sc), shape_str(&expect, se, sizeof se));
+    }
+    /* Every path writes C while it still reads A and B. */
+    if (c->numel > 0 && (c->storage == a->storage || c->storage == b->storage))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: out shares memory with an input; write to a separate tensor", op);
+    return KILN_OK;
+}
+
+kiln_status kiln_matmul_out(const kiln_tensor *a, const kiln_tensor *b, unsigned flags,
+                            kiln_tensor *out)
+{
+    const char *op = "kiln_matmul_out";
+    kiln__matmul_problem p = {0};
+    kiln_status s = kiln__check_tensor(a, op, "argument 1 (a)");
+    if (s == KILN_OK)
+        s = kiln__check_tensor(b, op, "argument 2 (b)");
+    if (s == KILN_OK)
+        s = kiln__check_tensor(out, op, "argument 4 (out)");
+    if (s == KILN_OK)
+        s = kiln__same_device(op, 3, (const kiln_tensor *[]){a, b, out}, &p.dev);
+    if (s != KILN_OK)
+        return s;
+    plan pl;
+    s = make_plan(op, a, b, flags, &p, &pl);
+    if (s == KILN_OK)
+        s = check_out(op, a, b, out, &p, &pl);
+    if (s != KILN_OK)
+        return s;
+    p.a = a;
+    p.b = b;
+    p.c = out;
+    return compute(op, &p);
+}

@@ -1,2 +1,150 @@
-/* matmul_cblas.c - placeholder until implemented. */
-typedef int kiln__placeholder_matmul_cblas;
+/* matmul_cblas.c - the "cblas" matmul path: a host BLAS (OpenBLAS) on the tensors' own memory,
+ * for CPU devices whose memory is the host's, kept in order with the device queue. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../clcall.h"
+#include "../registry.h"
+#include "../status.h"
+#include "../tensor.h"
+#include "matmul.h"
+
+bool kiln__matmul_cblas_no_native = false;
+
+#ifdef KILN_HAVE_CBLAS
+
+#include <cblas.h>
+#include <pthread.h>
+
+/* What the GEMM needs: host pointers to the mapped buffers, dims and batch strides. */
+typedef struct cblas_job {
+    void *a, *b, *c;
+    kiln_dtype dtype;
+    bool trans_a, trans_b;
+    int m, n, k;
+    int64_t batch, stride_a, stride_b, stride_c;
+} cblas_job;
+
+/* One GEMM at a time: several devices' worker threads (or the map fallback on the host
+ * thread) may call at once, and kiln does not rely on the BLAS build being reentrant. */
+static pthread_mutex_t gemm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void gemm(const cblas_job *j)
+{
+    enum CBLAS_TRANSPOSE ta = j->trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = j->trans_b ? CblasTrans : CblasNoTrans;
+    int lda = j->trans_a ? j->m : j->k, ldb = j->trans_b ? j->k : j->n, ldc = j->n;
+    pthread_mutex_lock(&gemm_lock);
+    for (int64_t i = 0; i < j->batch; i++) {
+        if (j->dtype == KILN_F32)
+            cblas_sgemm(CblasRowMajor, ta, tb, j->m, j->n, j->k, 1.0f,
+                        (const float *)j->a + i * j->stride_a, lda,
+                        (const float *)j->b + i * j->stride_b, ldb, 0.0f,
+                        (float *)j->c + i * j->stride_c, ldc);
+        else
+            cblas_dgemm(CblasRowMajor, ta, tb, j->m, j->n, j->k, 1.0,
+                        (const double *)j->a + i * j->stride_a, lda,
+                        (const double *)j->b + i * j->stride_b, ldb, 0.0,
+                        (double *)j->c + i * j->stride_c, ldc);
+    }
+    pthread_mutex_unlock(&gemm_lock);
+}
+
+static void CL_CALLBACK native_gemm(void *args)
+{
+    gemm(args);
+}
+
+static bool has_native_kernels(kiln_device *dev)
+{
+    cl_device_exec_capabilities caps = 0;
+    cl_int err = kiln__cl.GetDeviceInfo(dev->id, CL_DEVICE_EXECUTION_CAPABILITIES, sizeof caps,
+                                        &caps, NULL);
+    return err == CL_SUCCESS && (caps & CL_EXEC_NATIVE_KERNEL);
+}
+
+/* Map one tensor; *ptr stays NULL on failure. */
+static kiln_status map(const kiln__matmul_problem *p, const kiln_tensor *t, cl_bool blocking,
+                       cl_map_flags flags, void **ptr)
+{
+    cl_int err = CL_SUCCESS;
+    *ptr = kiln__cl.EnqueueMapBuffer(p->dev->queue, t->storage->mem, blocking, flags, 0,
+                                     t->nbytes, 0, NULL, NULL, &err);
+    if (!*ptr || err != CL_SUCCESS) {
+        *ptr = NULL;
+        return kiln__cl_fail(err != CL_SUCCESS ? err : CL_INVALID_VALUE, "kiln_matmul",
+                             "clEnqueueMapBuffer", kiln__device_label(p->dev));
+    }
+    return KILN_OK;
+}
+
+/* The GEMM on mapped pointers. With a native kernel everything is enqueued (map, GEMM, unmap)
+ * and the host does not wait. The buffers are mapped rather than passed as the native kernel's
+ * memory objects because PoCL does not keep mem_list in order (it sorts the buffers), so the
+ * host pointers could land in the wrong slots. Without native kernels: blocking maps, the GEMM
+ * on this thread, unmaps. */
+static kiln_status cblas_run(const kiln__matmul_problem *p)
+{
+    bool native = !kiln__matmul_cblas_no_native && has_native_kernels(p->dev);
+    const kiln_tensor *ts[3] = {p->a, p->b, p->c};
+    const cl_map_flags flags[3] = {CL_MAP_READ, CL_MAP_READ, CL_MAP_WRITE};
+    void *ptrs[3] = {NULL, NULL, NULL};
+    kiln_status s = KILN_OK;
+    for (int i = 0; i < 3 && s == KILN_OK; i++)
+        s = map(p, ts[i], native ? CL_FALSE : CL_TRUE, flags[i], &ptrs[i]);
+    if (s == KILN_OK) {
+        cblas_job job = {
+            .a = ptrs[0], .b = ptrs[1], .c = ptrs[2], .dtype = p->dtype,
+            .trans_a = p->trans_a, .trans_b = p->trans_b,
+            .m = (int)p->m, .n = (int)p->n, .k = (int)p->k, .batch = p->batch,
+            .stride_a = p->stride_a, .stride_b = p->stride_b, .stride_c = p->stride_c,
+        };
+        if (native) {
+            cl_int err = kiln__cl.EnqueueNativeKernel(p->dev->queue, native_gemm, &job,
+                                                      sizeof job, 0, NULL, NULL, 0, NULL, NULL);
+            if (err != CL_SUCCESS)
+                s = kiln__cl_fail(err, "kiln_matmul", "clEnqueueNativeKernel",
+                                  kiln__device_label(p->dev));
+        } else {
+            gemm(&job);
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!ptrs[i])
+            continue;
+        cl_int err = kiln__cl.EnqueueUnmapMemObject(p->dev->queue, ts[i]->storage->mem, ptrs[i],
+                                                    0, NULL, NULL);
+        if (err != CL_SUCCESS && s == KILN_OK)
+            s = kiln__cl_fail(err, "kiln_matmul", "clEnqueueUnmapMemObject",
+                              kiln__device_label(p->dev));
+    }
+    return s;
+}
+
+static bool cblas_available(kiln_device *dev, char *why, size_t size)
+{
+    if (dev->info.type != KILN_DEVICE_CPU || !dev->info.unified_memory) {
+        snprintf(why, size, "the host BLAS needs a CPU device whose memory is the host's");
+        return false;
+    }
+    return true;
+}
+
+#else
+
+static kiln_status cblas_run(const kiln__matmul_problem *p)
+{
+    (void)p;
+    return kiln__error(KILN_ERR_UNSUPPORTED, "kiln_matmul: kiln was built without CBLAS");
+}
+
+static bool cblas_available(kiln_device *dev, char *why, size_t size)
+{
+    (void)dev;
+    snprintf(why, size, "kiln was built without CBLAS (install libopenblas-dev and reconfigure)");
+    return false;
+}
+
+#endif
+
+const kiln__matmul_path kiln__matmul_cblas = {"cblas", cblas_available, cblas_run};

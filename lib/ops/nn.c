@@ -1,2 +1,321 @@
-/* nn.c - placeholder until implemented. */
-typedef int kiln__placeholder_nn;
+/* nn.c - softmax and log-softmax, cross-entropy and MSE losses, SGD and Adam steps. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+#include "launch.h"
+#include "program.h"
+#include "registry.h"
+#include "status.h"
+#include "tensor.h"
+
+/* One nn program per floating dtype. */
+static kiln_status nn_kernel(kiln_device *dev, kiln_dtype dtype, const char *name, const char *op,
+                             kiln__kernel **k)
+{
+    char defs[128] = "";
+    kiln__dtype_defines(defs, sizeof defs, "T", dtype);
+    return kiln__builtin_kernel(dev, "nn", defs, name, op, k);
+}
+
+/* A scalar in the kernel's compute type (float for f32 and f16). */
+static kiln_arg arg_real(kiln_dtype dtype, double v)
+{
+    return dtype == KILN_F64 ? kiln_arg_f64(v) : kiln_arg_f32((float)v);
+}
+
+/* f32 or f64 (and f16 when allowed), computable on the tensor's device. */
+static kiln_status check_float(const kiln_tensor *t, const char *op, const char *arg,
+                               bool allow_f16)
+{
+    if (t->dtype != KILN_F32 && t->dtype != KILN_F64 && (!allow_f16 || t->dtype != KILN_F16))
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s is %s; %s takes f32%s or f64", op,
+                           arg, kiln_dtype_name(t->dtype), op, allow_f16 ? ", f16" : "");
+    return kiln__check_dtype_on(t->dev, t->dtype, op);
+}
+
+static kiln_status check_same_dtype(const kiln_tensor *a, const kiln_tensor *b, const char *op,
+                                    const char *aname, const char *bname)
+{
+    if (a->dtype != b->dtype)
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s is %s but %s is %s; use one dtype",
+                           op, aname, kiln_dtype_name(a->dtype), bname,
+                           kiln_dtype_name(b->dtype));
+    return KILN_OK;
+}
+
+static kiln_status check_same_shape(const kiln_tensor *a, const kiln_tensor *b, const char *op,
+                                    const char *aname, const char *bname)
+{
+    bool same = a->ndim == b->ndim;
+    for (int d = 0; same && d < a->ndim; d++)
+        same = a->shape[d] == b->shape[d];
+    if (same)
+        return KILN_OK;
+    char sa[160], sb[160];
+    kiln__shape_str(sa, sizeof sa, a->ndim, a->shape);
+    kiln__shape_str(sb, sizeof sb, b->ndim, b->shape);
+    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: %s has shape %s but %s has shape %s; they "
+                       "must be equal", op, aname, sa, bname, sb);
+}
+
+static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor **out, int logmode,
+                           const char *op)
+{
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    kiln_status s = kiln__check_tensor(x, op, "x");
+    if (s == KILN_OK)
+        s = check_float(x, op, "x", true);
+    if (s != KILN_OK)
+        return s;
+    if (axis < -x->ndim || axis >= x->ndim)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: axis %d is out of range for a %d-D tensor; use %d..%d", op, axis,
+                           x->ndim, -x->ndim, x->ndim - 1);
+    int a = axis < 0 ? axis + x->ndim : axis;
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        outer *= d < a ? x->shape[d] : 1;
+        inner *= d > a ? x->shape[d] : 1;
+    }
+    kiln_tensor *y;
+    s = kiln__tensor_new(x->dev, x->dtype, x->ndim, x->shape, op, &y);
+    if (s != KILN_OK)
+        return s;
+    kiln__kernel *k;
+    if (x->numel > 0) {
+        s = nn_kernel(x->dev, x->dtype, "kiln_softmax", op, &k);
+        size_t global = (size_t)(outer * inner);
+        kiln_arg args[] = {kiln_arg_tensor(x),       kiln_arg_tensor(y),
+                           kiln_arg_i64(outer * inner), kiln_arg_i64(x->shape[a]),
+                           kiln_arg_i64(inner),      kiln_arg_i32(logmode)};
+        if (s == KILN_OK)
+            s = kiln__kernel_launch(x->dev, k, op, 1, &global, NULL, 6, args);
+    }
+    if (s != KILN_OK) {
+        kiln_tensor_release(y);
+        return s;
+    }
+    *out = y;
+    return KILN_OK;
+}
+
+kiln_status kiln_softmax(const kiln_tensor *x, int axis, kiln_tensor **out)
+{
+    return softmax(x, axis, out, 0, "kiln_softmax");
+}
+
+kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tensor **out)
+{
+    return softmax(x, axis, out, 1, "kiln_log_softmax");
+}
+
+/* loss = mean of the per-element tensor `terms`; on failure *grad is released too. */
+static kiln_status finish_loss(kiln_tensor *terms, kiln_status s, kiln_tensor **loss,
+                               kiln_tensor **grad, kiln_tensor *g)
+{
+    if (s == KILN_OK)
+        s = kiln_reduce(KILN_REDUCE_MEAN, terms, KILN_ALL_AXES, false, loss);
+    kiln_tensor_release(terms);
+    if (s != KILN_OK) {
+        kiln_tensor_release(g);
+        return s;
+    }
+    if (grad)
+        *grad = g;
+    return KILN_OK;
+}
+
+static kiln_status check_ce(const kiln_tensor *logits, const kiln_tensor *labels, const char *op)
+{
+    kiln_status s = kiln__check_tensor(logits, op, "logits");
+    if (s == KILN_OK)
+        s = kiln__check_tensor(labels, op, "labels");
+    if (s == KILN_OK)
+        s = kiln__same_device(op, 2, (const kiln_tensor *[]){logits, labels}, NULL);
+    if (s == KILN_OK)
+        s = check_float(logits, op, "logits", false);
+    if (s != KILN_OK)
+        return s;
+    if (labels->dtype != KILN_I32 && labels->dtype != KILN_I64)
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH,
+                           "%s: labels are %s; class labels must be i32 or i64", op,
+                           kiln_dtype_name(labels->dtype));
+    if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0]) {
+        char sa[160], sb[160];
+        kiln__shape_str(sa, sizeof sa, logits->ndim, logits->shape);
+        kiln__shape_str(sb, sizeof sb, labels->ndim, labels->shape);
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                           "%s: logits %s and labels %s do not fit; need logits [N, C] and "
+                           "labels [N]",
+                           op, sa, sb);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *labels,
+                               kiln_tensor **loss, kiln_tensor **grad)
+{
+    const char *op = "kiln_cross_entropy";
+    if (grad)
+        *grad = NULL;
+    if (!loss)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
+    *loss = NULL;
+    kiln_status s = check_ce(logits, labels, op);
+    if (s != KILN_OK)
+        return s;
+    int64_t rows = logits->shape[0], classes = logits->shape[1];
+    kiln_tensor *terms = NULL, *g = NULL;
+    kiln__kernel *k;
+    s = kiln__tensor_new(logits->dev, logits->dtype, 1, &rows, op, &terms);
+    if (s == KILN_OK && grad)
+        s = kiln__tensor_new(logits->dev, logits->dtype, 2, logits->shape, op, &g);
+    if (s == KILN_OK && rows > 0) {
+        const char *name = labels->dtype == KILN_I32 ? "kiln_cross_entropy_i32"
+                                                     : "kiln_cross_entropy_i64";
+        s = nn_kernel(logits->dev, logits->dtype, name, op, &k);
+        size_t global = (size_t)rows;
+        /* Without a gradient the kernel never touches its grad argument: pass terms there. */
+        kiln_arg args[] = {kiln_arg_tensor(logits), kiln_arg_tensor(labels),
+                           kiln_arg_tensor(terms),  kiln_arg_tensor(g ? g : terms),
+                           kiln_arg_i64(rows),      kiln_arg_i64(classes),
+                           kiln_arg_i32(g != NULL), arg_real(logits->dtype, 1.0 / (double)rows)};
+        if (s == KILN_OK)
+            s = kiln__kernel_launch(logits->dev, k, op, 1, &global, NULL, 8, args);
+    }
+    return finish_loss(terms, s, loss, grad, g);
+}
+
+kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, kiln_tensor **loss,
+                          kiln_tensor **grad)
+{
+    const char *op = "kiln_mse_loss";
+    if (grad)
+        *grad = NULL;
+    if (!loss)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
+    *loss = NULL;
+    kiln_status s = kiln__check_tensor(pred, op, "pred");
+    if (s == KILN_OK)
+        s = kiln__check_tensor(target, op, "target");
+    if (s == KILN_OK)
+        s = kiln__same_device(op, 2, (const kiln_tensor *[]){pred, target}, NULL);
+    if (s == KILN_OK)
+        s = check_float(pred, op, "pred", false);
+    if (s == KILN_OK)
+        s = check_same_dtype(pred, target, op, "pred", "target");
+    if (s == KILN_OK)
+        s = check_same_shape(pred, target, op, "pred", "target");
+    if (s != KILN_OK)
+        return s;
+    kiln_tensor *terms = NULL, *g = NULL;
+    kiln__kernel *k;
+    s = kiln__tensor_new(pred->dev, pred->dtype, pred->ndim, pred->shape, op, &terms);
+    if (s == KILN_OK && grad)
+        s = kiln__tensor_new(pred->dev, pred->dtype, pred->ndim, pred->shape, op, &g);
+    if (s == KILN_OK && pred->numel > 0) {
+        s = nn_kernel(pred->dev, pred->dtype, "kiln_mse", op, &k);
+        size_t global = (size_t)pred->numel;
+        kiln_arg args[] = {kiln_arg_tensor(pred),     kiln_arg_tensor(target),
+                           kiln_arg_tensor(terms),    kiln_arg_tensor(g ? g : terms),
+                           kiln_arg_i64(pred->numel), kiln_arg_i32(g != NULL),
+                           arg_real(pred->dtype, 2.0 / (double)pred->numel)};
+        if (s == KILN_OK)
+            s = kiln__kernel_launch(pred->dev, k, op, 1, &global, NULL, 7, args);
+    }
+    return finish_loss(terms, s, loss, grad, g);
+}
+
+/* Every tensor of an optimizer step: present, one device, param's dtype (f32/f64) and shape. */
+static kiln_status check_step(const char *op, int n, const kiln_tensor *const *ts,
+                              const char *const *names)
+{
+    for (int i = 0; i < n; i++) {
+        kiln_status s = kiln__check_tensor(ts[i], op, names[i]);
+        if (s != KILN_OK)
+            return s;
+    }
+    kiln_status s = kiln__same_device(op, n, ts, NULL);
+    if (s == KILN_OK)
+        s = check_float(ts[0], op, names[0], false);
+    for (int i = 1; s == KILN_OK && i < n; i++) {
+        s = check_same_dtype(ts[0], ts[i], op, names[0], names[i]);
+        if (s == KILN_OK)
+            s = check_same_shape(ts[0], ts[i], op, names[0], names[i]);
+    }
+    return s;
+}
+
+kiln_status kiln_sgd_step(kiln_tensor *param, const kiln_tensor *grad, kiln_tensor *velocity,
+                          double lr, double momentum, double weight_decay)
+{
+    const char *op = "kiln_sgd_step";
+    if (!velocity && momentum != 0)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: velocity is NULL but momentum is %g; pass a zero-filled tensor "
+                           "shaped like param, kept across steps",
+                           op, momentum);
+    const kiln_tensor *ts[] = {param, grad, velocity};
+    const char *const names[] = {"param", "grad", "velocity"};
+    kiln_status s = check_step(op, velocity ? 3 : 2, ts, names);
+    if (s != KILN_OK || param->numel == 0)
+        return s;
+    kiln__kernel *k;
+    s = nn_kernel(param->dev, param->dtype, "kiln_sgd", op, &k);
+    if (s != KILN_OK)
+        return s;
+    size_t global = (size_t)param->numel;
+    kiln_dtype dt = param->dtype;
+    /* Without velocity the kernel never touches its v argument: pass param there. */
+    kiln_arg args[] = {kiln_arg_tensor(param),      kiln_arg_tensor(grad),
+                       kiln_arg_tensor(velocity ? velocity : param), kiln_arg_i64(param->numel),
+                       arg_real(dt, lr),            arg_real(dt, momentum),
+                       arg_real(dt, weight_decay),  kiln_arg_i32(velocity != NULL)};
+    return kiln__kernel_launch(param->dev, k, op, 1, &global, NULL, 8, args);
+}
+
+static kiln_status check_adam_scalars(int64_t step, double beta1, double beta2, double eps,
+                                      const char *op)
+{
+    if (step < 1)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: step is %lld; steps count from 1 (the bias correction divides by "
+                           "1 - beta^step)",
+                           op, (long long)step);
+    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(eps >= 0))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: beta1 = %g, beta2 = %g, eps = %g; need 0 <= beta < 1 and "
+                           "eps >= 0",
+                           op, beta1, beta2, eps);
+    return KILN_OK;
+}
+
+kiln_status kiln_adam_step(kiln_tensor *param, const kiln_tensor *grad, kiln_tensor *m,
+                           kiln_tensor *v, int64_t step, double lr, double beta1, double beta2,
+                           double eps)
+{
+    const char *op = "kiln_adam_step";
+    const kiln_tensor *ts[] = {param, grad, m, v};
+    const char *const names[] = {"param", "grad", "m", "v"};
+    kiln_status s = check_step(op, 4, ts, names);
+    if (s == KILN_OK)
+        s = check_adam_scalars(step, beta1, beta2, eps, op);
+    if (s != KILN_OK || param->numel == 0)
+        return s;
+    kiln__kernel *k;
+    s = nn_kernel(param->dev, param->dtype, "kiln_adam", op, &k);
+    if (s != KILN_OK)
+        return s;
+    size_t global = (size_t)param->numel;
+    kiln_dtype dt = param->dtype;
+    double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
+    kiln_arg args[] = {kiln_arg_tensor(param), kiln_arg_tensor(grad), kiln_arg_tensor(m),
+                       kiln_arg_tensor(v),     kiln_arg_i64(param->numel),
+                       arg_real(dt, lr),       arg_real(dt, beta1),   arg_real(dt, beta2),
+                       arg_real(dt, eps),      arg_real(dt, bc1),     arg_real(dt, bc2)};
+    return kiln__kernel_launch(param->dev, k, op, 1, &global, NULL, 11, args);
+}

@@ -1,2 +1,83 @@
-/* random.c - placeholder until implemented. */
-typedef int kiln__placeholder_random;
+/* random.c - kiln_rand_uniform and kiln_rand_normal: Philox4x32-10 numbers that are
+ * bit-identical on every device for a given seed and shape (lib/kernels/random.cl). */
+#include <math.h>
+
+#include "common.h"
+#include "program.h"
+#include "registry.h"
+#include "status.h"
+#include "tensor.h"
+
+static kiln_status check_params(const char *op, kiln_dtype dtype, double a, double b,
+                                bool uniform)
+{
+    if (kiln__dtype_valid(dtype) && !kiln__dtype_is_float(dtype))
+        return kiln__error(KILN_ERR_UNSUPPORTED,
+                           "%s: dtype %s is not supported; random numbers come in f32, f64 or "
+                           "f16 (cast the result with kiln_cast)",
+                           op, kiln_dtype_name(dtype));
+    if (!isfinite(a) || !isfinite(b) || fabs(a) > 3.0e38 || fabs(b) > 3.0e38)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s %g and %s %g must be finite f32 values", op,
+                           uniform ? "low" : "mean", a, uniform ? "high" : "stddev", b);
+    if (uniform && !((float)a < (float)b))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: low %g must be less than high %g (as f32)", op, a, b);
+    if (!uniform && b < 0)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: stddev %g is negative", op, b);
+    return KILN_OK;
+}
+
+static kiln_status generate(const char *op, bool uniform, kiln_device *dev,
+                            kiln_dtype dtype, int ndim, const int64_t *shape, uint64_t seed,
+                            double a, double b, kiln_tensor **out)
+{
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    kiln_status s = kiln__check_device(dev, op);
+    if (s != KILN_OK)
+        return s;
+    if ((s = check_params(op, dtype, a, b, uniform)) != KILN_OK)
+        return s;
+    if ((s = kiln__check_dtype_on(dev, dtype, op)) != KILN_OK)
+        return s;
+    kiln_tensor *t = NULL;
+    s = kiln__tensor_new(dev, dtype, ndim, shape, op, &t);
+    if (s != KILN_OK || t->numel == 0)
+        goto done;
+    char defines[160] = "";
+    kiln__dtype_defines(defines, sizeof defines, "T", dtype);
+    kiln__kernel *k;
+    s = kiln__builtin_kernel(dev, "random", defines, op, op, &k);
+    if (s != KILN_OK)
+        goto done;
+    /* The key words travel as i32 bit patterns: kiln_arg has no unsigned kind. */
+    kiln_arg args[6] = {kiln_arg_tensor(t), kiln_arg_i64(t->numel),
+                        kiln_arg_i32((int32_t)(uint32_t)(seed & 0xffffffffu)),
+                        kiln_arg_i32((int32_t)(uint32_t)(seed >> 32)), kiln_arg_f32((float)a),
+                        kiln_arg_f32((float)b)};
+    size_t global = (size_t)t->numel;
+    s = kiln__kernel_launch(dev, k, op, 1, &global, NULL, 6, args);
+done:
+    if (s != KILN_OK) {
+        kiln_tensor_release(t);
+        return s;
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+kiln_status kiln_rand_uniform(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                              uint64_t seed, double low, double high, kiln_tensor **out)
+{
+    return generate("kiln_rand_uniform", true, dev, dtype, ndim, shape, seed, low,
+                    high, out);
+}
+
+kiln_status kiln_rand_normal(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                             uint64_t seed, double mean, double stddev, kiln_tensor **out)
+{
+    return generate("kiln_rand_normal", false, dev, dtype, ndim, shape, seed, mean,
+                    stddev, out);
+}

@@ -1,2 +1,353 @@
-/* shape.c - placeholder until implemented. */
-typedef int kiln__placeholder_shape;
+/* shape.c - copies that move elements between layouts: permute, transpose, cat and slice. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+#include "launch.h"
+#include "program.h"
+#include "registry.h"
+#include "status.h"
+#include "tensor.h"
+
+/* A copy of an up-to-8-D block: element c goes from in[ioff + c.istr] to out[ooff + c.ostr]. */
+typedef struct copy_desc {
+    int ndim;
+    int64_t dims[KILN_MAX_DIMS];
+    int64_t istr[KILN_MAX_DIMS];
+    int64_t ostr[KILN_MAX_DIMS];
+    int64_t ioff, ooff;
+} copy_desc;
+
+static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= shape[d];
+    }
+}
+
+/* Drop size-1 dimensions and merge neighbours that are contiguous on both sides, so the kernel
+ * does as few divisions per element as the layout allows. */
+static void simplify(copy_desc *c)
+{
+    int m = 0;
+    for (int d = 0; d < c->ndim; d++) {
+        if (c->dims[d] == 1)
+            continue;
+        if (m > 0 && c->istr[m - 1] == c->istr[d] * c->dims[d] &&
+            c->ostr[m - 1] == c->ostr[d] * c->dims[d]) {
+            c->dims[m - 1] *= c->dims[d];
+            c->istr[m - 1] = c->istr[d];
+            c->ostr[m - 1] = c->ostr[d];
+            continue;
+        }
+        c->dims[m] = c->dims[d];
+        c->istr[m] = c->istr[d];
+        c->ostr[m] = c->ostr[d];
+        m++;
+    }
+    c->ndim = m;
+}
+
+static const char *element_type(size_t size)
+{
+    switch (size) {
+    case 1:
+        return "uchar";
+    case 2:
+        return "ushort";
+    case 4:
+        return "uint";
+    default:
+        return "ulong";
+    }
+}
+
+static size_t pow2_at_least(int64_t v)
+{
+    size_t p = 1;
+    while ((int64_t)p < v)
+        p *= 2;
+    return p;
+}
+
+/* A local size of up to 256 work-items, filled from the innermost dimension outwards. */
+static void choose_local(const kiln__kernel *k, const size_t *global, size_t *local)
+{
+    size_t cap = 1;
+    while (cap * 2 <= k->wg_size && cap * 2 <= 256)
+        cap *= 2;
+    for (int d = 0; d < 3; d++) {
+        size_t want = pow2_at_least((int64_t)global[d]);
+        local[d] = want < cap ? want : cap;
+        cap /= local[d];
+    }
+}
+
+/* One launch over the innermost three dimensions at the given offsets. */
+static kiln_status launch_block(kiln__kernel *k, const kiln_tensor *in, kiln_tensor *out,
+                                const copy_desc *c, int64_t ioff, int64_t ooff, const char *op)
+{
+    int64_t d[3], is[3], os[3];
+    for (int j = 0; j < 3; j++) {
+        int src = c->ndim - 3 + j;
+        d[j] = src >= 0 ? c->dims[src] : 1;
+        is[j] = src >= 0 ? c->istr[src] : 0;
+        os[j] = src >= 0 ? c->ostr[src] : 0;
+    }
+    size_t global[3] = {(size_t)d[2], (size_t)d[1], (size_t)d[0]}, local[3];
+    choose_local(k, global, local);
+    for (int j = 0; j < 3; j++)
+        global[j] = (global[j] + local[j] - 1) / local[j] * local[j];
+    kiln_arg args[] = {kiln_arg_tensor(in), kiln_arg_tensor(out), kiln_arg_i64(ioff),
+                       kiln_arg_i64(ooff),  kiln_arg_i64(d[0]),   kiln_arg_i64(d[1]),
+                       kiln_arg_i64(d[2]),  kiln_arg_i64(is[0]),  kiln_arg_i64(is[1]),
+                       kiln_arg_i64(is[2]), kiln_arg_i64(os[0]),  kiln_arg_i64(os[1]),
+                       kiln_arg_i64(os[2])};
+    return kiln__kernel_launch(in->dev, k, op, 3, global, local, 13, args);
+}
+
+static kiln_status strided_copy(const kiln_tensor *in, kiln_tensor *out, copy_desc *c,
+                                const char *op)
+{
+    int64_t n = 1;
+    for (int d = 0; d < c->ndim; d++)
+        n *= c->dims[d];
+    if (n == 0)
+        return KILN_OK;
+    simplify(c);
+    char defs[64];
+    snprintf(defs, sizeof defs, "-DKILN_E=%s", element_type(kiln_dtype_size(in->dtype)));
+    kiln__kernel *k;
+    kiln_status s = kiln__builtin_kernel(in->dev, "shape", defs, "kiln_strided_copy", op, &k);
+    /* Dimensions outside the innermost three are walked here, one launch per coordinate. */
+    int outer = c->ndim > 3 ? c->ndim - 3 : 0;
+    int64_t coord[KILN_MAX_DIMS] = {0};
+    while (s == KILN_OK) {
+        int64_t ioff = c->ioff, ooff = c->ooff;
+        for (int d = 0; d < outer; d++) {
+            ioff += coord[d] * c->istr[d];
+            ooff += coord[d] * c->ostr[d];
+        }
+        s = launch_block(k, in, out, c, ioff, ooff, op);
+        int d = outer - 1;
+        while (d >= 0 && ++coord[d] == c->dims[d])
+            coord[d--] = 0;
+        if (d < 0)
+            break;
+    }
+    return s;
+}
+
+/* Allocate *out with the given shape and fill it with the copy; releases it on failure. */
+static kiln_status copy_new(const kiln_tensor *x, int ndim, const int64_t *shape, copy_desc *c,
+                            const char *op, kiln_tensor **out)
+{
+    kiln_tensor *y;
+    kiln_status s = kiln__tensor_new(x->dev, x->dtype, ndim, shape, op, &y);
+    if (s != KILN_OK)
+        return s;
+    s = strided_copy(x, y, c, op);
+    if (s != KILN_OK) {
+        kiln_tensor_release(y);
+        return s;
+    }
+    *out = y;
+    return KILN_OK;
+}
+
+static kiln_status start(const kiln_tensor *x, kiln_tensor **out, const char *op)
+{
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    return kiln__check_tensor(x, op, "x");
+}
+
+static kiln_status permute(const kiln_tensor *x, const int *perm, kiln_tensor **out,
+                           const char *op)
+{
+    kiln_status s = start(x, out, op);
+    if (s != KILN_OK)
+        return s;
+    if (!perm)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: perm is NULL", op);
+    bool seen[KILN_MAX_DIMS] = {false};
+    copy_desc c = {.ndim = x->ndim};
+    int64_t xstr[KILN_MAX_DIMS];
+    contiguous_strides(x->ndim, x->shape, xstr);
+    for (int k = 0; k < x->ndim; k++) {
+        int a = perm[k] < 0 ? perm[k] + x->ndim : perm[k];
+        if (a < 0 || a >= x->ndim || seen[a])
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: perm[%d] = %d is %s for a %d-D tensor; perm must list each "
+                               "dimension 0..%d exactly once",
+                               op, k, perm[k], a < 0 || a >= x->ndim ? "out of range" : "repeated",
+                               x->ndim, x->ndim - 1);
+        seen[a] = true;
+        c.dims[k] = x->shape[a];
+        c.istr[k] = xstr[a];
+    }
+    contiguous_strides(c.ndim, c.dims, c.ostr);
+    int64_t shape[KILN_MAX_DIMS];
+    memcpy(shape, c.dims, sizeof shape);
+    return copy_new(x, x->ndim, shape, &c, op, out);
+}
+
+kiln_status kiln_permute(const kiln_tensor *x, const int *perm, kiln_tensor **out)
+{
+    return permute(x, perm, out, "kiln_permute");
+}
+
+kiln_status kiln_transpose(const kiln_tensor *x, kiln_tensor **out)
+{
+    kiln_status s = start(x, out, "kiln_transpose");
+    if (s != KILN_OK)
+        return s;
+    if (x->ndim < 2)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "kiln_transpose: a %d-D tensor has no last two dimensions to swap; "
+                           "reshape it to 2-D first",
+                           x->ndim);
+    int perm[KILN_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++)
+        perm[d] = d;
+    perm[x->ndim - 2] = x->ndim - 1;
+    perm[x->ndim - 1] = x->ndim - 2;
+    return permute(x, perm, out, "kiln_transpose");
+}
+
+static kiln_status normalize_axis(int axis, int ndim, const char *op, int *out)
+{
+    if (axis < -ndim || axis >= ndim)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: axis %d is out of range for a %d-D tensor; use %d..%d", op, axis,
+                           ndim, -ndim, ndim - 1);
+    *out = axis < 0 ? axis + ndim : axis;
+    return KILN_OK;
+}
+
+/* Same dtype, same rank, same shape except along axis a, as xs[0]. */
+static kiln_status check_cat_parts(const kiln_tensor *const *xs, int n, int a)
+{
+    const kiln_tensor *x0 = xs[0];
+    for (int i = 1; i < n; i++) {
+        const kiln_tensor *x = xs[i];
+        if (x->dtype != x0->dtype)
+            return kiln__error(KILN_ERR_DTYPE_MISMATCH,
+                               "kiln_cat: tensor %d is %s but tensor 0 is %s; cast them to one "
+                               "dtype first",
+                               i, kiln_dtype_name(x->dtype), kiln_dtype_name(x0->dtype));
+        bool fits = x->ndim == x0->ndim;
+        for (int d = 0; fits && d < x->ndim; d++)
+            fits = d == a || x->shape[d] == x0->shape[d];
+        if (!fits) {
+            char s0[160], si[160];
+            kiln__shape_str(s0, sizeof s0, x0->ndim, x0->shape);
+            kiln__shape_str(si, sizeof si, x->ndim, x->shape);
+            return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                               "kiln_cat: shapes %s (tensor 0) and %s (tensor %d) differ outside "
+                               "axis %d",
+                               s0, si, i, a);
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status check_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out,
+                             int *a)
+{
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_cat: out is NULL");
+    *out = NULL;
+    if (!xs || n < 1)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "kiln_cat: needs at least one tensor (xs %s, n = %d)",
+                           xs ? "given" : "is NULL", n);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "tensor %d", i);
+        kiln_status s = kiln__check_tensor(xs[i], "kiln_cat", name);
+        if (s != KILN_OK)
+            return s;
+    }
+    kiln_status s = kiln__same_device("kiln_cat", n, xs, NULL);
+    if (s == KILN_OK)
+        s = normalize_axis(axis, xs[0]->ndim, "kiln_cat", a);
+    if (s == KILN_OK)
+        s = check_cat_parts(xs, n, *a);
+    return s;
+}
+
+kiln_status kiln_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out)
+{
+    int a = 0;
+    kiln_status s = check_cat(xs, n, axis, out, &a);
+    if (s != KILN_OK)
+        return s;
+    const kiln_tensor *x0 = xs[0];
+    int64_t shape[KILN_MAX_DIMS], outer = 1, inner = 1, total = 0;
+    memcpy(shape, x0->shape, sizeof shape);
+    for (int d = 0; d < x0->ndim; d++) {
+        outer *= d < a ? x0->shape[d] : 1;
+        inner *= d > a ? x0->shape[d] : 1;
+    }
+    for (int i = 0; i < n; i++)
+        total += xs[i]->shape[a];
+    shape[a] = total;
+    kiln_tensor *y = NULL;
+    s = kiln__tensor_new(x0->dev, x0->dtype, x0->ndim, shape, "kiln_cat", &y);
+    int64_t off = 0;
+    for (int i = 0; s == KILN_OK && i < n; i++) {
+        int64_t len = xs[i]->shape[a];
+        copy_desc c = {.ndim = 3,
+                       .dims = {outer, len, inner},
+                       .istr = {len * inner, inner, 1},
+                       .ostr = {total * inner, inner, 1},
+                       .ooff = off * inner};
+        s = strided_copy(xs[i], y, &c, "kiln_cat");
+        off += len;
+    }
+    if (s != KILN_OK) {
+        kiln_tensor_release(y);
+        return s;
+    }
+    *out = y;
+    return KILN_OK;
+}
+
+kiln_status kiln_slice(const kiln_tensor *x, int axis, int64_t start_, int64_t end,
+                       kiln_tensor **out)
+{
+    const char *op = "kiln_slice";
+    int a = 0;
+    kiln_status s = start(x, out, op);
+    if (s == KILN_OK)
+        s = normalize_axis(axis, x->ndim, op, &a);
+    if (s != KILN_OK)
+        return s;
+    int64_t len = x->shape[a];
+    int64_t b = start_ < 0 ? start_ + len : start_;
+    int64_t e = end < 0 ? end + len : end;
+    if (b < 0 || e > len || b > e)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: [%lld, %lld) is not a range within axis %d of length %lld; "
+                           "need 0 <= start <= end <= %lld (negative values count from the end, "
+                           "no clamping)",
+                           op, (long long)start_, (long long)end, axis, (long long)len,
+                           (long long)len);
+    int64_t outer = 1, inner = 1, shape[KILN_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    for (int d = 0; d < x->ndim; d++) {
+        outer *= d < a ? x->shape[d] : 1;
+        inner *= d > a ? x->shape[d] : 1;
+    }
+    shape[a] = e - b;
+    copy_desc c = {.ndim = 3,
+                   .dims = {outer, e - b, inner},
+                   .istr = {len * inner, inner, 1},
+                   .ostr = {(e - b) * inner, inner, 1},
+                   .ioff = b * inner};
+    return copy_new(x, x->ndim, shape, &c, op, out);
+}

@@ -1,0 +1,47 @@
+/* matmul.h - the matmul path table: one validated problem, three ways to compute it. */
+#ifndef KILN_OPS_MATMUL_H
+#define KILN_OPS_MATMUL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln.h"
+
+/* One batched product C[i] = op(A[i]) * op(B[i]), validated on the host: every dim >= 1 and
+ * fits an int, all tensors non-empty on dev, C not aliasing A or B. Strides are in elements;
+ * a batch stride of 0 broadcasts that operand. A is [M, K] ([K, M] when trans_a), B is [K, N]
+ * ([N, K] when trans_b), C is [M, N], all row-major. */
+typedef struct kiln__matmul_problem {
+    kiln_device *dev;
+    kiln_dtype dtype; /* KILN_F32 or KILN_F64 */
+    const kiln_tensor *a, *b;
+    kiln_tensor *c;
+    bool trans_a, trans_b;
+    int64_t m, n, k, batch;
+    int64_t stride_a, stride_b, stride_c;
+} kiln__matmul_problem;
+
+typedef struct kiln__matmul_path {
+    const char *name;
+    /* Whether the path can run on dev; if not, why (one short clause) goes to why. */
+    bool (*available)(kiln_device *dev, char *why, size_t size);
+    /* Enqueue the product on the device queue (asynchronous where the path allows). */
+    kiln_status (*run)(const kiln__matmul_problem *p);
+} kiln__matmul_path;
+
+extern const kiln__matmul_path kiln__matmul_builtin;
+extern const kiln__matmul_path kiln__matmul_cblas;
+extern const kiln__matmul_path kiln__matmul_clblast;
+
+/* The path for dev: `force` ("clblast", "cblas", "builtin"; NULL or "" for automatic, as
+ * KILN_MATMUL gives it). An unknown or unavailable forced path is KILN_ERR_UNSUPPORTED or
+ * KILN_ERR_INVALID_ARGUMENT with a message naming op. */
+kiln_status kiln__matmul_select(kiln_device *dev, const char *force, const char *op,
+                                const kiln__matmul_path **out);
+
+/* Test hook: make the cblas path use its wait-map-compute-unmap fallback instead of a native
+ * kernel. */
+extern bool kiln__matmul_cblas_no_native;
+
+#endif

@@ -1,0 +1,258 @@
+/* test-creation.c - kiln_fill, kiln_full, kiln_ones and kiln_arange on every device and dtype,
+ * against known values and plain-C loops. */
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln.h"
+
+static kiln_device *dev; /* "auto": gpu:0 (Oclgrind) in the -oclgrind configuration */
+
+static void setup(void)
+{
+    ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_OK);
+}
+
+/* Wait for queued work before the process exits (PoCL compiles kernels lazily on its worker
+ * thread). */
+static void teardown(void)
+{
+    for (int i = 0; i < kiln_device_count(KILN_DEVICE_ALL); i++)
+        kiln_device_synchronize(kiln_device_at(i));
+}
+
+static bool has_fp64(kiln_device *d)
+{
+    kiln_device_info info;
+    ck_assert_int_eq(kiln_device_info_get(d, &info), KILN_OK);
+    return info.fp64;
+}
+
+static float half_to_float(uint16_t h)
+{
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY)
+                                                     : ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* Element i of a host copy of a dtype's tensor, as double. */
+static double element(kiln_dtype dt, const void *p, int64_t i)
+{
+    switch (dt) {
+    case KILN_F32: return ((const float *)p)[i];
+    case KILN_F64: return ((const double *)p)[i];
+    case KILN_F16: return half_to_float(((const uint16_t *)p)[i]);
+    case KILN_I32: return ((const int32_t *)p)[i];
+    case KILN_I64: return (double)((const int64_t *)p)[i];
+    case KILN_U8: return ((const uint8_t *)p)[i];
+    }
+    return NAN;
+}
+
+static void *read_back(kiln_tensor *t)
+{
+    void *h = malloc(kiln_tensor_nbytes(t) + 8);
+    ck_assert_ptr_nonnull(h);
+    ck_assert_int_eq(kiln_tensor_read(t, h, kiln_tensor_nbytes(t)), KILN_OK);
+    return h;
+}
+
+/* Value, and what each dtype stores for it (f16 bits checked separately below). */
+typedef struct fcase {
+    double value;
+    double want[KILN_DTYPE_COUNT]; /* f32 f64 f16 i32 i64 u8 */
+} fcase;
+
+static const fcase fcases[] = {
+    {1.0, {1, 1, 1, 1, 1, 1}},
+    {-2.5, {-2.5, -2.5, -2.5, -2, -2, -1}}, /* u8 case skipped: out of range */
+    {3.9, {3.9f, 3.9, 3.900390625, 3, 3, 3}},
+    {0.1, {0.1f, 0.1, 0.0999755859375, 0, 0, 0}},
+    {200.0, {200, 200, 200, 200, 200, 200}},
+};
+
+/* full/fill on every device and dtype: floats convert to nearest, integers truncate toward
+ * zero (documented). */
+START_TEST(test_full_every_dtype)
+{
+    int64_t shape[3] = {3, 5, 7};
+    for (int di = 0; di < kiln_device_count(KILN_DEVICE_ALL); di++) {
+        kiln_device *d = kiln_device_at(di);
+        for (int dt = 0; dt < KILN_DTYPE_COUNT; dt++) {
+            for (size_t c = 0; c < sizeof fcases / sizeof fcases[0]; c++) {
+                if (dt == KILN_U8 && fcases[c].value < 0)
+                    continue;
+                kiln_tensor *t = NULL;
+                ck_assert_int_eq(kiln_full(d, (kiln_dtype)dt, 3, shape, fcases[c].value, &t),
+                                 KILN_OK);
+                void *h = read_back(t);
+                for (int64_t i = 0; i < 105; i++)
+                    ck_assert_msg(element((kiln_dtype)dt, h, i) == fcases[c].want[dt],
+                                  "%s %s full(%g)[%lld] = %.17g", kiln_device_spec(d),
+                                  kiln_dtype_name((kiln_dtype)dt), fcases[c].value,
+                                  (long long)i, element((kiln_dtype)dt, h, i));
+                free(h);
+                kiln_tensor_release(t);
+            }
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_ones_and_fill)
+{
+    int64_t n = 1000;
+    kiln_tensor *t = NULL;
+    ck_assert_int_eq(kiln_ones(dev, KILN_F16, 1, &n, &t), KILN_OK);
+    uint16_t *h = read_back(t);
+    for (int i = 0; i < n; i++)
+        ck_assert_uint_eq(h[i], 0x3c00); /* 1.0 in binary16 */
+    free(h);
+    /* fill overwrites an existing tensor; 65520 rounds to f16 infinity, NaN stays NaN */
+    ck_assert_int_eq(kiln_fill(t, 65520.0), KILN_OK);
+    h = read_back(t);
+    ck_assert_uint_eq(h[0], 0x7c00);
+    ck_assert_uint_eq(h[999], 0x7c00);
+    free(h);
+    ck_assert_int_eq(kiln_fill(t, -0.0), KILN_OK);
+    h = read_back(t);
+    ck_assert_uint_eq(h[7], 0x8000);
+    free(h);
+    kiln_tensor_release(t);
+    ck_assert_int_eq(kiln_ones(dev, KILN_I64, 1, &n, &t), KILN_OK);
+    ck_assert_int_eq(kiln_fill(t, -9007199254740992.0), KILN_OK); /* -2^53, exact */
+    int64_t *l = read_back(t);
+    ck_assert_int_eq(l[500], -9007199254740992LL);
+    free(l);
+    kiln_tensor_release(t);
+    ck_assert_int_eq(kiln_full(dev, KILN_F32, 1, &n, NAN, &t), KILN_OK);
+    float *f = read_back(t);
+    ck_assert(isnan(f[3]));
+    free(f);
+    kiln_tensor_release(t);
+}
+END_TEST
+
+/* arange vs a C loop: count ceil((end - start) / step); integers exact; floats computed as
+ * start + i * step in the compute type: within 1 ulp (f32/f64) or half an f16 ulp plus 1 f32
+ * ulp of |start| + |i * step|. */
+static void check_arange(kiln_device *d, kiln_dtype dt, double start, double end, double step)
+{
+    kiln_tensor *t = NULL;
+    ck_assert_int_eq(kiln_arange(d, dt, start, end, step, &t), KILN_OK);
+    int64_t n = (int64_t)ceil((end - start) / step);
+    ck_assert_int_eq(kiln_tensor_ndim(t), 1);
+    ck_assert_int_eq(kiln_tensor_numel(t), n);
+    if (n == 0) {
+        kiln_tensor_release(t);
+        return;
+    }
+    void *h = read_back(t);
+    double eps = dt == KILN_F64 ? DBL_EPSILON : FLT_EPSILON;
+    for (int64_t i = 0; i < n; i++) {
+        double ref = start + (double)i * step, got = element(dt, h, i);
+        double tol = dt == KILN_I32 || dt == KILN_I64 || dt == KILN_U8
+                         ? 0
+                         : 2 * eps * (fabs(start) + fabs((double)i * step));
+        if (dt == KILN_F16)
+            tol += ldexp(fabs(ref), -11);
+        ck_assert_msg(fabs(got - ref) <= tol, "%s arange(%g, %g, %g)[%lld] = %.17g, want %.17g",
+                      kiln_dtype_name(dt), start, end, step, (long long)i, got, ref);
+    }
+    free(h);
+    kiln_tensor_release(t);
+}
+
+START_TEST(test_arange)
+{
+    bool sim = strstr(kiln_device_name(dev), "Oclgrind") != NULL;
+    for (int di = 0; di < kiln_device_count(KILN_DEVICE_ALL); di++) {
+        kiln_device *d = kiln_device_at(di);
+        check_arange(d, KILN_F32, 0, sim ? 300 : 100000, 1);
+        check_arange(d, KILN_F32, 1, 0, -0.25);
+        check_arange(d, KILN_F32, 0, 1, 0.1);
+        check_arange(d, KILN_F32, -3.5, 7.25, 0.3);
+        check_arange(d, KILN_I32, 0, 10, 3);
+        check_arange(d, KILN_I64, 5, -5, -2);
+        check_arange(d, KILN_U8, 0, 256, 1);
+        check_arange(d, KILN_F16, 0, 2048, 1);
+        check_arange(d, KILN_F32, 0, 0, 1); /* empty */
+        if (has_fp64(d))
+            check_arange(d, KILN_F64, -1, 1, 1.0 / 1024);
+    }
+}
+END_TEST
+
+START_TEST(test_zero_size)
+{
+    int64_t shape[2] = {4, 0};
+    kiln_tensor *t = NULL;
+    ck_assert_int_eq(kiln_full(dev, KILN_F32, 2, shape, 3.0, &t), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_numel(t), 0);
+    ck_assert_int_eq(kiln_fill(t, 1.0), KILN_OK);
+    kiln_tensor_release(t);
+    ck_assert_int_eq(kiln_ones(dev, KILN_U8, 2, shape, &t), KILN_OK);
+    kiln_tensor_release(t);
+}
+END_TEST
+
+#define ck_assert_error(call, status, text)                                                     \
+    do {                                                                                        \
+        ck_assert_int_eq((call), (status));                                                     \
+        ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL, "message '%s' lacks '%s'",     \
+                      kiln_last_error(), (text));                                               \
+    } while (0)
+
+START_TEST(test_errors)
+{
+    int64_t n = 4;
+    kiln_tensor *t = (kiln_tensor *)&n;
+    ck_assert_error(kiln_full(NULL, KILN_F32, 1, &n, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+                    "kiln_full");
+    ck_assert_ptr_null(t);
+    ck_assert_error(kiln_full(dev, KILN_F32, 1, &n, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
+                    "out is NULL");
+    ck_assert_error(kiln_full(dev, KILN_U8, 1, &n, 256, &t), KILN_ERR_INVALID_ARGUMENT,
+                    "does not fit");
+    ck_assert_error(kiln_full(dev, KILN_I32, 1, &n, NAN, &t), KILN_ERR_INVALID_ARGUMENT, "i32");
+    ck_assert_error(kiln_ones(dev, (kiln_dtype)9, 1, &n, &t), KILN_ERR_INVALID_ARGUMENT,
+                    "kiln_ones");
+    ck_assert_error(kiln_ones(dev, KILN_F32, 0, &n, &t), KILN_ERR_INVALID_ARGUMENT, "kiln_ones");
+    ck_assert_error(kiln_fill(NULL, 1), KILN_ERR_INVALID_ARGUMENT, "kiln_fill");
+    ck_assert_error(kiln_arange(dev, KILN_F32, 0, 10, 0, &t), KILN_ERR_INVALID_ARGUMENT, "zero");
+    ck_assert_error(kiln_arange(dev, KILN_F32, 0, 10, -1, &t), KILN_ERR_INVALID_ARGUMENT,
+                    "wrong sign");
+    ck_assert_error(kiln_arange(dev, KILN_F32, 10, 0, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+                    "negative step");
+    ck_assert_error(kiln_arange(dev, KILN_I32, 0, 1, 0.1, &t), KILN_ERR_INVALID_ARGUMENT,
+                    "integral");
+    ck_assert_error(kiln_arange(dev, KILN_F32, 0, INFINITY, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+                    "finite");
+    ck_assert_error(kiln_arange(NULL, KILN_F32, 0, 1, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+                    "kiln_arange");
+    ck_assert_error(kiln_arange(dev, KILN_F32, 0, 1, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
+                    "out is NULL");
+    if (!has_fp64(dev))
+        ck_assert_error(kiln_arange(dev, KILN_F64, 0, 1, 0.5, &t), KILN_ERR_UNSUPPORTED, "fp64");
+    ck_assert_ptr_null(t);
+}
+END_TEST
+
+Suite *creation_suite(void)
+{
+    Suite *s = suite_create("creation");
+    TCase *tc = tcase_create("creation");
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_full_every_dtype);
+    tcase_add_test(tc, test_ones_and_fill);
+    tcase_add_test(tc, test_arange);
+    tcase_add_test(tc, test_zero_size);
+    tcase_add_test(tc, test_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}

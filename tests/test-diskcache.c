@@ -1,0 +1,607 @@
+/* test-diskcache.c - the on-disk program cache: key, hits across processes, corrupt and foreign
+ * entries, unusable directories, KILN_CACHE=0, two processes racing on one entry. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lib/clcall.h"
+#include "lib/diskcache.h"
+#include "kiln.h"
+
+extern char **environ;
+
+#define ck_assert_err_contains(text)                                                          \
+    ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL, "message \"%s\" lacks \"%s\"",   \
+                  kiln_last_error(), (text))
+
+static const char *source = "__kernel void twice(__global float *x, int n)\n"
+                            "{\n"
+                            "    int i = get_global_id(0);\n"
+                            "    if (i < n)\n"
+                            "        x[i] *= 2.0f;\n"
+                            "}\n";
+
+static kiln_device *dev;
+static char root[256]; /* this run's scratch directory */
+
+static void setup(void)
+{
+    ck_assert_int_eq(kiln_device_get("cpu:0", &dev), KILN_OK);
+    snprintf(root, sizeof root, "/tmp/kiln-test-diskcache-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(root));
+}
+
+static void rm_rf(const char *path)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void teardown(void)
+{
+    rm_rf(root);
+    unsetenv("KILN_CACHE");
+    kiln__diskcache_reset();
+    kiln__cl_reset();
+}
+
+/* Point the cache at a fresh directory root/name and reset the counters. */
+static void use_dir(const char *name, char *dir, size_t size)
+{
+    snprintf(dir, size, "%s/%s", root, name);
+    setenv("KILN_CACHE_DIR", dir, 1);
+    unsetenv("KILN_CACHE");
+    kiln__diskcache_reset();
+}
+
+static kiln_cache_stats stats(void)
+{
+    kiln_cache_stats st;
+    ck_assert_int_eq(kiln_cache_stats_get(&st), KILN_OK);
+    return st;
+}
+
+/* Build `source` (with options) and check the program is usable. */
+static void build_ok(const char *options)
+{
+    kiln_program *prog = NULL;
+    kiln_status s = kiln_program_build(dev, source, options, &prog);
+    ck_assert_msg(s == KILN_OK, "build failed: %s", kiln_last_error());
+    ck_assert_str_eq(kiln_program_kernel_names(prog), "twice");
+    kiln_program_release(prog);
+}
+
+/* Count files in dir whose names contain `part`; the last one's path goes to found. */
+static int count_files(const char *dir, const char *part, char *found, size_t size)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || !strstr(e->d_name, part))
+            continue;
+        n++;
+        if (found)
+            snprintf(found, size, "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+static size_t file_size(const char *path)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return (size_t)st.st_size;
+}
+
+/* ---- key ------------------------------------------------------------------------------ */
+
+static uint64_t key_hash(const kiln_device_info *info, const char *src, const char *options,
+                         char **text, size_t *len)
+{
+    *text = kiln__diskcache_key(info, src, strlen(src), options, len);
+    ck_assert_ptr_nonnull(*text);
+    return kiln__fnv1a(*text, *len, KILN__FNV_OFFSET);
+}
+
+START_TEST(key_covers_every_field)
+{
+    kiln_device_info info;
+    memset(&info, 0, sizeof info);
+    strcpy(info.name, "dev");
+    strcpy(info.vendor, "vendor");
+    strcpy(info.driver_version, "1.0");
+    strcpy(info.platform_version, "OpenCL 1.2 x");
+    char *base, *other;
+    size_t blen, olen;
+    uint64_t h = key_hash(&info, "kernel void k(){}", "-DA", &base, &blen);
+    /* The same inputs give the same key. */
+    ck_assert_uint_eq(key_hash(&info, "kernel void k(){}", "-DA", &other, &olen), h);
+    ck_assert_int_eq(olen == blen && memcmp(base, other, blen) == 0, 1);
+    free(other);
+    ck_assert_ptr_nonnull(strstr(base, "kernel void k(){}"));
+    ck_assert_ptr_nonnull(strstr(base, KILN_VERSION_STRING));
+    /* Each field changes it: options, source, driver, device, vendor, platform. */
+    ck_assert_uint_ne(key_hash(&info, "kernel void k(){}", "-DB", &other, &olen), h);
+    free(other);
+    ck_assert_uint_ne(key_hash(&info, "kernel void k(){ }", "-DA", &other, &olen), h);
+    free(other);
+    kiln_device_info changed = info;
+    strcpy(changed.driver_version, "1.1");
+    ck_assert_uint_ne(key_hash(&changed, "kernel void k(){}", "-DA", &other, &olen), h);
+    free(other);
+    changed = info;
+    strcpy(changed.name, "dev2");
+    ck_assert_uint_ne(key_hash(&changed, "kernel void k(){}", "-DA", &other, &olen), h);
+    free(other);
+    changed = info;
+    strcpy(changed.vendor, "vendor2");
+    ck_assert_uint_ne(key_hash(&changed, "kernel void k(){}", "-DA", &other, &olen), h);
+    free(other);
+    changed = info;
+    strcpy(changed.platform_version, "OpenCL 3.0 x");
+    ck_assert_uint_ne(key_hash(&changed, "kernel void k(){}", "-DA", &other, &olen), h);
+    free(other);
+    /* Field boundaries are unambiguous: moving a character between fields changes the key. */
+    changed = info;
+    strcpy(changed.name, "devv");
+    strcpy(changed.vendor, "endor");
+    ck_assert_uint_ne(key_hash(&changed, "kernel void k(){}", "-DA", &other, &olen), h);
+    free(other);
+    free(base);
+}
+END_TEST
+
+START_TEST(fnv1a_known_values)
+{
+    /* Published FNV-1a 64 test vectors. */
+    ck_assert_uint_eq(kiln__fnv1a("", 0, KILN__FNV_OFFSET), 0xcbf29ce484222325ull);
+    ck_assert_uint_eq(kiln__fnv1a("a", 1, KILN__FNV_OFFSET), 0xaf63dc4c8601ec8cull);
+    ck_assert_uint_eq(kiln__fnv1a("foobar", 6, KILN__FNV_OFFSET), 0x85944171f73967e8ull);
+}
+END_TEST
+
+/* ---- one process ------------------------------------------------------------------------- */
+
+START_TEST(hit_after_save_and_permissions)
+{
+    char dir[512], entry[768];
+    use_dir("a/b", dir, sizeof dir);
+    ck_assert_str_eq(kiln_cache_dir(), dir);
+    build_ok(NULL);
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.misses, 1);
+    ck_assert_uint_eq(st.saves, 1);
+    ck_assert_uint_eq(st.hits, 0);
+    ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
+    ck_assert_int_eq(count_files(dir, ".tmp.", NULL, 0), 0);
+    struct stat sd, se;
+    ck_assert_int_eq(stat(dir, &sd), 0);
+    ck_assert_int_eq(stat(entry, &se), 0);
+    ck_assert_int_eq(sd.st_mode & 0777, 0700);
+    ck_assert_int_eq(se.st_mode & 0777, 0600);
+    build_ok(NULL);
+    st = stats();
+    ck_assert_uint_eq(st.hits, 1);
+    ck_assert_uint_eq(st.misses, 1);
+    /* Different options: a different entry, no stale hit. */
+    build_ok("-DSOMETHING=1");
+    st = stats();
+    ck_assert_uint_eq(st.hits, 1);
+    ck_assert_uint_eq(st.misses, 2);
+    ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 2);
+}
+END_TEST
+
+START_TEST(group_writable_dir_is_tightened)
+{
+    char dir[512];
+    use_dir("loose", dir, sizeof dir);
+    ck_assert_int_eq(mkdir(dir, 0777), 0);
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    build_ok(NULL);
+    struct stat sd;
+    ck_assert_int_eq(stat(dir, &sd), 0);
+    ck_assert_int_eq(sd.st_mode & 0777, 0700);
+    ck_assert_uint_eq(stats().saves, 1);
+}
+END_TEST
+
+START_TEST(symlinked_dir_is_refused)
+{
+    char dir[512], real[512];
+    snprintf(real, sizeof real, "%s/real", root);
+    ck_assert_int_eq(mkdir(real, 0700), 0);
+    use_dir("link", dir, sizeof dir);
+    ck_assert_int_eq(symlink(real, dir), 0);
+    build_ok(NULL);
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.saves, 0);
+    ck_assert_uint_eq(st.write_errors, 1);
+    ck_assert_int_eq(count_files(real, ".bin", NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(cache_off)
+{
+    char dir[512];
+    use_dir("off", dir, sizeof dir);
+    setenv("KILN_CACHE", "0", 1);
+    kiln__diskcache_reset();
+    ck_assert_str_eq(kiln_cache_dir(), "");
+    build_ok(NULL);
+    build_ok(NULL);
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.misses, 2);
+    ck_assert_uint_eq(st.saves + st.hits + st.write_errors, 0);
+    struct stat sd;
+    ck_assert_int_eq(stat(dir, &sd), -1); /* not even created */
+}
+END_TEST
+
+START_TEST(uncreatable_dir_builds_anyway)
+{
+    char file[512], dir[512];
+    snprintf(file, sizeof file, "%s/plainfile", root);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    /* Running as root, chmod cannot make a directory unwritable; a path under a regular file
+     * can never be created. */
+    use_dir("plainfile/sub", dir, sizeof dir);
+    build_ok(NULL);
+    build_ok("-DX=2");
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.misses, 2);
+    ck_assert_uint_eq(st.saves, 0);
+    ck_assert_uint_eq(st.write_errors, 1); /* reported once, not per build */
+}
+END_TEST
+
+/* ---- damaged entries --------------------------------------------------------------------- */
+
+/* Build once to make the entry; damage it; the next build must detect it, rebuild and replace
+ * it, and the one after that must hit. */
+typedef void (*damage_fn)(const char *path, size_t arg);
+
+static void check_rebuilt(damage_fn damage, size_t arg, const char *what)
+{
+    char dir[512], entry[768];
+    use_dir("d", dir, sizeof dir);
+    build_ok(NULL);
+    ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
+    size_t good = file_size(entry);
+    damage(entry, arg);
+    build_ok(NULL);
+    kiln_cache_stats st = stats();
+    ck_assert_msg(st.corrupt == 1 && st.hits == 0 && st.misses == 2 && st.saves == 2,
+                  "%s (arg %zu): corrupt %llu hits %llu misses %llu saves %llu", what, arg,
+                  (unsigned long long)st.corrupt, (unsigned long long)st.hits,
+                  (unsigned long long)st.misses, (unsigned long long)st.saves);
+    ck_assert_uint_eq(file_size(entry), good);
+    build_ok(NULL);
+    ck_assert_uint_eq(stats().hits, 1);
+    rm_rf(dir);
+}
+
+static void truncate_to(const char *path, size_t n)
+{
+    ck_assert_int_eq(truncate(path, (off_t)n), 0);
+}
+
+static void flip_byte(const char *path, size_t offset)
+{
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    unsigned char c;
+    ck_assert_int_eq(pread(fd, &c, 1, (off_t)offset), 1);
+    c ^= 0x20;
+    ck_assert_int_eq(pwrite(fd, &c, 1, (off_t)offset), 1);
+    close(fd);
+}
+
+static void set_u64(const char *path, size_t offset)
+{
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    unsigned char v[8] = {0, 0, 0, 0, 0, 0, 0, 0x40}; /* 2^62, little-endian */
+    ck_assert_int_eq(pwrite(fd, v, 8, (off_t)offset), 8);
+    close(fd);
+}
+
+static void append_byte(const char *path, size_t unused)
+{
+    (void)unused;
+    FILE *f = fopen(path, "ab");
+    ck_assert_ptr_nonnull(f);
+    fputc('x', f);
+    fclose(f);
+}
+
+static void replace_with_fifo(const char *path, size_t unused)
+{
+    (void)unused;
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+}
+
+static void replace_with_symlink(const char *path, size_t unused)
+{
+    (void)unused;
+    char target[800];
+    snprintf(target, sizeof target, "%s.target", path);
+    ck_assert_int_eq(rename(path, target), 0);
+    ck_assert_int_eq(symlink(target, path), 0);
+}
+
+START_TEST(truncated_entries_rebuild)
+{
+    char dir[512], entry[768];
+    use_dir("probe", dir, sizeof dir);
+    build_ok(NULL);
+    ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
+    size_t n = file_size(entry);
+    /* Zero length, inside the header, at its end, inside the key, inside the payload, and one
+     * byte short. */
+    size_t cuts[] = {0, 1, 7, 39, 40, 41, 200, n / 2, n - 100, n - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++)
+        check_rebuilt(truncate_to, cuts[i], "truncated");
+}
+END_TEST
+
+START_TEST(damaged_entries_rebuild)
+{
+    char dir[512], entry[768];
+    use_dir("probe", dir, sizeof dir);
+    build_ok(NULL);
+    ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
+    size_t n = file_size(entry);
+    check_rebuilt(flip_byte, 0, "foreign magic");
+    check_rebuilt(flip_byte, 8, "format version");
+    check_rebuilt(flip_byte, 16, "key length");
+    check_rebuilt(set_u64, 24, "huge payload length");
+    check_rebuilt(flip_byte, 33, "checksum");
+    check_rebuilt(flip_byte, 60, "key byte");
+    check_rebuilt(flip_byte, n - 1, "last payload byte");
+    check_rebuilt(flip_byte, n / 2 + 300 < n ? n / 2 + 300 : n - 2, "payload byte");
+    check_rebuilt(append_byte, 0, "trailing garbage");
+    check_rebuilt(replace_with_fifo, 0, "fifo");
+    check_rebuilt(replace_with_symlink, 0, "symlink");
+}
+END_TEST
+
+static cl_program CL_API_CALL refuse_binary(cl_context ctx, cl_uint n, const cl_device_id *devs,
+                                            const size_t *lens, const unsigned char **bins,
+                                            cl_int *bstatus, cl_int *err)
+{
+    (void)ctx, (void)devs, (void)lens, (void)bins;
+    for (cl_uint i = 0; i < n; i++)
+        if (bstatus)
+            bstatus[i] = CL_INVALID_BINARY;
+    *err = CL_INVALID_BINARY;
+    return NULL;
+}
+
+START_TEST(driver_rejects_binary)
+{
+    char dir[512];
+    use_dir("rej", dir, sizeof dir);
+    build_ok(NULL);
+    kiln__cl.CreateProgramWithBinary = refuse_binary;
+    build_ok(NULL);
+    kiln__cl_reset();
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.rejected, 1);
+    ck_assert_uint_eq(st.hits, 1); /* the entry itself was intact */
+    ck_assert_uint_eq(st.misses, 2);
+    ck_assert_uint_eq(st.saves, 2); /* and was replaced */
+    build_ok(NULL);
+    ck_assert_uint_eq(stats().hits, 2);
+}
+END_TEST
+
+/* ---- several processes ------------------------------------------------------------------- */
+
+/* Start the helper with the cache in dir (extra "NAME=value" variables may follow). */
+static pid_t spawn_helper(const char *dir, const char *nbuilds, const char *errfile,
+                          const char *extra)
+{
+    char helper[1024];
+    snprintf(helper, sizeof helper, "%s/tests/kiln-cache-helper", getenv("KILN_TEST_BUILDDIR"));
+    char outfile[600];
+    snprintf(outfile, sizeof outfile, "%s.out", errfile);
+    int n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc((size_t)n + 4, sizeof *env);
+    ck_assert_ptr_nonnull(env);
+    char cachevar[600];
+    snprintf(cachevar, sizeof cachevar, "KILN_CACHE_DIR=%s", dir);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (strncmp(environ[i], "KILN_CACHE_DIR=", 15) != 0 &&
+            strncmp(environ[i], "KILN_LOG=", 9) != 0)
+            env[m++] = environ[i];
+    env[m++] = cachevar;
+    env[m++] = "KILN_LOG=warn";
+    if (extra)
+        env[m++] = (char *)extra;
+    env[m] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, outfile, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, errfile, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    char *argv[] = {helper, "cpu:0", (char *)nbuilds, NULL};
+    pid_t pid;
+    int rc = posix_spawn(&pid, helper, &fa, NULL, argv, env);
+    posix_spawn_file_actions_destroy(&fa);
+    free(env);
+    ck_assert_msg(rc == 0, "posix_spawn %s: %s", helper, strerror(rc));
+    return pid;
+}
+
+/* Wait for the helper; its counters go to c[6]. */
+static void wait_helper(pid_t pid, const char *errfile, unsigned long long *c)
+{
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    char outfile[600], line[256] = "";
+    snprintf(outfile, sizeof outfile, "%s.out", errfile);
+    FILE *f = fopen(outfile, "r");
+    ck_assert_ptr_nonnull(f);
+    if (!fgets(line, sizeof line, f))
+        line[0] = '\0';
+    fclose(f);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "helper failed (status %d), see %s",
+                  status, errfile);
+    ck_assert_int_eq(sscanf(line, "%llu %llu %llu %llu %llu %llu", &c[0], &c[1], &c[2], &c[3],
+                            &c[4], &c[5]),
+                     6);
+}
+
+static int count_lines_with(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, text) != NULL;
+    fclose(f);
+    return n;
+}
+
+START_TEST(hit_in_new_process)
+{
+    char dir[512], err[512];
+    snprintf(dir, sizeof dir, "%s/proc", root);
+    snprintf(err, sizeof err, "%s/helper1.err", root);
+    unsigned long long c[6];
+    wait_helper(spawn_helper(dir, "1", err, NULL), err, c);
+    ck_assert_uint_eq(c[0], 0); /* hits */
+    ck_assert_uint_eq(c[1], 1); /* misses */
+    ck_assert_uint_eq(c[2], 1); /* saves */
+    wait_helper(spawn_helper(dir, "1", err, NULL), err, c);
+    ck_assert_uint_eq(c[0], 1);
+    ck_assert_uint_eq(c[1], 0);
+    ck_assert_uint_eq(c[2], 0);
+    ck_assert_int_eq(count_lines_with(err, "kiln:"), 0); /* nothing at warn level */
+}
+END_TEST
+
+START_TEST(one_warning_for_unusable_dir)
+{
+    char file[512], dir[600], err[512];
+    snprintf(file, sizeof file, "%s/plain", root);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    snprintf(dir, sizeof dir, "%s/sub", file);
+    snprintf(err, sizeof err, "%s/helper2.err", root);
+    unsigned long long c[6];
+    wait_helper(spawn_helper(dir, "3", err, NULL), err, c);
+    ck_assert_uint_eq(c[1], 3);
+    ck_assert_uint_eq(c[2], 0);
+    ck_assert_int_eq(count_lines_with(err, "warn"), 1);
+    ck_assert_int_eq(count_lines_with(err, "cannot use the program cache directory"), 1);
+}
+END_TEST
+
+START_TEST(two_processes_race)
+{
+    char dir[512], e1[512], e2[512];
+    snprintf(dir, sizeof dir, "%s/race", root);
+    snprintf(e1, sizeof e1, "%s/race1.err", root);
+    snprintf(e2, sizeof e2, "%s/race2.err", root);
+    unsigned long long c1[6], c2[6];
+    pid_t p1 = spawn_helper(dir, "2", e1, NULL);
+    pid_t p2 = spawn_helper(dir, "2", e2, NULL);
+    wait_helper(p1, e1, c1);
+    wait_helper(p2, e2, c2);
+    ck_assert_uint_eq(c1[3] + c2[3], 0); /* no torn file was ever read */
+    ck_assert_uint_eq(c1[5] + c2[5], 0);
+    ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 2);
+    ck_assert_int_eq(count_files(dir, ".tmp.", NULL, 0), 0);
+    /* A third process finds both entries intact. */
+    wait_helper(spawn_helper(dir, "2", e1, NULL), e1, c1);
+    ck_assert_uint_eq(c1[0], 2);
+    ck_assert_uint_eq(c1[3], 0);
+}
+END_TEST
+
+START_TEST(stale_temp_files_are_cleaned)
+{
+    char dir[512], tmp[600], fresh[600];
+    use_dir("stale", dir, sizeof dir);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    snprintf(tmp, sizeof tmp, "%s/0123456789abcdef.bin.tmp.1.0", dir);
+    snprintf(fresh, sizeof fresh, "%s/0123456789abcdef.bin.tmp.2.0", dir);
+    FILE *f = fopen(tmp, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    f = fopen(fresh, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    struct timespec old[2] = {{.tv_sec = 1000000}, {.tv_sec = 1000000}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, tmp, old, 0), 0);
+    build_ok(NULL);
+    ck_assert_int_eq(access(tmp, F_OK), -1);  /* an old leftover is removed */
+    ck_assert_int_eq(access(fresh, F_OK), 0); /* a live writer's file is left alone */
+}
+END_TEST
+
+START_TEST(stats_null)
+{
+    ck_assert_int_eq(kiln_cache_stats_get(NULL), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("stats is NULL");
+}
+END_TEST
+
+Suite *diskcache_suite(void)
+{
+    Suite *s = suite_create("diskcache");
+    TCase *tc = tcase_create("key");
+    tcase_add_test(tc, key_covers_every_field);
+    tcase_add_test(tc, fnv1a_known_values);
+    tcase_add_test(tc, stats_null);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("process");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, hit_after_save_and_permissions);
+    tcase_add_test(tc, group_writable_dir_is_tightened);
+    tcase_add_test(tc, symlinked_dir_is_refused);
+    tcase_add_test(tc, cache_off);
+    tcase_add_test(tc, uncreatable_dir_builds_anyway);
+    tcase_add_test(tc, stale_temp_files_are_cleaned);
+    tcase_add_test(tc, driver_rejects_binary);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("damaged");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, truncated_entries_rebuild);
+    tcase_add_test(tc, damaged_entries_rebuild);
+    tcase_set_timeout(tc, 300);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("processes");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, hit_in_new_process);
+    tcase_add_test(tc, one_warning_for_unusable_dir);
+    tcase_add_test(tc, two_processes_race);
+    tcase_set_timeout(tc, 300);
+    suite_add_tcase(s, tc);
+    return s;
+}

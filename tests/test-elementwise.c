@@ -1,0 +1,878 @@
+/* test-elementwise.c - binary ops with broadcasting and scalars, where, unary ops and their
+ * derivatives, and casts, on every device and dtype, against plain-C double references. */
+#include <check.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln.h"
+
+/* ---- host conversions --------------------------------------------------------------------- */
+
+static float half_to_float(uint16_t h)
+{
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY)
+                                                     : ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* Round to nearest even by brute force over the representable neighbours. */
+static uint16_t float_to_half(float f)
+{
+    if (isnan(f))
+        return 0x7e00;
+    uint16_t sign = signbit(f) ? 0x8000 : 0;
+    float a = fabsf(f);
+    if (a >= 65520.0f)
+        return sign | 0x7c00;
+    uint16_t lo = 0, hi = 0x7c00;
+    while (hi - lo > 1) { /* largest half <= a */
+        uint16_t mid = (uint16_t)((lo + hi) / 2);
+        if (half_to_float(mid) <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    double dl = a - half_to_float(lo), dh = half_to_float((uint16_t)(lo + 1)) - a;
+    uint16_t r = dl < dh || (dl == dh && !(lo & 1)) ? lo : (uint16_t)(lo + 1);
+    return sign | r;
+}
+
+static bool is_float(kiln_dtype dt)
+{
+    return dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16;
+}
+
+/* The value v as the dtype stores it (what a host array of that dtype would hold). */
+static double to_dtype(kiln_dtype dt, double v)
+{
+    switch (dt) {
+    case KILN_F32: return (float)v;
+    case KILN_F64: return v;
+    case KILN_F16: return half_to_float(float_to_half((float)v));
+    case KILN_I32: return (int32_t)(uint32_t)(int64_t)v;
+    case KILN_I64: return (double)(int64_t)v;
+    case KILN_U8: return (uint8_t)(int64_t)v;
+    }
+    return 0;
+}
+
+static void store(kiln_dtype dt, void *p, int64_t i, double v)
+{
+    switch (dt) {
+    case KILN_F32: ((float *)p)[i] = (float)v; break;
+    case KILN_F64: ((double *)p)[i] = v; break;
+    case KILN_F16: ((uint16_t *)p)[i] = float_to_half((float)v); break;
+    case KILN_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case KILN_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case KILN_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    }
+}
+
+static double load(kiln_dtype dt, const void *p, int64_t i)
+{
+    switch (dt) {
+    case KILN_F32: return ((const float *)p)[i];
+    case KILN_F64: return ((const double *)p)[i];
+    case KILN_F16: return half_to_float(((const uint16_t *)p)[i]);
+    case KILN_I32: return ((const int32_t *)p)[i];
+    case KILN_I64: return (double)((const int64_t *)p)[i];
+    case KILN_U8: return ((const uint8_t *)p)[i];
+    }
+    return 0;
+}
+
+static int64_t numel_of(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    return n;
+}
+
+/* A tensor holding vals (already representable in dt). */
+static kiln_tensor *make(kiln_device *d, kiln_dtype dt, int ndim, const int64_t *shape,
+                         const double *vals)
+{
+    int64_t n = numel_of(ndim, shape);
+    void *h = malloc((size_t)n * kiln_dtype_size(dt) + 8);
+    ck_assert_ptr_nonnull(h);
+    for (int64_t i = 0; i < n; i++)
+        store(dt, h, i, vals[i]);
+    kiln_tensor *t = NULL;
+    ck_assert_int_eq(kiln_tensor_from_host(d, dt, ndim, shape, h, &t), KILN_OK);
+    free(h);
+    return t;
+}
+
+static double *read_all(kiln_tensor *t)
+{
+    int64_t n = kiln_tensor_numel(t);
+    void *h = malloc(kiln_tensor_nbytes(t) + 8);
+    double *out = malloc((size_t)n * sizeof(double) + 8);
+    ck_assert(h && out);
+    ck_assert_int_eq(kiln_tensor_read(t, h, kiln_tensor_nbytes(t)), KILN_OK);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = load(kiln_tensor_dtype(t), h, i);
+    free(h);
+    return out;
+}
+
+/* Deterministic inputs in [lo, hi], representable in dt (integers for integer dtypes). */
+static double *values(kiln_dtype dt, int64_t n, double lo, double hi, uint32_t seed)
+{
+    double *v = malloc((size_t)n * sizeof(double) + 8);
+    ck_assert_ptr_nonnull(v);
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        double u = lo + (hi - lo) * (double)(seed >> 8) / 16777216.0;
+        v[i] = to_dtype(dt, is_float(dt) ? u : floor(u));
+    }
+    return v;
+}
+
+/* Unit in the last place of x in the compute precision of dt (f16 computes in f32). */
+static double ulp_of(kiln_dtype dt, double x)
+{
+    int e;
+    frexp(x == 0 ? DBL_MIN : x, &e);
+    return ldexp(1.0, e - (dt == KILN_F64 ? 53 : 24));
+}
+
+/* |got - ref| <= ulps * ulp(ref) + abs_eps * eps * scale (+ half an f16 ulp for the final
+ * rounding of f16 storage). NaN matches NaN, infinities match exactly. */
+static bool close_to(kiln_dtype dt, double got, double ref, double ulps, double abs_eps,
+                     double scale)
+{
+    if (isnan(ref) || isnan(got))
+        return isnan(ref) && isnan(got);
+    if (isinf(ref) || isinf(got))
+        return got == ref;
+    double eps = dt == KILN_F64 ? DBL_EPSILON : FLT_EPSILON;
+    double tol = ulps * ulp_of(dt, ref) + abs_eps * eps * scale;
+    if (dt == KILN_F16)
+        tol += ldexp(ulp_of(KILN_F32, ref), 13) * 0.5 + 3e-8;
+    return fabs(got - ref) <= tol;
+}
+
+/* ---- fixtures ----------------------------------------------------------------------------- */
+
+static kiln_device *devs[8];
+static int ndevs;
+static kiln_device *dev; /* "auto": gpu:0 (Oclgrind) in the -oclgrind configuration */
+static int64_t n_small;  /* element counts Oclgrind simulates quickly */
+static kiln_dtype dtypes[KILN_DTYPE_COUNT];
+static int ndtypes;
+
+static void setup(void)
+{
+    ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_OK);
+    ndevs = kiln_device_count(KILN_DEVICE_ALL);
+    ck_assert_int_ge(ndevs, 1);
+    ndevs = ndevs > 8 ? 8 : ndevs;
+    for (int i = 0; i < ndevs; i++)
+        devs[i] = kiln_device_at(i);
+    bool sim = kiln_device_count(KILN_DEVICE_GPU) > 0 &&
+               strstr(kiln_device_name(dev), "Oclgrind") != NULL;
+    n_small = sim ? 67 : 1031;
+    kiln_device_info info;
+    ck_assert_int_eq(kiln_device_info_get(dev, &info), KILN_OK);
+    ndtypes = 0;
+    for (int d = 0; d < KILN_DTYPE_COUNT; d++)
+        if (d != KILN_F64 || info.fp64)
+            dtypes[ndtypes++] = (kiln_dtype)d;
+}
+
+/* Wait for queued work: a launch whose result was never read must not still be running
+ * (PoCL compiles kernels lazily on its worker thread) when the process exits. */
+static void teardown(void)
+{
+    for (int i = 0; i < ndevs; i++)
+        kiln_device_synchronize(devs[i]);
+}
+
+static bool has_fp64(kiln_device *d)
+{
+    kiln_device_info info;
+    ck_assert_int_eq(kiln_device_info_get(d, &info), KILN_OK);
+    return info.fp64;
+}
+
+/* ---- references ---------------------------------------------------------------------------- */
+
+static const char *const binary_names[] = {"add", "sub", "mul", "div", "pow", "minimum", "maximum",
+                                           "eq",  "ne",  "lt",  "le",  "gt",  "ge"};
+
+/* Integer results wrap like two's complement at the dtype's width. */
+static double wrap(kiln_dtype dt, double v)
+{
+    if (dt == KILN_I32)
+        return (int32_t)(uint32_t)(uint64_t)(int64_t)v;
+    if (dt == KILN_U8)
+        return (uint8_t)(uint64_t)(int64_t)v;
+    return v;
+}
+
+static double ref_binary(kiln_binary_op op, kiln_dtype dt, double x, double y)
+{
+    bool fl = is_float(dt);
+    switch (op) {
+    case KILN_OP_ADD: return fl ? x + y : wrap(dt, x + y);
+    case KILN_OP_SUB: return fl ? x - y : wrap(dt, x - y);
+    case KILN_OP_MUL: {
+        if (fl)
+            return x * y;
+        if (dt == KILN_I64) /* exact 64-bit wrap */
+            return (double)(int64_t)((uint64_t)(int64_t)x * (uint64_t)(int64_t)y);
+        return wrap(dt, x * y);
+    }
+    case KILN_OP_DIV:
+        if (fl)
+            return x / y;
+        if (y == 0)
+            return 0;
+        if (y == -1)
+            return wrap(dt, -x);
+        return trunc(x / y);
+    case KILN_OP_POW: return pow(x, y);
+    case KILN_OP_MINIMUM: return isnan(x) || isnan(y) ? NAN : fmin(x, y);
+    case KILN_OP_MAXIMUM: return isnan(x) || isnan(y) ? NAN : fmax(x, y);
+    case KILN_OP_EQ: return x == y;
+    case KILN_OP_NE: return x != y;
+    case KILN_OP_LT: return x < y;
+    case KILN_OP_LE: return x <= y;
+    case KILN_OP_GT: return x > y;
+    case KILN_OP_GE: return x >= y;
+    }
+    return NAN;
+}
+
+/* ULP bounds of the OpenCL C spec (full profile): divide 2.5 in f32, pow 16; the rest are
+ * correctly rounded (0.5 ulp) or exact. */
+static double binary_ulps(kiln_binary_op op, kiln_dtype dt)
+{
+    if (op == KILN_OP_DIV)
+        return dt == KILN_F64 ? 0.5 : 3;
+    if (op == KILN_OP_POW)
+        return 16;
+    return 0.5;
+}
+
+static bool is_cmp(kiln_binary_op op)
+{
+    return op >= KILN_OP_EQ;
+}
+
+/* Inputs per op: positive bases for pow, no zero divisors except where tested. */
+static void binary_inputs(kiln_binary_op op, kiln_dtype dt, int64_t n, double **a, double **b)
+{
+    double lo = dt == KILN_U8 ? 0 : -40, hi = dt == KILN_U8 ? 250 : 40;
+    if (is_float(dt))
+        lo = -4, hi = 4;
+    *a = values(dt, n, op == KILN_OP_POW ? 0.1 : lo, hi, 11u + (uint32_t)op);
+    *b = values(dt, n, op == KILN_OP_POW ? -3 : lo, op == KILN_OP_POW ? 3 : hi, 97u);
+    if (op == KILN_OP_DIV)
+        for (int64_t i = 0; i < n; i++)
+            if ((*b)[i] == 0)
+                (*b)[i] = 3;
+    for (int64_t i = 0; i < n; i += 5) /* ties for the comparisons */
+        (*b)[i] = (*a)[i];
+}
+
+static void check_binary_result(kiln_binary_op op, kiln_dtype dt, const double *a,
+                                const double *b, const double *got, int64_t i, int64_t ia,
+                                int64_t ib, const char *where)
+{
+    double ref = ref_binary(op, dt, a[ia], b[ib]);
+    bool ok = is_cmp(op) || !is_float(dt)
+                  ? got[i] == ref
+                  : close_to(dt, got[i], ref, binary_ulps(op, dt), 0, 0);
+    ck_assert_msg(ok, "%s %s %s [%lld]: %.17g %s %.17g = %.17g, reference %.17g", where,
+                  binary_names[op], kiln_dtype_name(dt), (long long)i, a[ia], binary_names[op],
+                  b[ib], got[i], ref);
+}
+
+/* ---- binary ------------------------------------------------------------------------------ */
+
+/* Every op on every dtype, same shape (the contiguous fast path), on every device. */
+START_TEST(test_binary_all_ops)
+{
+    int64_t n = n_small;
+    for (int di = 0; di < ndevs; di++) {
+        kiln_device *d = devs[di];
+        for (int k = 0; k < ndtypes; k++) {
+            kiln_dtype dt = dtypes[k];
+            if (dt == KILN_F64 && !has_fp64(d))
+                continue;
+            for (int op = KILN_OP_ADD; op <= KILN_OP_GE; op++) {
+                if (op == KILN_OP_POW && !is_float(dt))
+                    continue;
+                double *a, *b;
+                binary_inputs((kiln_binary_op)op, dt, n, &a, &b);
+                kiln_tensor *ta = make(d, dt, 1, &n, a), *tb = make(d, dt, 1, &n, b), *r = NULL;
+                ck_assert_int_eq(kiln_binary((kiln_binary_op)op, ta, tb, &r), KILN_OK);
+                ck_assert_int_eq(kiln_tensor_dtype(r), is_cmp(op) ? KILN_U8 : dt);
+                ck_assert_ptr_eq(kiln_tensor_device(r), d);
+                double *got = read_all(r);
+                for (int64_t i = 0; i < n; i++)
+                    check_binary_result((kiln_binary_op)op, dt, a, b, got, i, i, i,
+                                        kiln_device_spec(d));
+                free(got);
+                free(a);
+                free(b);
+                kiln_tensor_release(ta);
+                kiln_tensor_release(tb);
+                kiln_tensor_release(r);
+            }
+        }
+    }
+}
+END_TEST
+
+/* Reference broadcasting: the input offset of output index i, computed independently. */
+static int64_t bcast_offset(int ondim, const int64_t *oshape, int64_t i, int ndim,
+                            const int64_t *shape)
+{
+    int64_t off = 0, stride = 1;
+    for (int d = ondim - 1; d >= 0; d--) {
+        int64_t c = i % oshape[d];
+        i /= oshape[d];
+        int k = d - (ondim - ndim);
+        if (k >= 0) {
+            if (shape[k] != 1)
+                off += c * stride;
+            stride *= shape[k];
+        }
+    }
+    return off;
+}
+
+typedef struct bcase {
+    int na, nb, nr;
+    int64_t a[8], b[8], r[8];
+} bcase;
+
+static const bcase bcases[] = {
+    {2, 1, 2, {3, 1}, {4}, {3, 4}},
+    {3, 2, 3, {2, 3, 4}, {3, 1}, {2, 3, 4}},
+    {1, 1, 1, {1}, {5}, {5}},
+    {1, 1, 1, {5}, {1}, {5}},
+    {2, 3, 3, {3, 4}, {1, 3, 4}, {1, 3, 4}},
+    {4, 4, 4, {2, 1, 3, 1}, {1, 4, 1, 5}, {2, 4, 3, 5}},
+    {8, 8, 8, {2, 1, 2, 1, 2, 1, 2, 1}, {1, 2, 1, 2, 1, 2, 1, 2}, {2, 2, 2, 2, 2, 2, 2, 2}},
+    {3, 1, 3, {4, 1, 3}, {3}, {4, 1, 3}},
+    {2, 2, 2, {0, 3}, {1, 3}, {0, 3}},
+    {2, 1, 2, {4, 0}, {1}, {4, 0}},
+};
+
+START_TEST(test_broadcast)
+{
+    static const kiln_binary_op ops[] = {KILN_OP_ADD, KILN_OP_SUB, KILN_OP_LT, KILN_OP_MAXIMUM};
+    static const kiln_dtype dts[] = {KILN_F32, KILN_I32, KILN_F16, KILN_I64};
+    for (size_t c = 0; c < sizeof bcases / sizeof bcases[0]; c++) {
+        const bcase *bc = &bcases[c];
+        int64_t na = numel_of(bc->na, bc->a), nb = numel_of(bc->nb, bc->b);
+        int64_t nr = numel_of(bc->nr, bc->r);
+        for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+            kiln_dtype dt = dts[k];
+            double *a = values(dt, na, -9, 9, 3), *b = values(dt, nb, -9, 9, 4);
+            kiln_tensor *ta = make(dev, dt, bc->na, bc->a, a), *tb = make(dev, dt, bc->nb, bc->b, b);
+            for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+                kiln_tensor *r = NULL;
+                ck_assert_int_eq(kiln_binary(ops[o], ta, tb, &r), KILN_OK);
+                ck_assert_int_eq(kiln_tensor_ndim(r), bc->nr);
+                for (int d = 0; d < bc->nr; d++)
+                    ck_assert_int_eq(kiln_tensor_shape(r)[d], bc->r[d]);
+                double *got = read_all(r);
+                for (int64_t i = 0; i < nr; i++)
+                    check_binary_result(ops[o], dt, a, b, got, i,
+                                        bcast_offset(bc->nr, bc->r, i, bc->na, bc->a),
+                                        bcast_offset(bc->nr, bc->r, i, bc->nb, bc->b),
+                                        "broadcast");
+                free(got);
+                kiln_tensor_release(r);
+            }
+            /* _out into a preallocated result, and the reverse operand order */
+            kiln_tensor *o = NULL, *r2 = NULL;
+            ck_assert_int_eq(kiln_tensor_empty(dev, dt, bc->nr, bc->r, &o), KILN_OK);
+            ck_assert_int_eq(kiln_binary_out(KILN_OP_MUL, ta, tb, o), KILN_OK);
+            ck_assert_int_eq(kiln_sub(tb, ta, &r2), KILN_OK);
+            double *got = read_all(o), *got2 = read_all(r2);
+            for (int64_t i = 0; i < nr; i++) {
+                int64_t ia = bcast_offset(bc->nr, bc->r, i, bc->na, bc->a);
+                int64_t ib = bcast_offset(bc->nr, bc->r, i, bc->nb, bc->b);
+                check_binary_result(KILN_OP_MUL, dt, a, b, got, i, ia, ib, "binary_out");
+                check_binary_result(KILN_OP_SUB, dt, b, a, got2, i, ib, ia, "reversed");
+            }
+            free(got);
+            free(got2);
+            kiln_tensor_release(o);
+            kiln_tensor_release(r2);
+            kiln_tensor_release(ta);
+            kiln_tensor_release(tb);
+            free(a);
+            free(b);
+        }
+    }
+}
+END_TEST
+
+/* tensor op scalar: every op on f32 and i32, a few on the other dtypes (each op and dtype is a
+ * kernel to compile; the arithmetic is the same code as the tensor-tensor kernels). The
+ * scalar converts to the tensor's dtype. */
+START_TEST(test_scalar)
+{
+    int64_t n = n_small;
+    for (int k = 0; k < ndtypes; k++) {
+        kiln_dtype dt = dtypes[k];
+        double *a = values(dt, n, dt == KILN_U8 ? 0 : -20, 20, 5);
+        kiln_tensor *ta = make(dev, dt, 1, &n, a);
+        for (int op = KILN_OP_ADD; op <= KILN_OP_GE; op++) {
+            if (op == KILN_OP_POW && !is_float(dt))
+                continue;
+            if (dt != KILN_F32 && dt != KILN_I32 && op != KILN_OP_MUL && op != KILN_OP_GE &&
+                op != KILN_OP_SUB)
+                continue;
+            double s = op == KILN_OP_POW ? 2.0 : is_float(dt) ? 1.25 : 3.0;
+            double *b = malloc((size_t)n * sizeof(double));
+            for (int64_t i = 0; i < n; i++)
+                b[i] = to_dtype(dt, s);
+            kiln_tensor *r = NULL;
+            ck_assert_int_eq(kiln_binary_scalar((kiln_binary_op)op, ta, s, &r), KILN_OK);
+            double *got = read_all(r);
+            for (int64_t i = 0; i < n; i++)
+                check_binary_result((kiln_binary_op)op, dt, a, b, got, i, i, i, "scalar");
+            free(got);
+            free(b);
+            kiln_tensor_release(r);
+        }
+        kiln_tensor_release(ta);
+        free(a);
+    }
+}
+END_TEST
+
+/* Integer division truncates toward zero; x / 0 gives 0; MIN / -1 and overflow wrap. */
+START_TEST(test_integer_semantics)
+{
+    int32_t a[6] = {7, -7, 7, 5, INT32_MIN, INT32_MAX}, b[6] = {2, 2, -2, 0, -1, 1};
+    int32_t q_want[6] = {3, -3, -3, 0, INT32_MIN, INT32_MAX};
+    int32_t s_want[6] = {9, -5, 5, 5, INT32_MAX, INT32_MIN};
+    int64_t n = 6;
+    kiln_tensor *ta = NULL, *tb = NULL, *q = NULL, *s = NULL;
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_I32, 1, &n, a, &ta), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_I32, 1, &n, b, &tb), KILN_OK);
+    ck_assert_int_eq(kiln_div(ta, tb, &q), KILN_OK);
+    ck_assert_int_eq(kiln_add(ta, tb, &s), KILN_OK);
+    int32_t got[6];
+    ck_assert_int_eq(kiln_tensor_read(q, got, sizeof got), KILN_OK);
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(got[i], q_want[i]);
+    ck_assert_int_eq(kiln_tensor_read(s, got, sizeof got), KILN_OK);
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(got[i], s_want[i]);
+    kiln_tensor_release(ta);
+    kiln_tensor_release(tb);
+    kiln_tensor_release(q);
+    kiln_tensor_release(s);
+    uint8_t ua[3] = {200, 255, 10}, ub[3] = {255, 255, 0}, uq[3];
+    n = 3;
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_U8, 1, &n, ua, &ta), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_U8, 1, &n, ub, &tb), KILN_OK);
+    ck_assert_int_eq(kiln_div(ta, tb, &q), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_read(q, uq, sizeof uq), KILN_OK);
+    ck_assert_int_eq(uq[0], 0);
+    ck_assert_int_eq(uq[1], 1);
+    ck_assert_int_eq(uq[2], 0);
+    kiln_tensor_release(ta);
+    kiln_tensor_release(tb);
+    kiln_tensor_release(q);
+}
+END_TEST
+
+/* ---- where ------------------------------------------------------------------------------- */
+
+START_TEST(test_where)
+{
+    const bcase wc[] = {{1, 1, 1, {7}, {7}, {7}}, {2, 1, 2, {3, 1}, {4}, {3, 4}}};
+    int64_t cshape[2][2] = {{7}, {3, 4}};
+    int cnd[2] = {1, 2};
+    for (int c = 0; c < 2; c++) {
+        for (int k = 0; k < ndtypes; k++) {
+            kiln_dtype dt = dtypes[k];
+            const bcase *w = &wc[c];
+            int64_t nc = numel_of(cnd[c], cshape[c]), na = numel_of(w->na, w->a);
+            int64_t nb = numel_of(w->nb, w->b), nr = numel_of(w->nr, w->r);
+            double *cv = values(KILN_U8, nc, 0, 2, 8), *a = values(dt, na, 0, 99, 1);
+            double *b = values(dt, nb, 0, 99, 2);
+            kiln_tensor *tc = make(dev, KILN_U8, cnd[c], cshape[c], cv);
+            kiln_tensor *ta = make(dev, dt, w->na, w->a, a), *tb = make(dev, dt, w->nb, w->b, b);
+            kiln_tensor *r = NULL;
+            ck_assert_int_eq(kiln_where(tc, ta, tb, &r), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_dtype(r), dt);
+            double *got = read_all(r);
+            for (int64_t i = 0; i < nr; i++) {
+                int64_t ic = bcast_offset(w->nr, w->r, i, cnd[c], cshape[c]);
+                int64_t ia = bcast_offset(w->nr, w->r, i, w->na, w->a);
+                int64_t ib = bcast_offset(w->nr, w->r, i, w->nb, w->b);
+                ck_assert_msg(got[i] == (cv[ic] ? a[ia] : b[ib]), "where %s [%lld]",
+                              kiln_dtype_name(dt), (long long)i);
+            }
+            free(got);
+            free(cv);
+            free(a);
+            free(b);
+            kiln_tensor_release(tc);
+            kiln_tensor_release(ta);
+            kiln_tensor_release(tb);
+            kiln_tensor_release(r);
+        }
+    }
+}
+END_TEST
+
+/* ---- unary ------------------------------------------------------------------------------- */
+
+static const char *const unary_names[] = {"neg", "abs", "exp",  "log",     "sqrt", "rsqrt",
+                                          "sin", "cos", "tanh", "sigmoid", "relu", "gelu"};
+
+static double sigmoid(double x)
+{
+    return 1 / (1 + exp(-x));
+}
+
+static const double GK = 0.7978845608028654, GC = 0.044715;
+
+static double ref_unary(kiln_unary_op op, double x)
+{
+    switch (op) {
+    case KILN_OP_NEG: return -x;
+    case KILN_OP_ABS: return fabs(x);
+    case KILN_OP_EXP: return exp(x);
+    case KILN_OP_LOG: return log(x);
+    case KILN_OP_SQRT: return sqrt(x);
+    case KILN_OP_RSQRT: return 1 / sqrt(x);
+    case KILN_OP_SIN: return sin(x);
+    case KILN_OP_COS: return cos(x);
+    case KILN_OP_TANH: return tanh(x);
+    case KILN_OP_SIGMOID: return sigmoid(x);
+    case KILN_OP_RELU: return x < 0 ? 0 : x;
+    case KILN_OP_GELU: return 0.5 * x * (1 + tanh(GK * (x + GC * x * x * x)));
+    }
+    return NAN;
+}
+
+static double ref_derivative(kiln_unary_op op, double x)
+{
+    double t;
+    switch (op) {
+    case KILN_OP_NEG: return -1;
+    case KILN_OP_ABS: return x > 0 ? 1 : x < 0 ? -1 : 0;
+    case KILN_OP_EXP: return exp(x);
+    case KILN_OP_LOG: return 1 / x;
+    case KILN_OP_SQRT: return 0.5 / sqrt(x);
+    case KILN_OP_RSQRT: return -0.5 * pow(x, -1.5);
+    case KILN_OP_SIN: return cos(x);
+    case KILN_OP_COS: return -sin(x);
+    case KILN_OP_TANH: return 1 - tanh(x) * tanh(x);
+    case KILN_OP_SIGMOID: return sigmoid(x) * (1 - sigmoid(x));
+    case KILN_OP_RELU: return x > 0 ? 1 : 0;
+    case KILN_OP_GELU:
+        t = tanh(GK * (x + GC * x * x * x));
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GK * (1 + 3 * GC * x * x);
+    }
+    return NAN;
+}
+
+/* Spec ULP bounds for f32 (exp 3, log 3, sqrt 3, rsqrt 2, sin/cos 4, tanh 5), composed ops
+ * (sigmoid, gelu and derivatives) with an absolute part for their cancellations:
+ * |got - ref| <= ulps ulp(ref) + abs_eps * eps * (1 + |x|)^2 (1 + |g|). */
+static const double unary_ulps[] = {0.5, 0.5, 3, 3, 3, 2, 4, 4, 5, 8, 0.5, 8};
+static const double unary_abs[] = {0, 0, 0, 0, 0, 0, 2, 2, 4, 4, 0, 16};
+
+static double *unary_inputs(kiln_unary_op op, kiln_dtype dt, int64_t n)
+{
+    bool positive = op == KILN_OP_LOG || op == KILN_OP_SQRT || op == KILN_OP_RSQRT;
+    if (!is_float(dt))
+        return values(dt, n, dt == KILN_U8 ? 0 : -100, 100, 21);
+    double *v = values(dt, n, positive ? 0.01 : -6, positive ? 20 : 6, 21u + (uint32_t)op);
+    if (!positive && n > 3)
+        v[0] = 0, v[1] = -0.0, v[2] = to_dtype(dt, op == KILN_OP_EXP ? 11 : -30);
+    return v;
+}
+
+START_TEST(test_unary_and_backward)
+{
+    int64_t n = n_small;
+    for (int di = 0; di < ndevs; di++) {
+        kiln_device *d = devs[di];
+        for (int k = 0; k < ndtypes; k++) {
+            kiln_dtype dt = dtypes[k];
+            if (dt == KILN_F64 && !has_fp64(d))
+                continue;
+            for (int op = KILN_OP_NEG; op <= KILN_OP_GELU; op++) {
+                bool int_ok = op == KILN_OP_NEG || op == KILN_OP_ABS || op == KILN_OP_RELU;
+                if (!is_float(dt) && !int_ok)
+                    continue;
+                double *x = unary_inputs((kiln_unary_op)op, dt, n);
+                kiln_tensor *tx = make(d, dt, 1, &n, x), *r = NULL;
+                ck_assert_int_eq(kiln_unary((kiln_unary_op)op, tx, &r), KILN_OK);
+                double *got = read_all(r);
+                for (int64_t i = 0; i < n; i++) {
+                    double ref = ref_unary((kiln_unary_op)op, x[i]);
+                    bool ok = is_float(dt) ? close_to(dt, got[i], ref, unary_ulps[op],
+                                                      unary_abs[op], pow(1 + fabs(x[i]), 2))
+                                           : got[i] == wrap(dt, ref);
+                    ck_assert_msg(ok, "%s %s %s(%.17g) = %.17g, reference %.17g",
+                                  kiln_device_spec(d), kiln_dtype_name(dt), unary_names[op],
+                                  x[i], got[i], ref);
+                }
+                free(got);
+                kiln_tensor_release(r);
+                if (is_float(dt)) {
+                    double *g = values(dt, n, -2, 2, 77);
+                    kiln_tensor *tg = make(d, dt, 1, &n, g);
+                    ck_assert_int_eq(kiln_unary_backward((kiln_unary_op)op, tx, tg, &r), KILN_OK);
+                    got = read_all(r);
+                    for (int64_t i = 0; i < n; i++) {
+                        double ref = g[i] * ref_derivative((kiln_unary_op)op, x[i]);
+                        double scale = pow(1 + fabs(x[i]), 2) * (1 + fabs(g[i]));
+                        ck_assert_msg(close_to(dt, got[i], ref, unary_ulps[op] + 3,
+                                               unary_abs[op] + 2, scale),
+                                      "%s %s d%s(%.17g) * %.17g = %.17g, reference %.17g",
+                                      kiln_device_spec(d), kiln_dtype_name(dt), unary_names[op],
+                                      x[i], g[i], got[i], ref);
+                    }
+                    free(got);
+                    free(g);
+                    kiln_tensor_release(tg);
+                    kiln_tensor_release(r);
+                }
+                free(x);
+                kiln_tensor_release(tx);
+            }
+        }
+    }
+}
+END_TEST
+
+/* Stable sigmoid: no NaN or inf at large |x|; relu keeps NaN; unary_out in place. */
+START_TEST(test_unary_edges)
+{
+    float x[6] = {-100.0f, -30.0f, 0.0f, 30.0f, 100.0f, NAN}, got[6];
+    int64_t n = 6;
+    kiln_tensor *tx = NULL, *r = NULL;
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_F32, 1, &n, x, &tx), KILN_OK);
+    ck_assert_int_eq(kiln_unary(KILN_OP_SIGMOID, tx, &r), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_read(r, got, sizeof got), KILN_OK);
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(fabs(got[i] - sigmoid(x[i])) <= 1e-7 + 4 * FLT_EPSILON * sigmoid(x[i]),
+                      "sigmoid(%g) = %g", x[i], got[i]);
+    ck_assert_float_eq(got[4], 1.0f);
+    ck_assert(got[0] >= 0 && got[0] < 1e-30);
+    kiln_tensor_release(r);
+    ck_assert_int_eq(kiln_unary_out(KILN_OP_RELU, tx, tx), KILN_OK); /* in place */
+    ck_assert_int_eq(kiln_tensor_read(tx, got, sizeof got), KILN_OK);
+    ck_assert_float_eq(got[0], 0.0f);
+    ck_assert_float_eq(got[3], 30.0f);
+    ck_assert(isnan(got[5]));
+    kiln_tensor_release(tx);
+}
+END_TEST
+
+/* ---- cast -------------------------------------------------------------------------------- */
+
+/* float -> integer: truncate toward zero, saturate, NaN -> 0; integer -> integer wraps;
+ * anything -> float rounds to nearest (f16 to nearest even). */
+static double ref_cast(kiln_dtype from, kiln_dtype to, double v)
+{
+    if (is_float(to))
+        return to_dtype(to, v);
+    if (is_float(from)) {
+        if (isnan(v))
+            return 0;
+        double t = trunc(v);
+        double lo = to == KILN_I32 ? INT32_MIN : to == KILN_I64 ? -9223372036854775808.0 : 0;
+        double hi = to == KILN_I32 ? INT32_MAX : to == KILN_I64 ? 9223372036854775807.0 : 255;
+        return t < lo ? lo : t > hi ? hi : t;
+    }
+    return to_dtype(to, v);
+}
+
+START_TEST(test_cast_all_pairs)
+{
+    static const double fvals[] = {0,     1.5,    -1.5, 2.75, -7.9,   100.4, 300.7, -300.7,
+                                   1e10, -1e10, 65504, 0.1,  -0.49, 255.9, NAN,   1e20};
+    static const double ivals[] = {0, 1, -1, 127, 128, 255, 256, -129, 70000, 2147483647, -5};
+    for (int i = 0; i < ndtypes; i++) {
+        kiln_dtype from = dtypes[i];
+        const double *src = is_float(from) ? fvals : ivals;
+        int64_t n = is_float(from) ? 16 : 11;
+        double v[16];
+        for (int k = 0; k < n; k++)
+            v[k] = to_dtype(from, src[k]);
+        if (from == KILN_F16)
+            v[8] = v[9] = v[15] = 1000; /* f16 has no 1e10 */
+        kiln_tensor *tx = make(dev, from, 1, &n, v);
+        for (int j = 0; j < ndtypes; j++) {
+            kiln_dtype to = dtypes[j];
+            kiln_tensor *r = NULL;
+            ck_assert_int_eq(kiln_cast(tx, to, &r), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_dtype(r), to);
+            double *got = read_all(r);
+            for (int k = 0; k < n; k++) {
+                double ref = ref_cast(from, to, v[k]);
+                ck_assert_msg(got[k] == ref || (isnan(got[k]) && isnan(ref)),
+                              "cast %s %.17g -> %s: %.17g, reference %.17g",
+                              kiln_dtype_name(from), v[k], kiln_dtype_name(to), got[k], ref);
+            }
+            free(got);
+            kiln_tensor_release(r);
+        }
+        kiln_tensor_release(tx);
+    }
+}
+END_TEST
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+#define ck_assert_error(call, status, text)                                                     \
+    do {                                                                                        \
+        ck_assert_int_eq((call), (status));                                                     \
+        ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL, "message '%s' lacks '%s'",     \
+                      kiln_last_error(), (text));                                               \
+    } while (0)
+
+START_TEST(test_errors)
+{
+    int64_t s23[2] = {2, 3}, s4[1] = {4};
+    kiln_tensor *a = NULL, *b = NULL, *ai = NULL, *c = NULL, *o = NULL;
+    ck_assert_int_eq(kiln_tensor_zeros(dev, KILN_F32, 2, s23, &a), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_zeros(dev, KILN_F32, 1, s4, &b), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_zeros(dev, KILN_I32, 2, s23, &ai), KILN_OK);
+    kiln_tensor *r = a;
+    ck_assert_error(kiln_add(a, b, &r), KILN_ERR_SHAPE_MISMATCH, "[2, 3] and [4]");
+    ck_assert_ptr_null(r);
+    ck_assert_error(kiln_add(a, b, &r), KILN_ERR_SHAPE_MISMATCH, "kiln_add");
+    ck_assert_error(kiln_mul(a, ai, &r), KILN_ERR_DTYPE_MISMATCH, "f32 and i32");
+    ck_assert_error(kiln_sub(NULL, a, &r), KILN_ERR_INVALID_ARGUMENT, "argument 1");
+    ck_assert_error(kiln_div(a, NULL, &r), KILN_ERR_INVALID_ARGUMENT, "argument 2");
+    ck_assert_error(kiln_add(a, a, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    ck_assert_error(kiln_binary((kiln_binary_op)99, a, a, &r), KILN_ERR_INVALID_ARGUMENT,
+                    "unknown binary op");
+    ck_assert_error(kiln_binary(KILN_OP_POW, ai, ai, &r), KILN_ERR_UNSUPPORTED, "i32");
+    ck_assert_error(kiln_binary_scalar(KILN_OP_POW, ai, 2, &r), KILN_ERR_UNSUPPORTED, "pow");
+    ck_assert_error(kiln_binary_scalar(KILN_OP_ADD, ai, 1e12, &r), KILN_ERR_INVALID_ARGUMENT,
+                    "does not fit");
+    ck_assert_error(kiln_binary_scalar(KILN_OP_ADD, NULL, 1, &r), KILN_ERR_INVALID_ARGUMENT,
+                    "kiln_binary_scalar");
+    /* _out: wrong shape, wrong dtype (a comparison gives u8), NULL */
+    ck_assert_int_eq(kiln_tensor_zeros(dev, KILN_F32, 1, s4, &o), KILN_OK);
+    ck_assert_error(kiln_binary_out(KILN_OP_ADD, a, a, o), KILN_ERR_SHAPE_MISMATCH, "[4]");
+    ck_assert_error(kiln_binary_out(KILN_OP_LT, b, b, o), KILN_ERR_DTYPE_MISMATCH, "u8");
+    ck_assert_error(kiln_binary_out(KILN_OP_ADD, b, b, NULL), KILN_ERR_INVALID_ARGUMENT,
+                    "out is NULL");
+    ck_assert_error(kiln_unary_out(KILN_OP_EXP, a, o), KILN_ERR_SHAPE_MISMATCH, "[2, 3]");
+    /* unary */
+    ck_assert_error(kiln_unary(KILN_OP_EXP, ai, &r), KILN_ERR_UNSUPPORTED, "exp");
+    ck_assert_error(kiln_unary((kiln_unary_op)-1, a, &r), KILN_ERR_INVALID_ARGUMENT,
+                    "unknown unary op");
+    ck_assert_error(kiln_unary(KILN_OP_EXP, NULL, &r), KILN_ERR_INVALID_ARGUMENT, "kiln_unary");
+    ck_assert_error(kiln_unary_backward(KILN_OP_TANH, a, b, &r), KILN_ERR_SHAPE_MISMATCH,
+                    "[4]");
+    ck_assert_error(kiln_unary_backward(KILN_OP_RELU, ai, ai, &r), KILN_ERR_UNSUPPORTED,
+                    "relu");
+    ck_assert_error(kiln_unary_backward(KILN_OP_TANH, a, ai, &r), KILN_ERR_DTYPE_MISMATCH,
+                    "i32");
+    /* where */
+    ck_assert_error(kiln_where(a, a, a, &r), KILN_ERR_DTYPE_MISMATCH, "u8");
+    ck_assert_int_eq(kiln_binary(KILN_OP_GT, a, a, &c), KILN_OK);
+    ck_assert_error(kiln_where(c, a, ai, &r), KILN_ERR_DTYPE_MISMATCH, "f32 and i32");
+    ck_assert_error(kiln_where(c, b, b, &r), KILN_ERR_SHAPE_MISMATCH, "[2, 3], [4] and [4]");
+    ck_assert_error(kiln_where(NULL, b, b, &r), KILN_ERR_INVALID_ARGUMENT, "argument 1");
+    /* cast */
+    ck_assert_error(kiln_cast(a, (kiln_dtype)42, &r), KILN_ERR_INVALID_ARGUMENT, "dtype");
+    ck_assert_error(kiln_cast(NULL, KILN_F32, &r), KILN_ERR_INVALID_ARGUMENT, "kiln_cast");
+    ck_assert_ptr_null(r);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(ai);
+    kiln_tensor_release(c);
+    kiln_tensor_release(o);
+}
+END_TEST
+
+/* Zero-size tensors are valid everywhere and need no kernel. */
+START_TEST(test_zero_size)
+{
+    int64_t s0[2] = {0, 3}, s1[1] = {3};
+    kiln_tensor *a = NULL, *b = NULL, *r = NULL;
+    ck_assert_int_eq(kiln_tensor_empty(dev, KILN_F32, 2, s0, &a), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_zeros(dev, KILN_F32, 1, s1, &b), KILN_OK);
+    ck_assert_int_eq(kiln_add(a, b, &r), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_numel(r), 0);
+    ck_assert_int_eq(kiln_tensor_shape(r)[0], 0);
+    ck_assert_int_eq(kiln_tensor_shape(r)[1], 3);
+    kiln_tensor_release(r);
+    ck_assert_int_eq(kiln_unary(KILN_OP_TANH, a, &r), KILN_OK);
+    kiln_tensor_release(r);
+    ck_assert_int_eq(kiln_cast(a, KILN_I64, &r), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_numel(r), 0);
+    kiln_tensor_release(r);
+    ck_assert_int_eq(kiln_binary_scalar(KILN_OP_MUL, a, 2, &r), KILN_OK);
+    kiln_tensor_release(r);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+}
+END_TEST
+
+/* Two devices (-2dev: cpu:0 and cpu:1; -oclgrind: gpu:0 and cpu:0): mixing is an error that
+ * names both, checked before anything runs. */
+START_TEST(test_device_mismatch)
+{
+    if (ndevs < 2)
+        return;
+    int64_t n = 4;
+    kiln_tensor *a = NULL, *b = NULL, *c = NULL, *r = NULL;
+    ck_assert_int_eq(kiln_tensor_zeros(devs[0], KILN_F32, 1, &n, &a), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_zeros(devs[1], KILN_F32, 1, &n, &b), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_zeros(devs[1], KILN_U8, 1, &n, &c), KILN_OK);
+    const char *s0 = kiln_device_spec(devs[0]), *s1 = kiln_device_spec(devs[1]);
+    ck_assert_error(kiln_add(a, b, &r), KILN_ERR_DEVICE_MISMATCH, s0);
+    ck_assert_msg(strstr(kiln_last_error(), s1), "%s", kiln_last_error());
+    ck_assert_ptr_null(r);
+    ck_assert_error(kiln_binary_out(KILN_OP_MUL, b, b, a), KILN_ERR_DEVICE_MISMATCH, s1);
+    ck_assert_msg(strstr(kiln_last_error(), s0), "%s", kiln_last_error());
+    ck_assert_error(kiln_where(c, a, a, &r), KILN_ERR_DEVICE_MISMATCH, s0);
+    ck_assert_error(kiln_unary_out(KILN_OP_EXP, a, b), KILN_ERR_DEVICE_MISMATCH, s1);
+    ck_assert_error(kiln_unary_backward(KILN_OP_EXP, a, b, &r), KILN_ERR_DEVICE_MISMATCH, s1);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(c);
+}
+END_TEST
+
+Suite *elementwise_suite(void)
+{
+    Suite *s = suite_create("elementwise");
+    TCase *tc = tcase_create("ops");
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_binary_all_ops);
+    tcase_add_test(tc, test_broadcast);
+    tcase_add_test(tc, test_scalar);
+    tcase_add_test(tc, test_integer_semantics);
+    tcase_add_test(tc, test_where);
+    tcase_add_test(tc, test_unary_and_backward);
+    tcase_add_test(tc, test_unary_edges);
+    tcase_add_test(tc, test_cast_all_pairs);
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_zero_size);
+    tcase_add_test(tc, test_device_mismatch);
+    suite_add_tcase(s, tc);
+    return s;
+}

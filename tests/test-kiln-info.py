@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""test-kiln-info.py KILN_INFO VENDORS_DIR HAVE_OCLGRIND - kiln-info's output and exit codes.
+
+The reference device count comes from OpenCL itself (clGetPlatformIDs/clGetDeviceIDs through
+ctypes, in a child process so that each environment gets a fresh ICD loader).
+VENDORS_DIR lists Oclgrind beside PoCL; VENDORS_DIR-empty lists nothing (no platform).
+"""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+FIELDS = {
+    'spec': str, 'opencl': str, 'name': str, 'vendor': str, 'platform': str, 'type': str,
+    'driver_version': str, 'opencl_version': str, 'opencl_c_version': str,
+    'compute_units': int, 'max_clock_mhz': int, 'global_mem_bytes': int,
+    'max_alloc_bytes': int, 'local_mem_bytes': int, 'max_work_group_size': int,
+    'fp16': bool, 'fp64': bool, 'unified_memory': bool,
+}
+
+failures = []
+
+
+def check(cond, what):
+    print(('ok   ' if cond else 'FAIL ') + what)
+    if not cond:
+        failures.append(what)
+
+
+def count_devices():
+    """Print the number of OpenCL devices over all platforms (child process mode)."""
+    cl = ctypes.CDLL('libOpenCL.so.1')
+    plats = (ctypes.c_void_p * 64)()
+    n = ctypes.c_uint(0)
+    if cl.clGetPlatformIDs(64, plats, ctypes.byref(n)) != 0:
+        print(0)
+        return
+    total = 0
+    for i in range(n.value):
+        nd = ctypes.c_uint(0)
+        if cl.clGetDeviceIDs(ctypes.c_void_p(plats[i]), ctypes.c_ulonglong(0xFFFFFFFF), 0, None,
+                             ctypes.byref(nd)) == 0:
+            total += nd.value
+    print(total)
+
+
+def env_with(extra):
+    env = dict(os.environ)
+    for k, v in extra.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def direct_count(extra):
+    out = subprocess.run([sys.executable, __file__, '--count'], env=env_with(extra),
+                         capture_output=True, text=True, timeout=120, check=True)
+    return int(out.stdout.strip())
+
+
+def run(exe, args, extra=None):
+    return subprocess.run([exe] + args, env=env_with(extra or {}), capture_output=True,
+                          text=True, timeout=240)
+
+
+def check_json(exe, extra, label):
+    want = direct_count(extra)
+    r = run(exe, ['--json'], extra)
+    check(r.returncode == (0 if want else 1), f'{label}: --json exit {r.returncode}')
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError as e:
+        check(False, f'{label}: --json is valid JSON ({e}): {r.stdout[:200]!r}')
+        return None
+    check(isinstance(doc.get('kiln_version'), str), f'{label}: kiln_version')
+    devs = doc.get('devices')
+    check(isinstance(devs, list) and len(devs) == want,
+          f'{label}: {len(devs or [])} devices in --json, OpenCL reports {want}')
+    for d in devs or []:
+        check(set(d) == set(FIELDS), f'{label}: fields of {d.get("spec")}: {sorted(d)}')
+        for k, t in FIELDS.items():
+            check(type(d.get(k)) is t, f'{label}: {d.get("spec")}.{k} is {t.__name__}')
+        p, _, dd = d.get('opencl', '').partition(':')
+        check(p.isdigit() and dd.isdigit(), f'{label}: opencl "{d.get("opencl")}" is P:D')
+        check(d.get('spec', '').startswith(d.get('type', '?') + ':'), f'{label}: spec/type')
+    specs = [d.get('spec') for d in devs or []]
+    check(len(set(specs)) == len(specs), f'{label}: specs unique {specs}')
+    auto = doc.get('auto', {})
+    check(set(auto) == {'spec', 'reason'}, f'{label}: auto has spec and reason')
+    check(auto.get('spec') in specs if want else auto.get('spec') is None,
+          f'{label}: auto.spec {auto.get("spec")} is a listed device')
+    un = doc.get('unavailable', {})
+    check(set(un) == {'gpu', 'cpu', 'accelerator'}, f'{label}: unavailable keys')
+    has_gpu = any(d.get('type') == 'gpu' for d in devs or [])
+    check((un.get('gpu') is None) == has_gpu, f'{label}: unavailable.gpu null iff a GPU')
+    check(isinstance(doc.get('notes'), list), f'{label}: notes is a list')
+    return doc
+
+
+def main(exe, vendors, have_oclgrind):
+    plain = {'POCL_DEVICES': None, 'OCL_ICD_VENDORS': None, 'KILN_VISIBLE_DEVICES': None,
+             'KILN_DEVICE': None}
+    two = dict(plain, POCL_DEVICES='pthread pthread')
+    empty = dict(plain, OCL_ICD_VENDORS=vendors + '-empty')
+
+    doc = check_json(exe, plain, 'plain')
+    n = len(doc['devices']) if doc else 0
+    doc2 = check_json(exe, two, '2dev')
+    if doc2 and direct_count(two) == 2:
+        check([d['spec'] for d in doc2['devices']] == ['cpu:0', 'cpu:1'], '2dev: cpu:0, cpu:1')
+    if have_oclgrind == '1':
+        grind = dict(plain, OCL_ICD_VENDORS=vendors)
+        docg = check_json(exe, grind, 'oclgrind')
+        if docg:
+            check(docg['auto']['spec'] == 'gpu:0', 'oclgrind: auto is gpu:0')
+            check(docg['auto']['reason'] == 'first GPU', 'oclgrind: auto reason "first GPU"')
+
+    r = run(exe, [], plain)
+    check(r.returncode == 0, f'default listing exits 0 ({r.returncode})')
+    check('auto: ' in r.stdout and 'compute units' in r.stdout, 'default listing has auto line')
+    r = run(exe, ['-l'], plain)
+    check(r.returncode == 0 and len(r.stdout.splitlines()) == n, f'-l gives {n} lines')
+    r = run(exe, ['--list'], two)
+    check(len(r.stdout.splitlines()) == direct_count(two), '--list under 2dev')
+    r = run(exe, ['-d', 'cpu:0', '--json'], two)
+    d1 = json.loads(r.stdout) if r.returncode == 0 else {'devices': []}
+    check(len(d1['devices']) == 1 and d1['devices'][0]['spec'] == 'cpu:0', '-d cpu:0 --json')
+    r = run(exe, ['--device=cpu', '-l'], plain)
+    check(r.returncode == 0 and r.stdout.startswith('cpu:0'), '--device=cpu -l')
+
+    # Exit codes: 2 usage, 1 no device / no platform.
+    for args, code, text in [
+        (['-d', 'gpu:1x'], 2, "invalid device spec 'gpu:1x'"),
+        (['-d', ''], 2, 'empty device spec'),
+        (['-d', 'GPU'], 2, 'lower-case'),
+        (['--bogus'], 2, "unknown option '--bogus'"),
+        (['-x'], 2, 'unknown option'),
+        (['-d'], 2, 'needs an argument'),
+        (['extra'], 2, "unexpected argument 'extra'"),
+        (['-l', '--json'], 2, 'at most one'),
+        (['-d', 'gpu:7'], 1, "no device 'gpu:7'"),
+        (['-d', 'cpu:99'], 1, 'available: cpu:0'),
+        (['-d', 'cuda:0'], 1, 'NVIDIA'),
+    ]:
+        r = run(exe, args, plain)
+        check(r.returncode == code and text in r.stderr,
+              f'{args} exits {code} saying "{text}" '
+              f'(got {r.returncode}: {r.stderr.strip()[:160]!r})')
+    r = run(exe, [], dict(plain, KILN_DEVICE='gpu:x'))
+    check('KILN_DEVICE' in r.stdout, 'malformed KILN_DEVICE named on the auto line')
+
+    for args in ([], ['-l'], ['--json'], ['-d', 'auto'], ['--check']):
+        r = run(exe, args, empty)
+        check(r.returncode == 1 and 'pocl-opencl-icd' in r.stderr,
+              f'no platform {args}: exit 1 with install hint (got {r.returncode})')
+    r = run(exe, ['--json'], empty)
+    try:
+        check(json.loads(r.stdout)['devices'] == [], 'no platform --json: valid, no devices')
+    except (ValueError, KeyError):
+        check(False, 'no platform --json: valid JSON')
+    r = run(exe, [], dict(plain, POCL_DEVICES='bogus'))
+    check(r.returncode == 1 and 'no usable OpenCL device' in r.stderr,
+          f'platform without devices: exit 1 ({r.returncode}, {r.stderr.strip()!r})')
+
+    r = run(exe, ['--help'], plain)
+    check(r.returncode == 0 and 'usage: kiln-info' in r.stdout, '--help')
+    r = run(exe, ['--version'], plain)
+    check(r.returncode == 0 and r.stdout.startswith('kiln-info '), '--version')
+
+    # A closed pipe: no SIGPIPE death, nothing on stderr.
+    r = subprocess.run(['sh', '-c', f'"{exe}" | head -1'], env=env_with(plain),
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0 and r.stderr == '' and len(r.stdout.splitlines()) == 1,
+          f'kiln-info | head -1 is quiet ({r.stderr!r})')
+    rfd, wfd = os.pipe()
+    os.close(rfd)
+    p = subprocess.run([exe, '--json'], env=env_with(plain), stdout=wfd,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(wfd)
+    check(p.returncode == 0 and p.stderr == '',
+          f'writing into a closed pipe: exit {p.returncode}, stderr {p.stderr!r}')
+
+    configs = [('2dev', two)]
+    grind_log = os.path.join(tempfile.mkdtemp(prefix='kiln-info-'), 'oclgrind.log')
+    if have_oclgrind == '1':
+        # Oclgrind checks the --check kernel for out-of-bounds accesses, races, API misuse.
+        configs.append(('oclgrind', dict(plain, OCL_ICD_VENDORS=vendors, OCLGRIND_CHECK_API='1',
+                                         OCLGRIND_DATA_RACES='1', OCLGRIND_UNINITIALIZED='1',
+                                         OCLGRIND_LOG=grind_log)))
+    for label, extra in configs:
+        r = run(exe, ['--check'], extra)
+        lines = r.stdout.splitlines()
+        check(r.returncode == 0 and len(lines) == direct_count(extra) and
+              all(' OK ' in ln and ' ms ' in ln for ln in lines),
+              f'{label}: --check passes on every device: {r.stdout!r} {r.stderr!r}')
+    if os.path.exists(grind_log):
+        with open(grind_log) as f:
+            text = f.read()
+        check(text == '', f'Oclgrind logged nothing for --check: {text[:300]!r}')
+        os.remove(grind_log)
+    os.rmdir(os.path.dirname(grind_log))
+    r = run(exe, ['--check', '-d', 'cpu:1'], two)
+    check(r.returncode == 0 and r.stdout.startswith('cpu:1 ') and len(r.stdout.splitlines()) == 1,
+          f'--check -d cpu:1: {r.stdout!r}')
+
+    print(f'{len(failures)} failure(s)')
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    if sys.argv[1:] == ['--count']:
+        count_devices()
+        sys.exit(0)
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3]))

@@ -1,0 +1,584 @@
+/* test-matmul.c - kiln_matmul on every device and every path (clblast, cblas, builtin) against a
+ * plain C triple loop in double precision; batches, transposes, empty sizes and bad inputs. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../lib/ops/matmul.h"
+#include "kiln.h"
+
+#define ck_assert_str_contains(s, sub)                                                             \
+    ck_assert_msg(strstr((s), (sub)) != NULL, "'%s' does not contain '%s'", (s), (sub))
+
+static const char *const path_names[] = {"clblast", "cblas", "builtin"};
+
+/* Devices under test: every CPU and GPU kiln sees (cpu:1 in -2dev, Oclgrind's gpu:0). */
+static kiln_device *devs[8];
+static int ndevs;
+
+static void setup_devices(void)
+{
+    static const kiln_device_type types[] = {KILN_DEVICE_CPU, KILN_DEVICE_GPU};
+    static const char *const prefix[] = {"cpu", "gpu"};
+    ndevs = 0;
+    for (int t = 0; t < 2; t++) {
+        int n = kiln_device_count(types[t]);
+        for (int i = 0; i < n && ndevs < 8; i++) {
+            char spec[32];
+            snprintf(spec, sizeof spec, "%s:%d", prefix[t], i);
+            ck_assert_int_eq(kiln_device_get(spec, &devs[ndevs]), KILN_OK);
+            ndevs++;
+        }
+    }
+    ck_assert_int_gt(ndevs, 0);
+}
+
+static void teardown_devices(void)
+{
+    unsetenv("KILN_MATMUL");
+    kiln__matmul_cblas_no_native = false;
+}
+
+/* Oclgrind simulates every work-item (about 1 us each, with race checks): tiny sizes only. */
+static bool simulated(kiln_device *dev)
+{
+    kiln_device_info info;
+    ck_assert_int_eq(kiln_device_info_get(dev, &info), KILN_OK);
+    return strstr(info.platform, "Oclgrind") != NULL;
+}
+
+static bool has_fp64(kiln_device *dev)
+{
+    kiln_device_info info;
+    ck_assert_int_eq(kiln_device_info_get(dev, &info), KILN_OK);
+    return info.fp64;
+}
+
+/* Whether the test runs `path` on dev: available, and not CLBlast under the simulator (its
+ * kernels are far too large to simulate). */
+static bool path_runs(kiln_device *dev, const char *path)
+{
+    const kiln__matmul_path *p;
+    if (kiln__matmul_select(dev, path, "test", &p) != KILN_OK)
+        return false;
+    return !(simulated(dev) && strcmp(path, "builtin") != 0);
+}
+
+/* Deterministic inputs in [-1, 1), exactly representable in f32. */
+static double next_value(uint32_t *state)
+{
+    *state = *state * 1664525u + 1013904223u;
+    return (double)(int32_t)(*state >> 8 & 0xffffff) / (double)(1 << 23) - 1.0;
+}
+
+static int64_t batch_of(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim - 2; i++)
+        n *= shape[i];
+    return n;
+}
+
+typedef struct operand {
+    int ndim;
+    int64_t shape[4];
+} operand;
+
+/* The expected result of op(A) x op(B) by the triple loop, in double. */
+static double *reference(const double *a, const double *b, const operand *oa, const operand *ob,
+                         unsigned flags, int64_t *batch_out, int64_t *m_out, int64_t *n_out)
+{
+    bool ta = flags & KILN_TRANS_A, tb = flags & KILN_TRANS_B;
+    int64_t ar = oa->shape[oa->ndim - 2], ac = oa->shape[oa->ndim - 1];
+    int64_t br = ob->shape[ob->ndim - 2], bc = ob->shape[ob->ndim - 1];
+    int64_t m = ta ? ac : ar, k = ta ? ar : ac, n = tb ? br : bc;
+    int64_t na = batch_of(oa->ndim, oa->shape), nb = batch_of(ob->ndim, ob->shape);
+    int64_t batch = na > nb ? na : nb;
+    double *c = calloc((size_t)(batch * m * n) + 1, sizeof *c);
+    ck_assert_ptr_nonnull(c);
+    for (int64_t z = 0; z < batch; z++) {
+        const double *az = a + (na == 1 ? 0 : z) * m * k, *bz = b + (nb == 1 ? 0 : z) * k * n;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double sum = 0;
+                for (int64_t p = 0; p < k; p++)
+                    sum += (ta ? az[p * m + i] : az[i * k + p]) * (tb ? bz[j * k + p] : bz[p * n + j]);
+                c[(z * m + i) * n + j] = sum;
+            }
+    }
+    *batch_out = batch;
+    *m_out = m;
+    *n_out = n;
+    return c;
+}
+
+static kiln_tensor *upload(kiln_device *dev, kiln_dtype dt, const operand *o, const double *v,
+                           int64_t count)
+{
+    void *host = malloc((size_t)count * 8 + 8);
+    ck_assert_ptr_nonnull(host);
+    for (int64_t i = 0; i < count; i++) {
+        if (dt == KILN_F32)
+            ((float *)host)[i] = (float)v[i];
+        else
+            ((double *)host)[i] = v[i];
+    }
+    kiln_tensor *t = NULL;
+    ck_assert_int_eq(kiln_tensor_from_host(dev, dt, o->ndim, o->shape, host, &t), KILN_OK);
+    free(host);
+    return t;
+}
+
+static int64_t numel(const operand *o)
+{
+    int64_t n = 1;
+    for (int i = 0; i < o->ndim; i++)
+        n *= o->shape[i];
+    return n;
+}
+
+/* Compute op(A) x op(B) on dev through `path` (NULL: the device's default) and compare with the
+ * reference: |got - ref| <= K * eps * max|a| * max|b| + eps, eps = 1e-6 (f32; 16x the unit
+ * roundoff bound K*u) or 1e-13 (f64). Inputs are in [-1, 1), so max|a| * max|b| <= 1. */
+static void check_product(kiln_device *dev, const char *path, kiln_dtype dt, operand oa,
+                          operand ob, unsigned flags)
+{
+    if (path)
+        setenv("KILN_MATMUL", path, 1);
+    else
+        unsetenv("KILN_MATMUL");
+    uint32_t state = (uint32_t)(numel(&oa) * 31 + numel(&ob) * 7 + flags);
+    int64_t ca = numel(&oa), cb = numel(&ob);
+    double *a = malloc((size_t)ca * sizeof *a + 8), *b = malloc((size_t)cb * sizeof *b + 8);
+    ck_assert(a && b);
+    for (int64_t i = 0; i < ca; i++)
+        a[i] = next_value(&state);
+    for (int64_t i = 0; i < cb; i++)
+        b[i] = next_value(&state);
+    int64_t batch, m, n, k = (flags & KILN_TRANS_A) ? oa.shape[oa.ndim - 2] : oa.shape[oa.ndim - 1];
+    double *ref = reference(a, b, &oa, &ob, flags, &batch, &m, &n);
+    kiln_tensor *ta = upload(dev, dt, &oa, a, ca), *tb = upload(dev, dt, &ob, b, cb), *tc = NULL;
+    kiln_status s = kiln_matmul_ex(ta, tb, flags, &tc);
+    ck_assert_msg(s == KILN_OK, "%s on %s: %s", path ? path : "default", kiln_device_spec(dev),
+                  kiln_last_error());
+    ck_assert_int_eq(kiln_tensor_numel(tc), batch * m * n);
+    int nd = kiln_tensor_ndim(tc);
+    ck_assert_int_eq(kiln_tensor_shape(tc)[nd - 2], m);
+    ck_assert_int_eq(kiln_tensor_shape(tc)[nd - 1], n);
+    size_t count = (size_t)(batch * m * n);
+    void *got = malloc(count * 8 + 8);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_int_eq(kiln_tensor_read(tc, got, count * kiln_dtype_size(dt)), KILN_OK);
+    double eps = dt == KILN_F32 ? 1e-6 : 1e-13;
+    double tol = (double)k * eps + eps;
+    for (size_t i = 0; i < count; i++) {
+        double g = dt == KILN_F32 ? ((float *)got)[i] : ((double *)got)[i];
+        ck_assert_msg(fabs(g - ref[i]) <= tol,
+                      "%s on %s, %s, m=%lld n=%lld k=%lld batch=%lld flags=%u: c[%zu] = %.9g, "
+                      "expected %.9g (tolerance %.3g)",
+                      path ? path : "default", kiln_device_spec(dev), kiln_dtype_name(dt),
+                      (long long)m, (long long)n, (long long)k, (long long)batch, flags, i, g,
+                      ref[i], tol);
+    }
+    free(got);
+    free(ref);
+    free(a);
+    free(b);
+    kiln_tensor_release(ta);
+    kiln_tensor_release(tb);
+    kiln_tensor_release(tc);
+}
+
+static operand mat(int64_t r, int64_t c)
+{
+    return (operand){2, {r, c}};
+}
+
+/* Square sizes 1, 7, 61, 93, 257 (up to 33 under Oclgrind) on every device and path. */
+START_TEST(test_square_sizes)
+{
+    static const int64_t sizes[] = {1, 7, 61, 93, 257}, tiny[] = {1, 7, 33};
+    for (int d = 0; d < ndevs; d++) {
+        bool sim = simulated(devs[d]);
+        const int64_t *sz = sim ? tiny : sizes;
+        int nsz = sim ? 3 : 5;
+        for (int p = 0; p < 3; p++) {
+            if (!path_runs(devs[d], path_names[p]))
+                continue;
+            for (int i = 0; i < nsz; i++)
+                check_product(devs[d], path_names[p], KILN_F32, mat(sz[i], sz[i]),
+                              mat(sz[i], sz[i]), 0);
+        }
+    }
+}
+END_TEST
+
+/* Every transpose flag on rectangular shapes, so a swapped stride cannot pass by symmetry. */
+START_TEST(test_transposes)
+{
+    for (int d = 0; d < ndevs; d++) {
+        bool sim = simulated(devs[d]);
+        int64_t m = sim ? 5 : 61, n = sim ? 9 : 93, k = sim ? 13 : 70;
+        for (int p = 0; p < 3; p++) {
+            if (!path_runs(devs[d], path_names[p]))
+                continue;
+            for (unsigned f = 0; f < 4; f++) {
+                operand a = (f & KILN_TRANS_A) ? mat(k, m) : mat(m, k);
+                operand b = (f & KILN_TRANS_B) ? mat(n, k) : mat(k, n);
+                check_product(devs[d], path_names[p], KILN_F32, a, b, f);
+            }
+        }
+    }
+}
+END_TEST
+
+/* Batches: equal batch shapes, a broadcast batch of 1 on either side, 2-D against 4-D. */
+START_TEST(test_batches)
+{
+    for (int d = 0; d < ndevs; d++) {
+        bool sim = simulated(devs[d]);
+        int64_t m = sim ? 6 : 33, n = sim ? 5 : 17, k = sim ? 7 : 29;
+        const operand cases[][2] = {
+            {{3, {3, m, k}}, {3, {3, k, n}}},
+            {{3, {1, m, k}}, {3, {4, k, n}}},
+            {{2, {m, k}}, {3, {3, k, n}}},
+            {{4, {2, 3, m, k}}, {2, {k, n}}},
+            {{3, {2, m, k}}, {3, {1, k, n}}},
+        };
+        for (int p = 0; p < 3; p++) {
+            if (!path_runs(devs[d], path_names[p]))
+                continue;
+            for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+                check_product(devs[d], path_names[p], KILN_F32, cases[c][0], cases[c][1], 0);
+            /* A transposed batch against a shared B: no folding into one tall product. */
+            check_product(devs[d], path_names[p], KILN_F32, (operand){3, {3, k, m}}, mat(n, k),
+                          KILN_TRANS_A | KILN_TRANS_B);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_f64)
+{
+    for (int d = 0; d < ndevs; d++) {
+        if (!has_fp64(devs[d]))
+            continue;
+        bool sim = simulated(devs[d]);
+        int64_t m = sim ? 9 : 93, n = sim ? 7 : 61, k = sim ? 11 : 257;
+        for (int p = 0; p < 3; p++) {
+            if (!path_runs(devs[d], path_names[p]))
+                continue;
+            check_product(devs[d], path_names[p], KILN_F64, mat(m, k), mat(k, n), 0);
+            check_product(devs[d], path_names[p], KILN_F64, mat(k, m), mat(n, k),
+                          KILN_TRANS_A | KILN_TRANS_B);
+            check_product(devs[d], path_names[p], KILN_F64, (operand){3, {2, m, k}},
+                          (operand){3, {2, k, n}}, 0);
+        }
+    }
+}
+END_TEST
+
+/* The device's default path, and the native-kernel-less fallback of the cblas path. */
+START_TEST(test_default_and_fallback)
+{
+    for (int d = 0; d < ndevs; d++) {
+        bool sim = simulated(devs[d]);
+        int64_t s = sim ? 9 : 93;
+        if (!sim)
+            check_product(devs[d], NULL, KILN_F32, mat(s, s + 3), mat(s + 3, s - 2), 0);
+        if (!path_runs(devs[d], "cblas"))
+            continue;
+        kiln__matmul_cblas_no_native = true;
+        check_product(devs[d], "cblas", KILN_F32, mat(s, s + 3), mat(s + 3, s - 2), 0);
+        check_product(devs[d], "cblas", KILN_F64, (operand){3, {2, s, 5}}, mat(5, 4), 0);
+        kiln__matmul_cblas_no_native = false;
+    }
+}
+END_TEST
+
+/* kiln_matmul_path follows the documented choice and KILN_MATMUL. */
+START_TEST(test_path_choice)
+{
+    for (int d = 0; d < ndevs; d++) {
+        kiln_device_info info;
+        ck_assert_int_eq(kiln_device_info_get(devs[d], &info), KILN_OK);
+        unsetenv("KILN_MATMUL");
+        const char *name = kiln_matmul_path(devs[d]);
+        ck_assert_ptr_nonnull(name);
+        const kiln__matmul_path *cl, *cb;
+        bool has_clblast = kiln__matmul_select(devs[d], "clblast", "t", &cl) == KILN_OK;
+        bool has_cblas = kiln__matmul_select(devs[d], "cblas", "t", &cb) == KILN_OK;
+        const char *expect = info.type == KILN_DEVICE_GPU && has_clblast ? "clblast"
+                             : has_cblas                                   ? "cblas"
+                                                                           : "builtin";
+        ck_assert_str_eq(name, expect);
+        setenv("KILN_MATMUL", "builtin", 1);
+        ck_assert_str_eq(kiln_matmul_path(devs[d]), "builtin");
+    }
+    setenv("KILN_MATMUL", "fastest", 1);
+    ck_assert_ptr_null(kiln_matmul_path(devs[0]));
+    ck_assert_str_contains(kiln_last_error(), "unknown KILN_MATMUL value 'fastest'");
+    unsetenv("KILN_MATMUL");
+    ck_assert_ptr_null(kiln_matmul_path(NULL));
+}
+END_TEST
+
+/* Chained products read the previous result: each path keeps queue order. */
+START_TEST(test_queue_order)
+{
+    for (int d = 0; d < ndevs; d++) {
+        for (int p = 0; p < 3; p++) {
+            if (!path_runs(devs[d], path_names[p]))
+                continue;
+            setenv("KILN_MATMUL", path_names[p], 1);
+            /* x <- 2 * I x, ten times: every step depends on the one before. */
+            enum { N = 8, STEPS = 10 };
+            float eye2[N * N] = {0}, x0[N * 3];
+            for (int i = 0; i < N; i++)
+                eye2[i * N + i] = 2.0f;
+            for (int i = 0; i < N * 3; i++)
+                x0[i] = (float)(i % 7) - 3.0f;
+            kiln_tensor *e, *x;
+            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){N, N}, eye2,
+                                                   &e), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){N, 3}, x0,
+                                                   &x), KILN_OK);
+            for (int s = 0; s < STEPS; s++) {
+                kiln_tensor *y;
+                ck_assert_int_eq(kiln_matmul(e, x, &y), KILN_OK);
+                kiln_tensor_release(x);
+                x = y;
+            }
+            float got[N * 3];
+            ck_assert_int_eq(kiln_tensor_read(x, got, sizeof got), KILN_OK);
+            for (int i = 0; i < N * 3; i++)
+                ck_assert_float_eq(got[i], x0[i] * 1024.0f);
+            kiln_tensor_release(e);
+            kiln_tensor_release(x);
+        }
+    }
+}
+END_TEST
+
+/* M or N of 0: an empty result; K of 0: zeros (also over old contents with _out). */
+START_TEST(test_empty)
+{
+    for (int d = 0; d < ndevs; d++) {
+        for (int p = 0; p < 3; p++) {
+            if (!path_runs(devs[d], path_names[p]))
+                continue;
+            setenv("KILN_MATMUL", path_names[p], 1);
+            kiln_tensor *a, *b, *c;
+            ck_assert_int_eq(kiln_tensor_empty(devs[d], KILN_F32, 2, (int64_t[]){0, 4}, &a), 0);
+            ck_assert_int_eq(kiln_tensor_empty(devs[d], KILN_F32, 2, (int64_t[]){4, 3}, &b), 0);
+            ck_assert_int_eq(kiln_matmul(a, b, &c), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_ndim(c), 2);
+            ck_assert_int_eq(kiln_tensor_shape(c)[0], 0);
+            ck_assert_int_eq(kiln_tensor_shape(c)[1], 3);
+            kiln_tensor_release(a);
+            kiln_tensor_release(b);
+            kiln_tensor_release(c);
+
+            ck_assert_int_eq(kiln_tensor_empty(devs[d], KILN_F32, 2, (int64_t[]){5, 0}, &a), 0);
+            ck_assert_int_eq(kiln_tensor_empty(devs[d], KILN_F32, 2, (int64_t[]){0, 3}, &b), 0);
+            float junk[15];
+            for (int i = 0; i < 15; i++)
+                junk[i] = 7.0f;
+            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){5, 3}, junk,
+                                                   &c), KILN_OK);
+            ck_assert_int_eq(kiln_matmul_out(a, b, 0, c), KILN_OK);
+            float got[15];
+            ck_assert_int_eq(kiln_tensor_read(c, got, sizeof got), KILN_OK);
+            for (int i = 0; i < 15; i++)
+                ck_assert_float_eq(got[i], 0.0f);
+            kiln_tensor_release(c);
+            ck_assert_int_eq(kiln_matmul(a, b, &c), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_read(c, got, sizeof got), KILN_OK);
+            for (int i = 0; i < 15; i++)
+                ck_assert_float_eq(got[i], 0.0f);
+            kiln_tensor_release(a);
+            kiln_tensor_release(b);
+            kiln_tensor_release(c);
+        }
+    }
+}
+END_TEST
+
+/* kiln_matmul_out writes into an existing tensor, again and again. */
+START_TEST(test_out)
+{
+    for (int d = 0; d < ndevs; d++) {
+        for (int p = 0; p < 3; p++) {
+            if (!path_runs(devs[d], path_names[p]))
+                continue;
+            setenv("KILN_MATMUL", path_names[p], 1);
+            float av[6] = {1, 2, 3, 4, 5, 6}, bv[6] = {1, 0, -1, 2, 0.5f, 3};
+            /* a [2, 3] (row-major), b given as [2, 3] and used transposed: c = a b^T, [2, 2]. */
+            const float expect[4] = {1 - 3, 2 + 1 + 9, 4 - 6, 8 + 2.5f + 18};
+            kiln_tensor *a, *b, *c;
+            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){2, 3}, av,
+                                                   &a), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){2, 3}, bv,
+                                                   &b), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_empty(devs[d], KILN_F32, 2, (int64_t[]){2, 2}, &c), 0);
+            for (int rep = 0; rep < 3; rep++) {
+                ck_assert_int_eq(kiln_matmul_out(a, b, KILN_TRANS_B, c), KILN_OK);
+                float got[4];
+                ck_assert_int_eq(kiln_tensor_read(c, got, sizeof got), KILN_OK);
+                for (int i = 0; i < 4; i++)
+                    ck_assert_float_eq_tol(got[i], expect[i], 1e-6f);
+            }
+            kiln_tensor_release(a);
+            kiln_tensor_release(b);
+            kiln_tensor_release(c);
+        }
+    }
+}
+END_TEST
+
+static kiln_tensor *empty(kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    kiln_tensor *t = NULL;
+    ck_assert_int_eq(kiln_tensor_empty(devs[0], dt, ndim, shape, &t), KILN_OK);
+    return t;
+}
+
+static void expect_error(kiln_status got, kiln_status want, const char *sub1, const char *sub2)
+{
+    ck_assert_msg(got == want, "got %s, expected %s (%s)", kiln_status_string(got),
+                  kiln_status_string(want), kiln_last_error());
+    ck_assert_str_contains(kiln_last_error(), sub1);
+    if (sub2)
+        ck_assert_str_contains(kiln_last_error(), sub2);
+}
+
+START_TEST(test_bad_inputs)
+{
+    unsetenv("KILN_MATMUL");
+    kiln_tensor *a = empty(KILN_F32, 2, (int64_t[]){2, 3});
+    kiln_tensor *b = empty(KILN_F32, 2, (int64_t[]){4, 5});
+    kiln_tensor *v = empty(KILN_F32, 1, (int64_t[]){3});
+    kiln_tensor *d = empty(KILN_F64, 2, (int64_t[]){3, 5});
+    kiln_tensor *i32 = empty(KILN_I32, 2, (int64_t[]){3, 5});
+    kiln_tensor *ia = empty(KILN_I32, 2, (int64_t[]){2, 3});
+    kiln_tensor *h = empty(KILN_F16, 2, (int64_t[]){3, 5});
+    kiln_tensor *ha = empty(KILN_F16, 2, (int64_t[]){2, 3});
+    kiln_tensor *good = empty(KILN_F32, 2, (int64_t[]){3, 5});
+    kiln_tensor *ba = empty(KILN_F32, 3, (int64_t[]){2, 2, 3});
+    kiln_tensor *bb = empty(KILN_F32, 3, (int64_t[]){3, 3, 5});
+    kiln_tensor *out = (kiln_tensor *)1, *c;
+
+    expect_error(kiln_matmul(NULL, b, &out), KILN_ERR_INVALID_ARGUMENT, "kiln_matmul", "NULL");
+    ck_assert_ptr_null(out);
+    expect_error(kiln_matmul(a, NULL, &out), KILN_ERR_INVALID_ARGUMENT, "kiln_matmul", "NULL");
+    expect_error(kiln_matmul(a, good, NULL), KILN_ERR_INVALID_ARGUMENT, "kiln_matmul", "out");
+    out = (kiln_tensor *)1;
+    expect_error(kiln_matmul(a, b, &out), KILN_ERR_SHAPE_MISMATCH, "[2, 3]", "[4, 5]");
+    ck_assert_ptr_null(out);
+    expect_error(kiln_matmul_ex(a, good, KILN_TRANS_A, &out), KILN_ERR_SHAPE_MISMATCH,
+                 "[2, 3] (transposed)", "[3, 5]");
+    expect_error(kiln_matmul(v, good, &out), KILN_ERR_SHAPE_MISMATCH, "[3]", "2 dimensions");
+    expect_error(kiln_matmul(a, d, &out), KILN_ERR_DTYPE_MISMATCH, "f32", "f64");
+    expect_error(kiln_matmul(ia, i32, &out), KILN_ERR_UNSUPPORTED, "i32", "f32 or f64");
+    expect_error(kiln_matmul(ha, h, &out), KILN_ERR_UNSUPPORTED, "f16", "kiln_cast");
+    expect_error(kiln_matmul(ba, bb, &out), KILN_ERR_SHAPE_MISMATCH, "[2, 2, 3]", "batch");
+    expect_error(kiln_matmul_ex(a, good, 8u, &out), KILN_ERR_INVALID_ARGUMENT, "flags", NULL);
+    ck_assert_ptr_null(out);
+
+    setenv("KILN_MATMUL", "fastest", 1);
+    expect_error(kiln_matmul(a, good, &out), KILN_ERR_INVALID_ARGUMENT, "KILN_MATMUL", "fastest");
+    unsetenv("KILN_MATMUL");
+
+    /* _out: wrong shape, wrong dtype, NULL, aliasing an input. */
+    c = empty(KILN_F32, 2, (int64_t[]){5, 2});
+    expect_error(kiln_matmul_out(a, good, 0, c), KILN_ERR_SHAPE_MISMATCH, "[5, 2]", "[2, 5]");
+    kiln_tensor_release(c);
+    c = empty(KILN_F64, 2, (int64_t[]){2, 5});
+    expect_error(kiln_matmul_out(a, good, 0, c), KILN_ERR_DTYPE_MISMATCH, "f64", "f32");
+    kiln_tensor_release(c);
+    expect_error(kiln_matmul_out(a, good, 0, NULL), KILN_ERR_INVALID_ARGUMENT, "out", NULL);
+    kiln_tensor *sq = empty(KILN_F32, 2, (int64_t[]){3, 3});
+    expect_error(kiln_matmul_out(sq, sq, 0, sq), KILN_ERR_INVALID_ARGUMENT, "shares memory",
+                 NULL);
+    kiln_tensor_release(sq);
+
+    kiln_tensor *ts[] = {a, b, v, d, i32, ia, h, ha, good, ba, bb};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        kiln_tensor_release(ts[i]);
+}
+END_TEST
+
+/* Forcing a path the device cannot run is an error that names the path and the device. */
+START_TEST(test_unavailable_path)
+{
+    for (int d = 0; d < ndevs; d++) {
+        for (int p = 0; p < 3; p++) {
+            const kiln__matmul_path *path;
+            if (kiln__matmul_select(devs[d], path_names[p], "t", &path) == KILN_OK)
+                continue;
+            setenv("KILN_MATMUL", path_names[p], 1);
+            kiln_tensor *a, *b, *c = (kiln_tensor *)1;
+            ck_assert_int_eq(kiln_tensor_empty(devs[d], KILN_F32, 2, (int64_t[]){2, 2}, &a), 0);
+            ck_assert_int_eq(kiln_tensor_empty(devs[d], KILN_F32, 2, (int64_t[]){2, 2}, &b), 0);
+            expect_error(kiln_matmul(a, b, &c), KILN_ERR_UNSUPPORTED, path_names[p],
+                         kiln_device_spec(devs[d]));
+            ck_assert_ptr_null(c);
+            kiln_tensor_release(a);
+            kiln_tensor_release(b);
+        }
+    }
+    unsetenv("KILN_MATMUL");
+}
+END_TEST
+
+/* Tensors of two devices: KILN_ERR_DEVICE_MISMATCH naming both (needs two devices). */
+START_TEST(test_device_mismatch)
+{
+    if (ndevs < 2)
+        return;
+    kiln_tensor *a, *b, *c = (kiln_tensor *)1;
+    ck_assert_int_eq(kiln_tensor_empty(devs[0], KILN_F32, 2, (int64_t[]){2, 2}, &a), 0);
+    ck_assert_int_eq(kiln_tensor_empty(devs[1], KILN_F32, 2, (int64_t[]){2, 2}, &b), 0);
+    expect_error(kiln_matmul(a, b, &c), KILN_ERR_DEVICE_MISMATCH, kiln_device_spec(devs[0]),
+                 kiln_device_spec(devs[1]));
+    ck_assert_ptr_null(c);
+    kiln_tensor *o;
+    ck_assert_int_eq(kiln_tensor_empty(devs[1], KILN_F32, 2, (int64_t[]){2, 2}, &o), 0);
+    expect_error(kiln_matmul_out(a, a, 0, o), KILN_ERR_DEVICE_MISMATCH,
+                 kiln_device_spec(devs[0]), kiln_device_spec(devs[1]));
+    kiln_tensor_release(o);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+}
+END_TEST
+
+Suite *matmul_suite(void)
+{
+    Suite *s = suite_create("matmul");
+    TCase *paths = tcase_create("paths");
+    tcase_add_unchecked_fixture(paths, setup_devices, teardown_devices);
+    tcase_add_test(paths, test_square_sizes);
+    tcase_add_test(paths, test_transposes);
+    tcase_add_test(paths, test_batches);
+    tcase_add_test(paths, test_f64);
+    tcase_add_test(paths, test_default_and_fallback);
+    tcase_add_test(paths, test_queue_order);
+    tcase_add_test(paths, test_empty);
+    tcase_add_test(paths, test_out);
+    suite_add_tcase(s, paths);
+
+    TCase *choice = tcase_create("choice");
+    tcase_add_unchecked_fixture(choice, setup_devices, teardown_devices);
+    tcase_add_test(choice, test_path_choice);
+    tcase_add_test(choice, test_unavailable_path);
+    suite_add_tcase(s, choice);
+
+    TCase *errors = tcase_create("errors");
+    tcase_add_unchecked_fixture(errors, setup_devices, teardown_devices);
+    tcase_add_test(errors, test_bad_inputs);
+    tcase_add_test(errors, test_device_mismatch);
+    suite_add_tcase(s, errors);
+    return s;
+}

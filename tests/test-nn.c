@@ -1,0 +1,678 @@
+/* test-nn.c - softmax, log-softmax, cross-entropy, MSE, SGD and Adam against C formulas. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln.h"
+
+/* Tolerances (references in double from the same inputs; eps = 2^-23 for f32, 2^-52 for f64,
+ * 2^-10 for f16 storage):
+ *   softmax, log-softmax   |got - ref| <= 16 eps (1 + |ref|); rows of softmax sum to 1 within
+ *                          1e-6 (f32)
+ *   cross-entropy, MSE     loss: |got - ref| <= 64 eps (1 + |ref|); grad: 16 eps (1 + |ref|)
+ *   SGD, Adam              p, v, m after each step: 16 eps (1 + |ref|), over 3 steps
+ */
+
+#define ASSERT_OK(expr)                                                                        \
+    do {                                                                                       \
+        kiln_status s_ = (expr);                                                               \
+        ck_assert_msg(s_ == KILN_OK, "%s failed: %s: %s", #expr, kiln_status_string(s_),       \
+                      kiln_last_error());                                                      \
+    } while (0)
+
+#define ASSERT_FAILS(expr, status, text)                                                       \
+    do {                                                                                       \
+        kiln_status s_ = (expr);                                                               \
+        ck_assert_msg(s_ == (status), "%s gave %s, expected %s", #expr, kiln_status_string(s_), \
+                      kiln_status_string(status));                                             \
+        ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL,                               \
+                      "message \"%s\" lacks \"%s\"", kiln_last_error(), (text));               \
+    } while (0)
+
+static kiln_device *devs[16];
+static int ndevs;
+
+static void setup_devices(void)
+{
+    ndevs = kiln_device_count(KILN_DEVICE_ALL);
+    ck_assert_int_gt(ndevs, 0);
+    if (ndevs > 16)
+        ndevs = 16;
+    for (int i = 0; i < ndevs; i++)
+        devs[i] = kiln_device_at(i);
+}
+
+static bool has_fp64(const kiln_device *dev)
+{
+    kiln_device_info info;
+    return kiln_device_info_get(dev, &info) == KILN_OK && info.fp64;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static double rnd(void) /* uniform [0, 1), xorshift64* */
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+/* IEEE half bits of a value exactly representable as half (test data is chosen so). */
+static uint16_t to_half(double x)
+{
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    x = fabs(x);
+    if (isnan(x))
+        return 0x7e00;
+    if (isinf(x))
+        return sign | 0x7c00;
+    if (x < 6.103515625e-05) /* subnormal */
+        return sign | (uint16_t)lround(x * 16777216.0);
+    int e;
+    double m = frexp(x, &e);
+    return sign | (uint16_t)((e + 14) << 10) | (uint16_t)lround((2 * m - 1) * 1024);
+}
+
+static double from_half(uint16_t h)
+{
+    double sign = h & 0x8000 ? -1 : 1;
+    int e = (h >> 10) & 31, m = h & 1023;
+    if (e == 0)
+        return sign * m / 16777216.0;
+    if (e == 31)
+        return m ? NAN : sign * INFINITY;
+    return sign * (1 + m / 1024.0) * ldexp(1, e - 15);
+}
+
+static void to_storage(kiln_dtype dt, const double *v, int64_t n, void *buf)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case KILN_F32: ((float *)buf)[i] = (float)v[i]; break;
+        case KILN_F64: ((double *)buf)[i] = v[i]; break;
+        case KILN_F16: ((uint16_t *)buf)[i] = to_half(v[i]); break;
+        case KILN_I32: ((int32_t *)buf)[i] = (int32_t)v[i]; break;
+        case KILN_I64: ((int64_t *)buf)[i] = (int64_t)v[i]; break;
+        case KILN_U8: ((uint8_t *)buf)[i] = (uint8_t)v[i]; break;
+        }
+    }
+}
+
+static void from_storage(kiln_dtype dt, const void *buf, int64_t n, double *v)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case KILN_F32: v[i] = ((const float *)buf)[i]; break;
+        case KILN_F64: v[i] = ((const double *)buf)[i]; break;
+        case KILN_F16: v[i] = from_half(((const uint16_t *)buf)[i]); break;
+        case KILN_I32: v[i] = ((const int32_t *)buf)[i]; break;
+        case KILN_I64: v[i] = (double)((const int64_t *)buf)[i]; break;
+        case KILN_U8: v[i] = ((const uint8_t *)buf)[i]; break;
+        }
+    }
+}
+
+/* Random values exactly representable in dt (the reference then sees what the device sees). */
+static void fill_values(kiln_dtype dt, double *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double u = rnd();
+        switch (dt) {
+        case KILN_F32: v[i] = (float)(2 * u - 1); break;
+        case KILN_F64: v[i] = 2 * u - 1; break;
+        case KILN_F16: v[i] = floor(u * 129) / 16 - 4; break; /* k/16 in [-4, 4] */
+        case KILN_U8: v[i] = floor(u * 256); break;
+        default: v[i] = floor(u * 2001) - 1000; break; /* ties are likely: first-max rule */
+        }
+    }
+}
+
+static kiln_tensor *upload(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                           const double *v)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    void *buf = malloc((size_t)(n ? n : 1) * 8);
+    ck_assert_ptr_nonnull(buf);
+    to_storage(dt, v, n, buf);
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_tensor_from_host(dev, dt, ndim, shape, buf, &t));
+    free(buf);
+    return t;
+}
+
+static double *download(const kiln_tensor *t)
+{
+    int64_t n = kiln_tensor_numel(t);
+    void *buf = malloc(kiln_tensor_nbytes(t) + 8);
+    double *v = malloc((size_t)(n ? n : 1) * sizeof(double));
+    ck_assert(buf && v);
+    ASSERT_OK(kiln_tensor_read(t, buf, kiln_tensor_nbytes(t)));
+    from_storage(kiln_tensor_dtype(t), buf, n, v);
+    free(buf);
+    return v;
+}
+
+static double eps_of(kiln_dtype dt)
+{
+    return dt == KILN_F64 ? ldexp(1, -52) : dt == KILN_F16 ? ldexp(1, -10) : ldexp(1, -23);
+}
+
+static void assert_close(const double *got, const double *ref, int64_t n, double tol,
+                         const char *what, const kiln_device *dev, kiln_dtype dt)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double bound = tol * (1 + fabs(ref[i]));
+        ck_assert_msg(fabs(got[i] - ref[i]) <= bound,
+                      "%s %s on %s: element %lld is %.17g, reference %.17g (bound %.3g)", what,
+                      kiln_dtype_name(dt), kiln_device_spec(dev), (long long)i, got[i], ref[i],
+                      bound);
+    }
+}
+
+static const kiln_dtype float_dtypes[] = {KILN_F32, KILN_F64, KILN_F16};
+
+static bool usable(kiln_device *dev, kiln_dtype dt)
+{
+    return dt != KILN_F64 || has_fp64(dev);
+}
+
+/* Softmax of x viewed as [outer, n, inner] over n, in double. */
+static void ref_softmax(const double *x, int64_t outer, int64_t n, int64_t inner, bool logmode,
+                        double *out)
+{
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t i = 0; i < inner; i++) {
+            const double *row = x + o * n * inner + i;
+            double m = -INFINITY, s = 0;
+            for (int64_t j = 0; j < n; j++)
+                m = fmax(m, row[j * inner]);
+            for (int64_t j = 0; j < n; j++)
+                s += exp(row[j * inner] - m);
+            for (int64_t j = 0; j < n; j++) {
+                double d = row[j * inner] - m;
+                out[o * n * inner + j * inner + i] = logmode ? d - log(s) : exp(d) / s;
+            }
+        }
+    }
+}
+
+static void check_softmax(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                          int axis, bool logmode, const double *values)
+{
+    int a = axis < 0 ? axis + ndim : axis;
+    int64_t outer = 1, inner = 1, n = 1;
+    for (int d = 0; d < ndim; d++) {
+        n *= shape[d];
+        outer *= d < a ? shape[d] : 1;
+        inner *= d > a ? shape[d] : 1;
+    }
+    double *x = malloc((size_t)n * sizeof(double)), *ref = malloc((size_t)n * sizeof(double));
+    ck_assert(x && ref);
+    if (values) {
+        memcpy(x, values, (size_t)n * sizeof(double));
+    } else {
+        fill_values(dt, x, n); /* [-1, 1), or [-4, 4] for f16: scaled to logits of +-4 */
+        for (int64_t i = 0; i < n; i++)
+            x[i] *= dt == KILN_F16 ? 1 : 4;
+    }
+    ref_softmax(x, outer, shape[a], inner, logmode, ref);
+    kiln_tensor *t = upload(dev, dt, ndim, shape, x), *y = NULL;
+    ASSERT_OK(logmode ? kiln_log_softmax(t, axis, &y) : kiln_softmax(t, axis, &y));
+    ck_assert_int_eq(kiln_tensor_dtype(y), dt);
+    ck_assert_int_eq(kiln_tensor_ndim(y), ndim);
+    double *got = download(y);
+    assert_close(got, ref, n, 16 * eps_of(dt), logmode ? "log_softmax" : "softmax", dev, dt);
+    if (!logmode && dt == KILN_F32) {
+        for (int64_t r = 0; r < outer * inner; r++) {
+            double s = 0;
+            for (int64_t j = 0; j < shape[a]; j++)
+                s += got[(r / inner) * shape[a] * inner + j * inner + r % inner];
+            ck_assert_msg(fabs(s - 1) <= 1e-6, "softmax row %lld sums to %.9g", (long long)r, s);
+        }
+    }
+    free(got);
+    free(x);
+    free(ref);
+    kiln_tensor_release(t);
+    kiln_tensor_release(y);
+}
+
+START_TEST(test_softmax)
+{
+    static const int64_t s2[] = {4, 10}, s3[] = {2, 3, 5}, s1[] = {7}, sw[] = {3, 1000};
+    for (int i = 0; i < ndevs; i++) {
+        for (size_t k = 0; k < sizeof float_dtypes / sizeof float_dtypes[0]; k++) {
+            kiln_dtype dt = float_dtypes[k];
+            if (!usable(devs[i], dt))
+                continue;
+            for (int logmode = 0; logmode < 2; logmode++) {
+                check_softmax(devs[i], dt, 2, s2, 1, logmode, NULL);
+                check_softmax(devs[i], dt, 2, s2, 0, logmode, NULL);
+                check_softmax(devs[i], dt, 3, s3, 1, logmode, NULL);
+                check_softmax(devs[i], dt, 3, s3, -1, logmode, NULL);
+                check_softmax(devs[i], dt, 1, s1, 0, logmode, NULL);
+            }
+        }
+        check_softmax(devs[i], KILN_F32, 2, sw, 1, false, NULL);
+    }
+}
+END_TEST
+
+/* Logits of +-1000 overflow exp() unless the row maximum is subtracted first. */
+START_TEST(test_softmax_stability)
+{
+    static const int64_t shape[] = {2, 4};
+    static const double x[] = {1000, -1000, 0, 999, -1000, -1000, -999, -1001};
+    for (int i = 0; i < ndevs; i++) {
+        check_softmax(devs[i], KILN_F32, 2, shape, 1, false, x);
+        check_softmax(devs[i], KILN_F32, 2, shape, 1, true, x);
+        if (has_fp64(devs[i]))
+            check_softmax(devs[i], KILN_F64, 2, shape, -1, true, x);
+    }
+}
+END_TEST
+
+START_TEST(test_softmax_errors)
+{
+    static const int64_t shape[] = {2, 3};
+    kiln_tensor *t = NULL, *ti = NULL, *y = (kiln_tensor *)1;
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, shape, &t));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I32, 2, shape, &ti));
+    ASSERT_FAILS(kiln_softmax(ti, 1, &y), KILN_ERR_DTYPE_MISMATCH, "i32");
+    ck_assert_ptr_null(y);
+    ASSERT_FAILS(kiln_log_softmax(t, 2, &y), KILN_ERR_INVALID_ARGUMENT,
+                 "axis 2 is out of range");
+    ASSERT_FAILS(kiln_softmax(t, -3, &y), KILN_ERR_INVALID_ARGUMENT, "axis -3");
+    ASSERT_FAILS(kiln_softmax(NULL, 0, &y), KILN_ERR_INVALID_ARGUMENT, "NULL");
+    ASSERT_FAILS(kiln_softmax(t, 0, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    kiln_tensor_release(t);
+    kiln_tensor_release(ti);
+}
+END_TEST
+
+/* Mean cross-entropy and its gradient (softmax - onehot) / N, in double. */
+static double ref_cross_entropy(const double *x, const int64_t *labels, int64_t rows,
+                                int64_t classes, double *grad)
+{
+    double total = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const double *row = x + r * classes;
+        double m = -INFINITY, s = 0;
+        for (int64_t j = 0; j < classes; j++)
+            m = fmax(m, row[j]);
+        for (int64_t j = 0; j < classes; j++)
+            s += exp(row[j] - m);
+        total += m + log(s) - row[labels[r]];
+        for (int64_t j = 0; j < classes; j++)
+            grad[r * classes + j] = (exp(row[j] - m) / s - (j == labels[r])) / (double)rows;
+    }
+    return total / (double)rows;
+}
+
+static void check_cross_entropy(kiln_device *dev, kiln_dtype dt, kiln_dtype label_dt,
+                                int64_t rows, int64_t classes, bool want_grad)
+{
+    int64_t n = rows * classes, shape[2] = {rows, classes};
+    double *x = malloc((size_t)n * sizeof(double)), *g = malloc((size_t)n * sizeof(double));
+    int64_t *labels = malloc((size_t)rows * sizeof(int64_t));
+    double *lab = malloc((size_t)rows * sizeof(double));
+    ck_assert(x && g && labels && lab);
+    fill_values(dt, x, n);
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= 5;
+    for (int64_t r = 0; r < rows; r++)
+        labels[r] = (int64_t)(rnd() * (double)classes), lab[r] = (double)labels[r];
+    double ref = ref_cross_entropy(x, labels, rows, classes, g);
+    kiln_tensor *t = upload(dev, dt, 2, shape, x), *l = upload(dev, label_dt, 1, &rows, lab);
+    kiln_tensor *loss = NULL, *grad = NULL;
+    ASSERT_OK(kiln_cross_entropy(t, l, &loss, want_grad ? &grad : NULL));
+    ck_assert_int_eq(kiln_tensor_numel(loss), 1);
+    ck_assert_int_eq(kiln_tensor_dtype(loss), dt);
+    double *got = download(loss);
+    assert_close(got, &ref, 1, 64 * eps_of(dt), "cross_entropy loss", dev, dt);
+    free(got);
+    if (want_grad) {
+        ck_assert_int_eq(kiln_tensor_ndim(grad), 2);
+        got = download(grad);
+        assert_close(got, g, n, 16 * eps_of(dt), "cross_entropy grad", dev, dt);
+        free(got);
+    }
+    kiln_tensor_release(loss);
+    kiln_tensor_release(grad);
+    kiln_tensor_release(t);
+    kiln_tensor_release(l);
+    free(x);
+    free(g);
+    free(labels);
+    free(lab);
+}
+
+START_TEST(test_cross_entropy)
+{
+    for (int i = 0; i < ndevs; i++) {
+        check_cross_entropy(devs[i], KILN_F32, KILN_I32, 7, 5, true);
+        check_cross_entropy(devs[i], KILN_F32, KILN_I64, 7, 5, false);
+        check_cross_entropy(devs[i], KILN_F32, KILN_I64, 1, 1, true);
+        check_cross_entropy(devs[i], KILN_F32, KILN_I32, 61, 10, true);
+        if (has_fp64(devs[i]))
+            check_cross_entropy(devs[i], KILN_F64, KILN_I64, 7, 5, true);
+    }
+}
+END_TEST
+
+/* A label outside [0, C) cannot be checked without a blocking read: the loss becomes NaN. */
+START_TEST(test_cross_entropy_bad_label)
+{
+    static const int64_t shape[] = {2, 3}, rows = 2;
+    static const float x[] = {1, 2, 3, 4, 5, 6};
+    static const int32_t labels[] = {1, 3};
+    for (int i = 0; i < ndevs; i++) {
+        kiln_tensor *t = NULL, *l = NULL, *loss = NULL, *grad = NULL;
+        ASSERT_OK(kiln_tensor_from_host(devs[i], KILN_F32, 2, shape, x, &t));
+        ASSERT_OK(kiln_tensor_from_host(devs[i], KILN_I32, 1, &rows, labels, &l));
+        ASSERT_OK(kiln_cross_entropy(t, l, &loss, &grad));
+        float f, g[6];
+        ASSERT_OK(kiln_tensor_read(loss, &f, sizeof f));
+        ck_assert_msg(isnan(f), "loss with label 3 of 3 classes is %g", f);
+        ASSERT_OK(kiln_tensor_read(grad, g, sizeof g));
+        ck_assert(!isnan(g[0]) && isnan(g[3]));
+        kiln_tensor_release(t);
+        kiln_tensor_release(l);
+        kiln_tensor_release(loss);
+        kiln_tensor_release(grad);
+    }
+}
+END_TEST
+
+START_TEST(test_cross_entropy_errors)
+{
+    static const int64_t s23[] = {2, 3}, s2[] = {2}, s3[] = {3}, s6[] = {6};
+    kiln_tensor *x = NULL, *x1 = NULL, *l = NULL, *lf = NULL, *l3 = NULL;
+    kiln_tensor *loss = (kiln_tensor *)1, *grad = (kiln_tensor *)1;
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s23, &x));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 1, s6, &x1));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I32, 1, s2, &l));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 1, s2, &lf));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I64, 1, s3, &l3));
+    ASSERT_FAILS(kiln_cross_entropy(x, lf, &loss, &grad), KILN_ERR_DTYPE_MISMATCH, "f32");
+    ck_assert_ptr_null(loss);
+    ck_assert_ptr_null(grad);
+    ASSERT_FAILS(kiln_cross_entropy(l, l, &loss, NULL), KILN_ERR_DTYPE_MISMATCH,
+                 "logits is i32");
+    ASSERT_FAILS(kiln_cross_entropy(x, l3, &loss, NULL), KILN_ERR_SHAPE_MISMATCH, "[2, 3]");
+    ASSERT_FAILS(kiln_cross_entropy(x, l3, &loss, NULL), KILN_ERR_SHAPE_MISMATCH, "[3]");
+    ASSERT_FAILS(kiln_cross_entropy(x1, l, &loss, NULL), KILN_ERR_SHAPE_MISMATCH, "[N, C]");
+    ASSERT_FAILS(kiln_cross_entropy(NULL, l, &loss, NULL), KILN_ERR_INVALID_ARGUMENT, "NULL");
+    ASSERT_FAILS(kiln_cross_entropy(x, NULL, &loss, NULL), KILN_ERR_INVALID_ARGUMENT, "labels");
+    ASSERT_FAILS(kiln_cross_entropy(x, l, NULL, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "loss is NULL");
+    kiln_tensor_release(x);
+    kiln_tensor_release(x1);
+    kiln_tensor_release(l);
+    kiln_tensor_release(lf);
+    kiln_tensor_release(l3);
+}
+END_TEST
+
+static void check_mse(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    double *p = malloc((size_t)n * sizeof(double)), *t = malloc((size_t)n * sizeof(double));
+    double *g = malloc((size_t)n * sizeof(double)), ref = 0;
+    ck_assert(p && t && g);
+    fill_values(dt, p, n);
+    fill_values(dt, t, n);
+    for (int64_t i = 0; i < n; i++) {
+        ref += (p[i] - t[i]) * (p[i] - t[i]);
+        g[i] = 2 * (p[i] - t[i]) / (double)n;
+    }
+    ref /= (double)n;
+    kiln_tensor *tp = upload(dev, dt, ndim, shape, p), *tt = upload(dev, dt, ndim, shape, t);
+    kiln_tensor *loss = NULL, *grad = NULL;
+    ASSERT_OK(kiln_mse_loss(tp, tt, &loss, &grad));
+    double *got = download(loss);
+    assert_close(got, &ref, 1, 64 * eps_of(dt), "mse loss", dev, dt);
+    free(got);
+    got = download(grad);
+    assert_close(got, g, n, 16 * eps_of(dt), "mse grad", dev, dt);
+    free(got);
+    kiln_tensor_release(loss);
+    kiln_tensor_release(grad);
+    ASSERT_OK(kiln_mse_loss(tp, tt, &loss, NULL));
+    kiln_tensor_release(loss);
+    kiln_tensor_release(tp);
+    kiln_tensor_release(tt);
+    free(p);
+    free(t);
+    free(g);
+}
+
+START_TEST(test_mse)
+{
+    static const int64_t s2[] = {3, 7}, s1[] = {1}, s3[] = {2, 3, 61};
+    for (int i = 0; i < ndevs; i++) {
+        check_mse(devs[i], KILN_F32, 2, s2);
+        check_mse(devs[i], KILN_F32, 1, s1);
+        check_mse(devs[i], KILN_F32, 3, s3);
+        if (has_fp64(devs[i]))
+            check_mse(devs[i], KILN_F64, 2, s2);
+    }
+}
+END_TEST
+
+START_TEST(test_mse_errors)
+{
+    static const int64_t s23[] = {2, 3}, s32[] = {3, 2};
+    kiln_tensor *a = NULL, *b = NULL, *c = NULL, *ai = NULL, *loss = (kiln_tensor *)1;
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s23, &a));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s32, &b));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F16, 2, s23, &c));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I32, 2, s23, &ai));
+    ASSERT_FAILS(kiln_mse_loss(a, b, &loss, NULL), KILN_ERR_SHAPE_MISMATCH, "[3, 2]");
+    ck_assert_ptr_null(loss);
+    ASSERT_FAILS(kiln_mse_loss(a, c, &loss, NULL), KILN_ERR_DTYPE_MISMATCH, "f16");
+    ASSERT_FAILS(kiln_mse_loss(ai, ai, &loss, NULL), KILN_ERR_DTYPE_MISMATCH, "i32");
+    ASSERT_FAILS(kiln_mse_loss(a, NULL, &loss, NULL), KILN_ERR_INVALID_ARGUMENT, "target");
+    ASSERT_FAILS(kiln_mse_loss(a, a, NULL, NULL), KILN_ERR_INVALID_ARGUMENT, "loss is NULL");
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(c);
+    kiln_tensor_release(ai);
+}
+END_TEST
+
+/* Three SGD steps with momentum and weight decay, and one without velocity, against C. */
+static void check_sgd(kiln_device *dev, kiln_dtype dt, bool with_velocity)
+{
+    enum { N = 61 };
+    const int64_t n = N;
+    const double lr = 0.1, mom = with_velocity ? 0.9 : 0, wd = 0.01;
+    double p[N], v[N], g[N];
+    fill_values(dt, p, n);
+    for (int i = 0; i < N; i++)
+        v[i] = 0;
+    kiln_tensor *tp = upload(dev, dt, 1, &n, p);
+    kiln_tensor *tv = with_velocity ? upload(dev, dt, 1, &n, v) : NULL;
+    for (int step = 0; step < 3; step++) {
+        fill_values(dt, g, n);
+        kiln_tensor *tg = upload(dev, dt, 1, &n, g);
+        ASSERT_OK(kiln_sgd_step(tp, tg, tv, lr, mom, wd));
+        kiln_tensor_release(tg);
+        for (int i = 0; i < N; i++) {
+            double d = g[i] + wd * p[i];
+            if (with_velocity)
+                d = v[i] = mom * v[i] + d;
+            p[i] -= lr * d;
+        }
+        double *got = download(tp);
+        assert_close(got, p, n, 16 * eps_of(dt), "sgd param", dev, dt);
+        free(got);
+        if (tv) {
+            got = download(tv);
+            assert_close(got, v, n, 16 * eps_of(dt), "sgd velocity", dev, dt);
+            free(got);
+        }
+        /* The next step starts from what the device holds, as a training loop does. */
+        got = download(tp);
+        memcpy(p, got, sizeof p);
+        free(got);
+        if (tv) {
+            got = download(tv);
+            memcpy(v, got, sizeof v);
+            free(got);
+        }
+    }
+    kiln_tensor_release(tp);
+    kiln_tensor_release(tv);
+}
+
+START_TEST(test_sgd)
+{
+    for (int i = 0; i < ndevs; i++) {
+        check_sgd(devs[i], KILN_F32, true);
+        check_sgd(devs[i], KILN_F32, false);
+        if (has_fp64(devs[i]))
+            check_sgd(devs[i], KILN_F64, true);
+    }
+}
+END_TEST
+
+static void check_adam(kiln_device *dev, kiln_dtype dt)
+{
+    enum { N = 61 };
+    const int64_t n = N;
+    const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    double p[N], m[N] = {0}, v[N] = {0}, g[N];
+    fill_values(dt, p, n);
+    kiln_tensor *tp = upload(dev, dt, 1, &n, p), *tm = upload(dev, dt, 1, &n, m),
+                *tv = upload(dev, dt, 1, &n, v);
+    for (int step = 1; step <= 3; step++) {
+        fill_values(dt, g, n);
+        kiln_tensor *tg = upload(dev, dt, 1, &n, g);
+        ASSERT_OK(kiln_adam_step(tp, tg, tm, tv, step, lr, b1, b2, eps));
+        kiln_tensor_release(tg);
+        for (int i = 0; i < N; i++) {
+            m[i] = b1 * m[i] + (1 - b1) * g[i];
+            v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+            double mh = m[i] / (1 - pow(b1, step)), vh = v[i] / (1 - pow(b2, step));
+            p[i] -= lr * mh / (sqrt(vh) + eps);
+        }
+        kiln_tensor *ts[] = {tp, tm, tv};
+        double *refs[] = {p, m, v};
+        const char *names[] = {"adam param", "adam m", "adam v"};
+        for (int k = 0; k < 3; k++) {
+            double *got = download(ts[k]);
+            assert_close(got, refs[k], n, 16 * eps_of(dt), names[k], dev, dt);
+            memcpy(refs[k], got, N * sizeof(double));
+            free(got);
+        }
+    }
+    kiln_tensor_release(tp);
+    kiln_tensor_release(tm);
+    kiln_tensor_release(tv);
+}
+
+START_TEST(test_adam)
+{
+    for (int i = 0; i < ndevs; i++) {
+        check_adam(devs[i], KILN_F32);
+        if (has_fp64(devs[i]))
+            check_adam(devs[i], KILN_F64);
+    }
+}
+END_TEST
+
+START_TEST(test_optimizer_errors)
+{
+    static const int64_t s3[] = {3}, s4[] = {4};
+    kiln_tensor *p = NULL, *g = NULL, *g4 = NULL, *gd = NULL, *pi = NULL;
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 1, s3, &p));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 1, s3, &g));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 1, s4, &g4));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F16, 1, s3, &gd));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I32, 1, s3, &pi));
+    ASSERT_FAILS(kiln_sgd_step(p, g, NULL, 0.1, 0.9, 0), KILN_ERR_INVALID_ARGUMENT,
+                 "velocity is NULL");
+    ASSERT_FAILS(kiln_sgd_step(p, g4, NULL, 0.1, 0, 0), KILN_ERR_SHAPE_MISMATCH, "[4]");
+    ASSERT_FAILS(kiln_sgd_step(p, gd, NULL, 0.1, 0, 0), KILN_ERR_DTYPE_MISMATCH, "f16");
+    ASSERT_FAILS(kiln_sgd_step(pi, pi, NULL, 0.1, 0, 0), KILN_ERR_DTYPE_MISMATCH, "i32");
+    ASSERT_FAILS(kiln_sgd_step(NULL, g, NULL, 0.1, 0, 0), KILN_ERR_INVALID_ARGUMENT, "param");
+    ASSERT_FAILS(kiln_sgd_step(p, NULL, NULL, 0.1, 0, 0), KILN_ERR_INVALID_ARGUMENT, "grad");
+    ASSERT_FAILS(kiln_adam_step(p, g, g, g, 0, 0.1, 0.9, 0.999, 1e-8),
+                 KILN_ERR_INVALID_ARGUMENT, "step is 0");
+    ASSERT_FAILS(kiln_adam_step(p, g, g, g, 1, 0.1, 1.0, 0.999, 1e-8),
+                 KILN_ERR_INVALID_ARGUMENT, "beta1 = 1");
+    ASSERT_FAILS(kiln_adam_step(p, g, NULL, g, 1, 0.1, 0.9, 0.999, 1e-8),
+                 KILN_ERR_INVALID_ARGUMENT, "m");
+    ASSERT_FAILS(kiln_adam_step(p, g, g, g4, 1, 0.1, 0.9, 0.999, 1e-8),
+                 KILN_ERR_SHAPE_MISMATCH, "[4]");
+    kiln_tensor_release(p);
+    kiln_tensor_release(g);
+    kiln_tensor_release(g4);
+    kiln_tensor_release(gd);
+    kiln_tensor_release(pi);
+}
+END_TEST
+
+/* Two devices: every op refuses tensors of cpu:0 and cpu:1 together, naming both. */
+START_TEST(test_device_mismatch)
+{
+    kiln_device *d0 = NULL, *d1 = NULL;
+    if (kiln_device_get("cpu:1", &d1) != KILN_OK)
+        return; /* one device only: nothing to mix */
+    ASSERT_OK(kiln_device_get("cpu:0", &d0));
+    static const int64_t s23[] = {2, 3}, s2[] = {2};
+    kiln_tensor *a = NULL, *b = NULL, *l = NULL, *loss = (kiln_tensor *)1;
+    ASSERT_OK(kiln_tensor_zeros(d0, KILN_F32, 2, s23, &a));
+    ASSERT_OK(kiln_tensor_zeros(d1, KILN_F32, 2, s23, &b));
+    ASSERT_OK(kiln_tensor_zeros(d1, KILN_I32, 1, s2, &l));
+    ASSERT_FAILS(kiln_cross_entropy(a, l, &loss, NULL), KILN_ERR_DEVICE_MISMATCH, "cpu:0");
+    ck_assert_ptr_null(loss);
+    ASSERT_FAILS(kiln_cross_entropy(a, l, &loss, NULL), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ASSERT_FAILS(kiln_mse_loss(a, b, &loss, NULL), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ASSERT_FAILS(kiln_sgd_step(a, b, NULL, 0.1, 0, 0), KILN_ERR_DEVICE_MISMATCH, "cpu:0");
+    ASSERT_FAILS(kiln_adam_step(a, a, a, b, 1, 0.1, 0.9, 0.999, 1e-8), KILN_ERR_DEVICE_MISMATCH,
+                 "cpu:1");
+    /* Each device alone works. */
+    ASSERT_OK(kiln_mse_loss(b, b, &loss, NULL));
+    float f;
+    ASSERT_OK(kiln_tensor_read(loss, &f, sizeof f));
+    ck_assert(f == 0);
+    kiln_tensor_release(loss);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(l);
+}
+END_TEST
+
+Suite *nn_suite(void)
+{
+    Suite *s = suite_create("nn");
+    TCase *tc = tcase_create("values");
+    tcase_add_unchecked_fixture(tc, setup_devices, NULL);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_softmax);
+    tcase_add_test(tc, test_softmax_stability);
+    tcase_add_test(tc, test_cross_entropy);
+    tcase_add_test(tc, test_cross_entropy_bad_label);
+    tcase_add_test(tc, test_mse);
+    tcase_add_test(tc, test_sgd);
+    tcase_add_test(tc, test_adam);
+    suite_add_tcase(s, tc);
+    TCase *te = tcase_create("errors");
+    tcase_add_unchecked_fixture(te, setup_devices, NULL);
+    tcase_add_test(te, test_softmax_errors);
+    tcase_add_test(te, test_cross_entropy_errors);
+    tcase_add_test(te, test_mse_errors);
+    tcase_add_test(te, test_optimizer_errors);
+    tcase_add_test(te, test_device_mismatch);
+    suite_add_tcase(s, te);
+    return s;
+}

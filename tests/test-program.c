@@ -1,0 +1,699 @@
+/* test-program.c - user programs and launches (kiln_program_*), built-in kernels
+ * (kiln__builtin_kernel, kiln__kernel_launch): results against plain C loops, and every bad
+ * input with its status and message. */
+#include <check.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lib/clcall.h"
+#include "kiln.h"
+#include "lib/launch.h"
+#include "lib/program.h"
+
+#define ck_assert_err_contains(text)                                                          \
+    ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL, "message \"%s\" lacks \"%s\"",   \
+                  kiln_last_error(), (text))
+
+static const char *saxpy_source =
+    "__kernel void saxpy(__global float *y, __global const float *x, float a, int n)\n"
+    "{\n"
+    "    int i = get_global_id(0);\n"
+    "    if (i < n)\n"
+    "        y[i] = a * x[i] + y[i];\n"
+    "}\n"
+    "__kernel void reverse_blocks(__global float *out, __global const float *in,\n"
+    "                             __local float *scratch, int n)\n"
+    "{\n"
+    "    int g = get_global_id(0), l = get_local_id(0), m = get_local_size(0);\n"
+    "    scratch[l] = g < n ? in[g] : 0.0f;\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    if (g < n)\n"
+    "        out[g] = scratch[m - 1 - l];\n"
+    "}\n"
+    "__kernel void scalars(__global long *out, float f, int i, long l, uchar u)\n"
+    "{\n"
+    "    if (get_global_id(0) == 0) {\n"
+    "        out[0] = as_int(f);\n"
+    "        out[1] = i;\n"
+    "        out[2] = l;\n"
+    "        out[3] = u;\n"
+    "    }\n"
+    "}\n"
+    "#ifdef KILN_HAS_FP64\n"
+    "__kernel void scalar_f64(__global long *out, double d)\n"
+    "{\n"
+    "    if (get_global_id(0) == 0)\n"
+    "        out[0] = as_long(d);\n"
+    "}\n"
+    "#endif\n"
+    "__kernel void grid2d(__global int *out, int w, int h)\n"
+    "{\n"
+    "    int x = get_global_id(0), y = get_global_id(1);\n"
+    "    if (x < w && y < h)\n"
+    "        out[y * w + x] = y * 1000 + x;\n"
+    "}\n";
+
+static kiln_device *dev;
+static kiln_program *prog;
+static int small; /* element counts: tiny under Oclgrind (1 us per work-item) */
+
+static void setup(void)
+{
+    ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_OK);
+    kiln_status s = kiln_program_build(dev, saxpy_source, NULL, &prog);
+    ck_assert_msg(s == KILN_OK, "%s", kiln_last_error());
+    small = kiln_device_name(dev)[0] && strstr(kiln_device_name(dev), "Oclgrind") ? 1 : 0;
+}
+
+static void teardown(void)
+{
+    kiln_program_release(prog);
+    prog = NULL;
+    kiln__cl_reset();
+}
+
+static kiln_tensor *vec(kiln_device *d, const float *data, int64_t n)
+{
+    kiln_tensor *t = NULL;
+    kiln_status s = kiln_tensor_from_host(d, KILN_F32, 1, &n, data, &t);
+    ck_assert_msg(s == KILN_OK, "%s", kiln_last_error());
+    return t;
+}
+
+/* Run saxpy on (device, program) and compare with a C loop (a*x+y may be fused: 1e-6). */
+static void check_saxpy(kiln_device *d, kiln_program *p, int n, const size_t *local)
+{
+    float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+    float *got = malloc(sizeof(float) * (size_t)n);
+    ck_assert_ptr_nonnull(x);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_ptr_nonnull(got);
+    for (int i = 0; i < n; i++) {
+        x[i] = (float)i * 0.5f - 3.0f;
+        y[i] = (float)(i % 7) - 1.25f;
+    }
+    kiln_tensor *tx = vec(d, x, n), *ty = vec(d, y, n);
+    kiln_arg args[] = {kiln_arg_tensor(ty), kiln_arg_tensor(tx), kiln_arg_f32(2.5f),
+                       kiln_arg_i32(n)};
+    size_t global = local ? ((size_t)n + local[0] - 1) / local[0] * local[0] : (size_t)n;
+    kiln_status s = kiln_program_launch(p, "saxpy", 1, &global, local, 4, args);
+    ck_assert_msg(s == KILN_OK, "%s", kiln_last_error());
+    ck_assert_int_eq(kiln_tensor_read(ty, got, sizeof(float) * (size_t)n), KILN_OK);
+    for (int i = 0; i < n; i++) {
+        float want = 2.5f * x[i] + y[i];
+        ck_assert_msg(fabsf(got[i] - want) <= 1e-6f * (1.0f + fabsf(want)), "y[%d] = %g, want %g",
+                      i, (double)got[i], (double)want);
+    }
+    kiln_tensor_release(tx);
+    kiln_tensor_release(ty);
+    free(x);
+    free(y);
+    free(got);
+}
+
+START_TEST(saxpy_matches_c_loop)
+{
+    check_saxpy(dev, prog, small ? 37 : 1000, NULL); /* not a multiple of any local size */
+    check_saxpy(dev, prog, 1, NULL);
+    size_t local = 16;
+    check_saxpy(dev, prog, small ? 40 : 1000, &local);
+}
+END_TEST
+
+START_TEST(saxpy_on_every_device)
+{
+    /* One and (config -2dev) two PoCL devices, each with its own program. */
+    int n = kiln_device_count(KILN_DEVICE_ALL);
+    for (int i = 0; i < n; i++) {
+        kiln_device *d = kiln_device_at(i);
+        kiln_program *p = NULL;
+        ck_assert_int_eq(kiln_program_build(d, saxpy_source, NULL, &p), KILN_OK);
+        ck_assert_ptr_eq(kiln_program_device(p), d);
+        check_saxpy(d, p, strstr(kiln_device_name(d), "Oclgrind") ? 20 : 500, NULL);
+        kiln_program_release(p);
+    }
+}
+END_TEST
+
+START_TEST(local_memory_argument)
+{
+    int n = small ? 40 : 100;
+    float in[100], out[100];
+    for (int i = 0; i < n; i++)
+        in[i] = (float)i;
+    kiln_tensor *tin = vec(dev, in, n), *tout = vec(dev, in, n);
+    size_t local = 8, global = ((size_t)n + 7) / 8 * 8;
+    kiln_arg args[] = {kiln_arg_tensor(tout), kiln_arg_tensor(tin),
+                       kiln_arg_local(local * sizeof(float)), kiln_arg_i32(n)};
+    ck_assert_int_eq(kiln_program_launch(prog, "reverse_blocks", 1, &global, &local, 4, args),
+                     KILN_OK);
+    ck_assert_int_eq(kiln_tensor_read(tout, out, sizeof(float) * (size_t)n), KILN_OK);
+    for (int i = 0; i < n; i++) {
+        int block = i / 8 * 8, want = block + 7 - (i - block);
+        float expect = want < n ? (float)want : 0.0f;
+        ck_assert_msg(out[i] == expect, "out[%d] = %g, want %g", i, (double)out[i],
+                      (double)expect);
+    }
+    /* Local memory of 0 bytes or more than the device has. */
+    args[2] = kiln_arg_local(0);
+    ck_assert_int_eq(kiln_program_launch(prog, "reverse_blocks", 1, &global, &local, 4, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("local memory");
+    args[2] = kiln_arg_local((size_t)1 << 40);
+    ck_assert_int_eq(kiln_program_launch(prog, "reverse_blocks", 1, &global, &local, 4, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("local memory");
+    kiln_tensor_release(tin);
+    kiln_tensor_release(tout);
+}
+END_TEST
+
+START_TEST(scalars_of_each_dtype_arrive)
+{
+    int64_t n = 4, got[4];
+    kiln_tensor *out = NULL;
+    ck_assert_int_eq(kiln_tensor_zeros(dev, KILN_I64, 1, &n, &out), KILN_OK);
+    kiln_arg args[] = {kiln_arg_tensor(out), kiln_arg_f32(-1.5f), kiln_arg_i32(-123456789),
+                       kiln_arg_i64(-1234567890123456789LL), kiln_arg_u8(250)};
+    size_t one = 1;
+    ck_assert_int_eq(kiln_program_launch(prog, "scalars", 1, &one, NULL, 5, args), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_read(out, got, sizeof got), KILN_OK);
+    float f = -1.5f;
+    int32_t fbits;
+    memcpy(&fbits, &f, sizeof fbits);
+    ck_assert_int_eq(got[0], fbits);
+    ck_assert_int_eq(got[1], -123456789);
+    ck_assert_int_eq(got[2], -1234567890123456789LL);
+    ck_assert_int_eq(got[3], 250);
+    kiln_device_info info;
+    ck_assert_int_eq(kiln_device_info_get(dev, &info), KILN_OK);
+    if (info.fp64) {
+        double d = -0.1;
+        int64_t dbits;
+        memcpy(&dbits, &d, sizeof dbits);
+        kiln_arg a64[] = {kiln_arg_tensor(out), kiln_arg_f64(d)};
+        ck_assert_int_eq(kiln_program_launch(prog, "scalar_f64", 1, &one, NULL, 2, a64), KILN_OK);
+        ck_assert_int_eq(kiln_tensor_read(out, got, sizeof got), KILN_OK);
+        ck_assert_int_eq(got[0], dbits);
+    } else {
+        ck_assert_ptr_null(strstr(kiln_program_kernel_names(prog), "scalar_f64"));
+    }
+    /* A scalar of the wrong size for its parameter (f64 for a float). */
+    args[1] = kiln_arg_f64(1.0);
+    ck_assert_int_eq(kiln_program_launch(prog, "scalars", 1, &one, NULL, 5, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("argument 1 of kernel scalars");
+    /* A hand-made argument with a bad kind or dtype. */
+    args[1] = kiln_arg_f32(1.0f);
+    args[1].dtype = (kiln_dtype)99;
+    ck_assert_int_eq(kiln_program_launch(prog, "scalars", 1, &one, NULL, 5, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("unknown dtype");
+    args[1].kind = (kiln_arg_kind)42;
+    ck_assert_int_eq(kiln_program_launch(prog, "scalars", 1, &one, NULL, 5, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("unknown kind");
+    kiln_tensor_release(out);
+}
+END_TEST
+
+START_TEST(two_dimensional_launch)
+{
+    int w = small ? 5 : 37, h = small ? 3 : 11;
+    int64_t n = (int64_t)w * h;
+    int32_t got[37 * 11];
+    kiln_tensor *out = NULL;
+    ck_assert_int_eq(kiln_tensor_zeros(dev, KILN_I32, 1, &n, &out), KILN_OK);
+    kiln_arg args[] = {kiln_arg_tensor(out), kiln_arg_i32(w), kiln_arg_i32(h)};
+    size_t global[2] = {(size_t)w, (size_t)h};
+    ck_assert_int_eq(kiln_program_launch(prog, "grid2d", 2, global, NULL, 3, args), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_read(out, got, sizeof(int32_t) * (size_t)n), KILN_OK);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            ck_assert_int_eq(got[y * w + x], y * 1000 + x);
+    kiln_tensor_release(out);
+}
+END_TEST
+
+START_TEST(wrong_argument_count)
+{
+    kiln_tensor *t = vec(dev, (const float[]){1, 2}, 2);
+    kiln_arg args[] = {kiln_arg_tensor(t), kiln_arg_tensor(t), kiln_arg_f32(1)};
+    size_t g = 2;
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, NULL, 3, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("saxpy takes 4 arguments, 3 given");
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, NULL, 4, NULL),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("args is NULL");
+    kiln_tensor_release(t);
+}
+END_TEST
+
+START_TEST(bad_sizes)
+{
+    float x[64] = {0};
+    kiln_tensor *t = vec(dev, x, 64);
+    kiln_arg args[] = {kiln_arg_tensor(t), kiln_arg_tensor(t), kiln_arg_f32(1), kiln_arg_i32(64)};
+    size_t g = 60, l = 16;
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, &l, 4, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("global size 60 in dimension 0 is not a multiple of the local size 16");
+    size_t big = (size_t)1 << 20;
+    g = big;
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, &big, 4, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("exceeds kernel saxpy's limit");
+    l = 0;
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, &l, 4, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 0, &g, NULL, 4, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("work_dim is 0");
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 4, &g, NULL, 4, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, NULL, NULL, 4, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("global is NULL");
+    g = (size_t)-1;
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, NULL, 4, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("too large");
+    kiln_tensor_release(t);
+}
+END_TEST
+
+static cl_int CL_API_CALL enqueue_fails(cl_command_queue q, cl_kernel k, cl_uint d,
+                                        const size_t *o, const size_t *g, const size_t *l,
+                                        cl_uint n, const cl_event *w, cl_event *e)
+{
+    (void)q, (void)k, (void)d, (void)o, (void)g, (void)l, (void)n, (void)w, (void)e;
+    return CL_OUT_OF_RESOURCES;
+}
+
+START_TEST(zero_global_is_noop_and_enqueue_errors)
+{
+    float x[4] = {1, 2, 3, 4}, got[4];
+    kiln_tensor *t = vec(dev, x, 4);
+    kiln_arg args[] = {kiln_arg_tensor(t), kiln_arg_tensor(t), kiln_arg_f32(1), kiln_arg_i32(4)};
+    kiln__cl.EnqueueNDRangeKernel = enqueue_fails;
+    size_t g[2] = {0, 4};
+    /* A zero size makes no OpenCL call at all: the failing enqueue is never reached. */
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, g, NULL, 4, args), KILN_OK);
+    size_t g2[2] = {4, 0};
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 2, g2, NULL, 4, args), KILN_OK);
+    g[0] = 4;
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, g, NULL, 4, args),
+                     kiln__cl_status(CL_OUT_OF_RESOURCES));
+    ck_assert_err_contains("clEnqueueNDRangeKernel");
+    ck_assert_err_contains("CL_OUT_OF_RESOURCES");
+    kiln__cl_reset();
+    ck_assert_int_eq(kiln_tensor_read(t, got, sizeof got), KILN_OK);
+    ck_assert_int_eq(memcmp(got, x, sizeof x), 0);
+    kiln_tensor_release(t);
+}
+END_TEST
+
+START_TEST(empty_tensor_argument)
+{
+    int64_t zero = 0;
+    kiln_tensor *t = NULL;
+    ck_assert_int_eq(kiln_tensor_empty(dev, KILN_F32, 1, &zero, &t), KILN_OK);
+    kiln_arg args[] = {kiln_arg_tensor(t), kiln_arg_tensor(t), kiln_arg_f32(1), kiln_arg_i32(0)};
+    size_t g = 1; /* one work-item that touches nothing: a NULL buffer is legal */
+    kiln_status s = kiln_program_launch(prog, "saxpy", 1, &g, NULL, 4, args);
+    ck_assert_msg(s == KILN_OK, "%s", kiln_last_error());
+    ck_assert_int_eq(kiln_device_synchronize(dev), KILN_OK);
+    kiln_tensor_release(t);
+}
+END_TEST
+
+START_TEST(unknown_kernel_lists_kernels)
+{
+    size_t g = 1;
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpyy", 1, &g, NULL, 0, NULL),
+                     KILN_ERR_NOT_FOUND);
+    ck_assert_err_contains("no kernel named \"saxpyy\"");
+    ck_assert_err_contains("saxpy");
+    ck_assert_err_contains("reverse_blocks");
+    ck_assert_int_eq(kiln_program_launch(prog, NULL, 1, &g, NULL, 0, NULL),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("kernel name is NULL");
+    ck_assert_ptr_nonnull(strstr(kiln_program_kernel_names(prog), "grid2d"));
+}
+END_TEST
+
+START_TEST(tensor_from_another_device)
+{
+    if (kiln_device_count(KILN_DEVICE_ALL) < 2)
+        return; /* configs -2dev and -oclgrind */
+    kiln_device *d0 = kiln_device_at(0), *d1 = kiln_device_at(1);
+    kiln_program *p = NULL;
+    ck_assert_int_eq(kiln_program_build(d0, saxpy_source, NULL, &p), KILN_OK);
+    kiln_tensor *a = vec(d0, (const float[]){1, 2}, 2), *b = vec(d1, (const float[]){1, 2}, 2);
+    kiln_arg args[] = {kiln_arg_tensor(a), kiln_arg_tensor(b), kiln_arg_f32(1), kiln_arg_i32(2)};
+    size_t g = 2;
+    ck_assert_int_eq(kiln_program_launch(p, "saxpy", 1, &g, NULL, 4, args),
+                     KILN_ERR_DEVICE_MISMATCH);
+    ck_assert_err_contains(kiln_device_spec(d0));
+    ck_assert_err_contains(kiln_device_spec(d1));
+    ck_assert_err_contains("kiln_tensor_to()");
+    ck_assert_err_contains("argument 1 of kernel saxpy");
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_program_release(p);
+}
+END_TEST
+
+START_TEST(bad_handles)
+{
+    size_t g = 1;
+    ck_assert_int_eq(kiln_program_launch(NULL, "saxpy", 1, &g, NULL, 0, NULL),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("prog is NULL");
+    kiln_arg args[] = {kiln_arg_tensor(NULL), kiln_arg_tensor(NULL), kiln_arg_f32(1),
+                       kiln_arg_i32(2)};
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, NULL, 4, args),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("argument 0 of kernel saxpy");
+    ck_assert_str_eq(kiln_program_kernel_names(NULL), "");
+    ck_assert_ptr_null(kiln_program_device(NULL));
+    kiln_program_release(NULL);
+}
+END_TEST
+
+/* ---- building ---------------------------------------------------------------------------- */
+
+START_TEST(syntax_error_gives_log)
+{
+    kiln_program *p = (kiln_program *)1;
+    const char *bad = "__kernel void broken(__global float *x)\n"
+                      "{\n"
+                      "    x[0] = undeclared_thing_xyz;\n"
+                      "}\n";
+    ck_assert_int_eq(kiln_program_build(dev, bad, NULL, &p), KILN_ERR_BUILD_FAILED);
+    ck_assert_ptr_null(p);
+    ck_assert_err_contains("kiln_program_build");
+    ck_assert_err_contains("undeclared_thing_xyz"); /* the compiler's own words */
+    ck_assert_err_contains("error");
+}
+END_TEST
+
+START_TEST(bad_build_arguments)
+{
+    kiln_program *p = (kiln_program *)1;
+    ck_assert_int_eq(kiln_program_build(NULL, saxpy_source, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(p);
+    ck_assert_int_eq(kiln_program_build(dev, NULL, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("source is NULL");
+    ck_assert_int_eq(kiln_program_build(dev, "", NULL, &p), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("source is empty");
+    ck_assert_int_eq(kiln_program_build(dev, saxpy_source, NULL, NULL), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("out is NULL");
+    kiln_status s = kiln_program_build(dev, saxpy_source, "-no-such-option-xyz", &p);
+    ck_assert_msg(s == KILN_ERR_INVALID_ARGUMENT || s == KILN_ERR_BUILD_FAILED, "%s",
+                  kiln_last_error());
+    ck_assert_err_contains("-no-such-option-xyz");
+    ck_assert_ptr_null(p);
+}
+END_TEST
+
+START_TEST(options_and_capability_macros)
+{
+    /* User options come after kiln's; the capability macro matches the device. */
+    const char *src = "#ifndef USER_N\n#error USER_N missing\n#endif\n"
+                      "#if !defined(KILN_HAS_FP64) && WANT_FP64\n#error KILN_HAS_FP64 missing\n#endif\n"
+                      "#if defined(KILN_HAS_FP64) && !WANT_FP64\n#error KILN_HAS_FP64 set\n#endif\n"
+                      "__kernel void k(__global int *o) { o[0] = USER_N; }\n";
+    kiln_device_info info;
+    ck_assert_int_eq(kiln_device_info_get(dev, &info), KILN_OK);
+    char opts[64];
+    snprintf(opts, sizeof opts, "-DUSER_N=7 -DWANT_FP64=%d", info.fp64 ? 1 : 0);
+    kiln_program *p = NULL;
+    kiln_status s = kiln_program_build(dev, src, opts, &p);
+    ck_assert_msg(s == KILN_OK, "%s", kiln_last_error());
+    kiln_program_release(p);
+    ck_assert_int_eq(kiln_program_build(dev, src, NULL, &p), KILN_ERR_BUILD_FAILED);
+    ck_assert_err_contains("USER_N missing");
+}
+END_TEST
+
+START_TEST(double_without_fp64_hint)
+{
+    /* PoCL and Oclgrind both have fp64, so the no-fp64 path is tested on a fake info: the hint
+     * kiln adds to the compiler's error when a source uses double on such a device. */
+    kiln_device_info info;
+    memset(&info, 0, sizeof info);
+    const char *src = "__kernel void k(__global double *x) { x[0] = 1.0; }";
+    ck_assert_ptr_nonnull(strstr(kiln__build_hint(&info, src), "no fp64"));
+    ck_assert_ptr_nonnull(strstr(kiln__build_hint(&info, src), "KILN_HAS_FP64"));
+    ck_assert_str_eq(kiln__build_hint(&info, "__kernel void k(__global float *x) {}"), "");
+    info.fp64 = true;
+    ck_assert_str_eq(kiln__build_hint(&info, src), "");
+}
+END_TEST
+
+START_TEST(log_trimming)
+{
+    char buf[64];
+    kiln__log_trim("short log", buf, sizeof buf);
+    ck_assert_str_eq(buf, "short log");
+    /* A long log whose first error comes late: the error line is kept. */
+    char log[4096];
+    memset(log, 'w', sizeof log);
+    memcpy(log + 1000, "\nline 9: error: the real problem\n", 33);
+    log[sizeof log - 1] = '\0';
+    kiln__log_trim(log, buf, sizeof buf);
+    ck_assert_ptr_nonnull(strstr(buf, "line 9: error"));
+    ck_assert_ptr_nonnull(strstr(buf, "[log trimmed]"));
+    ck_assert_uint_lt(strlen(buf), sizeof buf);
+    /* No error line at all: the start is kept. */
+    memset(log, 'x', sizeof log - 1);
+    kiln__log_trim(log, buf, sizeof buf);
+    ck_assert_int_eq(buf[0], 'x');
+    ck_assert_uint_lt(strlen(buf), sizeof buf);
+}
+END_TEST
+
+static char tmpdir[128];
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+START_TEST(build_file_cases)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/kiln-test-program-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    char path[256];
+    kiln_program *p = (kiln_program *)1;
+
+    snprintf(path, sizeof path, "%s/missing.cl", tmpdir);
+    ck_assert_int_eq(kiln_program_build_file(dev, path, NULL, &p), KILN_ERR_IO);
+    ck_assert_ptr_null(p);
+    ck_assert_err_contains(path);
+    ck_assert_err_contains("No such file");
+
+    ck_assert_int_eq(kiln_program_build_file(dev, tmpdir, NULL, &p), KILN_ERR_IO);
+    ck_assert_err_contains("not a regular file");
+
+    snprintf(path, sizeof path, "%s/empty.cl", tmpdir);
+    write_file(path, "", 0);
+    ck_assert_int_eq(kiln_program_build_file(dev, path, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("empty");
+    ck_assert_err_contains(path);
+
+    snprintf(path, sizeof path, "%s/nul.cl", tmpdir);
+    write_file(path, "__kernel void k() {}\0junk", 25);
+    ck_assert_int_eq(kiln_program_build_file(dev, path, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("NUL byte");
+
+    snprintf(path, sizeof path, "%s/huge.cl", tmpdir);
+    write_file(path, "//", 2);
+    ck_assert_int_eq(truncate(path, (off_t)17 << 20), 0); /* sparse: no real 17 MiB written */
+    ck_assert_int_eq(kiln_program_build_file(dev, path, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("too large");
+
+    snprintf(path, sizeof path, "%s/saxpy.cl", tmpdir);
+    write_file(path, saxpy_source, strlen(saxpy_source));
+    ck_assert_int_eq(kiln_program_build_file(dev, path, NULL, &p), KILN_OK);
+    ck_assert_ptr_nonnull(strstr(kiln_program_kernel_names(p), "saxpy"));
+    check_saxpy(dev, p, 10, NULL);
+    kiln_program_release(p);
+
+    ck_assert_int_eq(kiln_program_build_file(dev, NULL, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_err_contains("path is NULL");
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* ---- built-in kernels -------------------------------------------------------------------- */
+
+#define ARANGE_DEFINES "-DKILN_T=float -DKILN_TC=float"
+
+START_TEST(builtin_kernel_runs)
+{
+    kiln__kernel *k = NULL, *again = NULL;
+    kiln_status s = kiln__builtin_kernel(dev, "creation", ARANGE_DEFINES, "kiln_arange", "test", &k);
+    ck_assert_msg(s == KILN_OK, "%s", kiln_last_error());
+    ck_assert_int_eq(kiln__builtin_kernel(dev, "creation", ARANGE_DEFINES, "kiln_arange", "test",
+                                          &again),
+                     KILN_OK);
+    ck_assert_ptr_eq(k, again); /* kept for the device's lifetime */
+    ck_assert_uint_ge(k->wg_size, 1);
+    int64_t n = small ? 29 : 300;
+    kiln_tensor *out = NULL;
+    ck_assert_int_eq(kiln_tensor_empty(dev, KILN_F32, 1, &n, &out), KILN_OK);
+    kiln_arg args[] = {kiln_arg_tensor(out), kiln_arg_f32(1.5f), kiln_arg_f32(0.25f),
+                       kiln_arg_i64(n)};
+    size_t g = (size_t)n;
+    ck_assert_int_eq(kiln__kernel_launch(dev, k, "test", 1, &g, NULL, 4, args), KILN_OK);
+    float got[300];
+    ck_assert_int_eq(kiln_tensor_read(out, got, sizeof(float) * (size_t)n), KILN_OK);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_float_eq_tol(got[i], 1.5f + (float)i * 0.25f, 1e-5f);
+    kiln_tensor_release(out);
+}
+END_TEST
+
+START_TEST(builtin_errors)
+{
+    kiln__kernel *k = (kiln__kernel *)1;
+    ck_assert_int_eq(kiln__builtin_kernel(dev, "no_such_source", "", "x", "test", &k),
+                     KILN_ERR_NOT_FOUND);
+    ck_assert_ptr_null(k);
+    ck_assert_err_contains("no_such_source");
+    ck_assert_int_eq(kiln__builtin_kernel(dev, "creation", ARANGE_DEFINES, "nope", "test", &k),
+                     KILN_ERR_NOT_FOUND);
+    ck_assert_err_contains("kiln_arange");
+    /* A built-in source that does not build (its macros missing) is reported as a kiln bug. */
+    ck_assert_int_eq(kiln__builtin_kernel(dev, "creation", "", "kiln_arange", "test", &k),
+                     KILN_ERR_BUILD_FAILED);
+    ck_assert_err_contains("creation.cl");
+    ck_assert_err_contains("kiln bug");
+    ck_assert_int_eq(kiln__builtin_kernel(NULL, "creation", "", "kiln_arange", "test", &k),
+                     KILN_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
+struct race {
+    const char *defines;
+    kiln__kernel *k;
+    kiln_status s;
+};
+
+static void *race_thread(void *arg)
+{
+    struct race *r = arg;
+    r->s = kiln__builtin_kernel(dev, "creation", r->defines, "kiln_arange", "test", &r->k);
+    return NULL;
+}
+
+START_TEST(builtin_built_once_across_threads)
+{
+    /* Unique defines, so neither the device's memory nor the disk holds this program yet. */
+    char defines[128];
+    snprintf(defines, sizeof defines, ARANGE_DEFINES " -DKILN_TEST_RACE=%ld", (long)getpid());
+    kiln_cache_stats before, after;
+    ck_assert_int_eq(kiln_cache_stats_get(&before), KILN_OK);
+    struct race r[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        r[i].defines = defines;
+        ck_assert_int_eq(pthread_create(&th[i], NULL, race_thread, &r[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(r[i].s, KILN_OK);
+        ck_assert_ptr_eq(r[i].k, r[0].k);
+    }
+    ck_assert_int_eq(kiln_cache_stats_get(&after), KILN_OK);
+    ck_assert_uint_eq((after.misses + after.hits) - (before.misses + before.hits), 1);
+}
+END_TEST
+
+START_TEST(choose_local_is_valid)
+{
+    kiln__kernel k = {.wg_size = 64, .wg_multiple = 8};
+    size_t g[3], l[3];
+    g[0] = 1000;
+    kiln__choose_local(&k, 1, g, l);
+    ck_assert_uint_eq(l[0], 64);
+    g[0] = 5;
+    kiln__choose_local(&k, 1, g, l);
+    ck_assert_uint_eq(l[0], 8);
+    k.wg_multiple = 48; /* a multiple that does not divide the limit */
+    g[0] = 1000;
+    kiln__choose_local(&k, 1, g, l);
+    ck_assert_uint_eq(l[0], 48);
+    k.wg_size = 1;
+    k.wg_multiple = 1;
+    kiln__choose_local(&k, 1, g, l);
+    ck_assert_uint_eq(l[0], 1);
+    k.wg_size = 100;
+    g[0] = 1000, g[1] = 1000;
+    kiln__choose_local(&k, 2, g, l);
+    ck_assert_uint_le(l[0] * l[1], 100);
+    ck_assert_uint_ge(l[0] * l[1], 32);
+    g[0] = 1, g[1] = 3, g[2] = 1000;
+    k.wg_size = 256;
+    kiln__choose_local(&k, 3, g, l);
+    ck_assert_uint_eq(l[0], 1);
+    ck_assert_uint_eq(l[1], 4);
+    ck_assert_uint_le(l[0] * l[1] * l[2], 256);
+}
+END_TEST
+
+Suite *program_suite(void)
+{
+    Suite *s = suite_create("program");
+    TCase *tc = tcase_create("launch");
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, saxpy_matches_c_loop);
+    tcase_add_test(tc, saxpy_on_every_device);
+    tcase_add_test(tc, local_memory_argument);
+    tcase_add_test(tc, scalars_of_each_dtype_arrive);
+    tcase_add_test(tc, two_dimensional_launch);
+    tcase_add_test(tc, wrong_argument_count);
+    tcase_add_test(tc, bad_sizes);
+    tcase_add_test(tc, zero_global_is_noop_and_enqueue_errors);
+    tcase_add_test(tc, empty_tensor_argument);
+    tcase_add_test(tc, unknown_kernel_lists_kernels);
+    tcase_add_test(tc, tensor_from_another_device);
+    tcase_add_test(tc, bad_handles);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("build");
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, syntax_error_gives_log);
+    tcase_add_test(tc, bad_build_arguments);
+    tcase_add_test(tc, options_and_capability_macros);
+    tcase_add_test(tc, double_without_fp64_hint);
+    tcase_add_test(tc, log_trimming);
+    tcase_add_test(tc, build_file_cases);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("builtin");
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, builtin_kernel_runs);
+    tcase_add_test(tc, builtin_errors);
+    tcase_add_test(tc, builtin_built_once_across_threads);
+    tcase_add_test(tc, choose_local_is_valid);
+    tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+    return s;
+}

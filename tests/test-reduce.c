@@ -1,0 +1,553 @@
+/* test-reduce.c - kiln_reduce (sum, mean, max, min, argmax) against double-precision C loops. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln.h"
+
+/* Tolerances (stated bounds, |got - ref| with ref summed in double):
+ *   sum   f32: 2^-20 * sum|x|   f64: 2^-44 * sum|x|   f16 (result stored as f16): 2^-10 * sum|x|
+ *   mean  the same divided by n; integer sums, max, min, argmax: exact.
+ *   2^24 f32 values in [0, 1): relative error <= 1e-6 (the compensated sum keeps it near 1e-7).
+ */
+
+#define ASSERT_OK(expr)                                                                        \
+    do {                                                                                       \
+        kiln_status s_ = (expr);                                                               \
+        ck_assert_msg(s_ == KILN_OK, "%s failed: %s: %s", #expr, kiln_status_string(s_),       \
+                      kiln_last_error());                                                      \
+    } while (0)
+
+#define ASSERT_FAILS(expr, status, text)                                                       \
+    do {                                                                                       \
+        kiln_status s_ = (expr);                                                               \
+        ck_assert_msg(s_ == (status), "%s gave %s, expected %s", #expr, kiln_status_string(s_), \
+                      kiln_status_string(status));                                             \
+        ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL,                               \
+                      "message \"%s\" lacks \"%s\"", kiln_last_error(), (text));               \
+    } while (0)
+
+static kiln_device *devs[16];
+static int ndevs;
+
+static void setup_devices(void)
+{
+    ndevs = kiln_device_count(KILN_DEVICE_ALL);
+    ck_assert_int_gt(ndevs, 0);
+    if (ndevs > 16)
+        ndevs = 16;
+    for (int i = 0; i < ndevs; i++)
+        devs[i] = kiln_device_at(i);
+}
+
+/* Oclgrind simulates every work-item: keep its sizes tiny. */
+static bool simulated(const kiln_device *dev)
+{
+    kiln_device_info info;
+    if (kiln_device_info_get(dev, &info) != KILN_OK)
+        return false;
+    return strstr(info.platform, "Oclgrind") || strstr(info.name, "Oclgrind");
+}
+
+static bool has_fp64(const kiln_device *dev)
+{
+    kiln_device_info info;
+    return kiln_device_info_get(dev, &info) == KILN_OK && info.fp64;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static double rnd(void) /* uniform [0, 1), xorshift64* */
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+/* IEEE half bits of a value exactly representable as half (test data is chosen so). */
+static uint16_t to_half(double x)
+{
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    x = fabs(x);
+    if (isnan(x))
+        return 0x7e00;
+    if (isinf(x))
+        return sign | 0x7c00;
+    if (x < 6.103515625e-05) /* subnormal */
+        return sign | (uint16_t)lround(x * 16777216.0);
+    int e;
+    double m = frexp(x, &e);
+    return sign | (uint16_t)((e + 14) << 10) | (uint16_t)lround((2 * m - 1) * 1024);
+}
+
+static double from_half(uint16_t h)
+{
+    double sign = h & 0x8000 ? -1 : 1;
+    int e = (h >> 10) & 31, m = h & 1023;
+    if (e == 0)
+        return sign * m / 16777216.0;
+    if (e == 31)
+        return m ? NAN : sign * INFINITY;
+    return sign * (1 + m / 1024.0) * ldexp(1, e - 15);
+}
+
+static void to_storage(kiln_dtype dt, const double *v, int64_t n, void *buf)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case KILN_F32: ((float *)buf)[i] = (float)v[i]; break;
+        case KILN_F64: ((double *)buf)[i] = v[i]; break;
+        case KILN_F16: ((uint16_t *)buf)[i] = to_half(v[i]); break;
+        case KILN_I32: ((int32_t *)buf)[i] = (int32_t)v[i]; break;
+        case KILN_I64: ((int64_t *)buf)[i] = (int64_t)v[i]; break;
+        case KILN_U8: ((uint8_t *)buf)[i] = (uint8_t)v[i]; break;
+        }
+    }
+}
+
+static void from_storage(kiln_dtype dt, const void *buf, int64_t n, double *v)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case KILN_F32: v[i] = ((const float *)buf)[i]; break;
+        case KILN_F64: v[i] = ((const double *)buf)[i]; break;
+        case KILN_F16: v[i] = from_half(((const uint16_t *)buf)[i]); break;
+        case KILN_I32: v[i] = ((const int32_t *)buf)[i]; break;
+        case KILN_I64: v[i] = (double)((const int64_t *)buf)[i]; break;
+        case KILN_U8: v[i] = ((const uint8_t *)buf)[i]; break;
+        }
+    }
+}
+
+/* Random values exactly representable in dt (the reference then sees what the device sees). */
+static void fill_values(kiln_dtype dt, double *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double u = rnd();
+        switch (dt) {
+        case KILN_F32: v[i] = (float)(2 * u - 1); break;
+        case KILN_F64: v[i] = 2 * u - 1; break;
+        case KILN_F16: v[i] = floor(u * 129) / 16 - 4; break; /* k/16 in [-4, 4] */
+        case KILN_U8: v[i] = floor(u * 256); break;
+        default: v[i] = floor(u * 2001) - 1000; break; /* ties are likely: first-max rule */
+        }
+    }
+}
+
+static kiln_tensor *upload(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                           const double *v)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    void *buf = malloc((size_t)(n ? n : 1) * 8);
+    ck_assert_ptr_nonnull(buf);
+    to_storage(dt, v, n, buf);
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_tensor_from_host(dev, dt, ndim, shape, buf, &t));
+    free(buf);
+    return t;
+}
+
+static double *download(const kiln_tensor *t)
+{
+    int64_t n = kiln_tensor_numel(t);
+    void *buf = malloc(kiln_tensor_nbytes(t) + 8);
+    double *v = malloc((size_t)(n ? n : 1) * sizeof(double));
+    ck_assert(buf && v);
+    ASSERT_OK(kiln_tensor_read(t, buf, kiln_tensor_nbytes(t)));
+    from_storage(kiln_tensor_dtype(t), buf, n, v);
+    free(buf);
+    return v;
+}
+
+/* Reference: reduce x viewed as [outer, n, inner] over n, in double. */
+static void ref_reduce(kiln_reduce_op op, const double *x, int64_t outer, int64_t n,
+                       int64_t inner, double *out, double *abs_sum)
+{
+    for (int64_t r = 0; r < outer * inner; r++) {
+        const double *row = x + (r / inner) * n * inner + r % inner;
+        double acc = op == KILN_REDUCE_MIN ? INFINITY : op <= KILN_REDUCE_MEAN ? 0 : -INFINITY;
+        double abs = 0;
+        int64_t best = 0;
+        for (int64_t j = 0; j < n; j++) {
+            double v = row[j * inner];
+            abs += fabs(v);
+            if (op <= KILN_REDUCE_MEAN)
+                acc += v;
+            else if (op == KILN_REDUCE_MIN ? v < acc : v > acc)
+                acc = v, best = j;
+        }
+        if (op == KILN_REDUCE_MEAN)
+            acc /= (double)n, abs /= (double)n;
+        out[r] = op == KILN_REDUCE_ARGMAX ? (double)best : acc;
+        abs_sum[r] = abs;
+    }
+}
+
+static double sum_tolerance(kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_F32: return ldexp(1, -20);
+    case KILN_F64: return ldexp(1, -44);
+    case KILN_F16: return ldexp(1, -10);
+    default: return 0;
+    }
+}
+
+static kiln_dtype expected_dtype(kiln_reduce_op op, kiln_dtype dt)
+{
+    if (op == KILN_REDUCE_ARGMAX)
+        return KILN_I64;
+    if (op == KILN_REDUCE_SUM && (dt == KILN_I32 || dt == KILN_I64 || dt == KILN_U8))
+        return KILN_I64;
+    return dt;
+}
+
+static const char *op_name(kiln_reduce_op op)
+{
+    static const char *const names[] = {"sum", "mean", "max", "min", "argmax"};
+    return names[op];
+}
+
+/* Reduce a random tensor on dev and compare with ref_reduce, shape and dtype included. */
+static void check_case(kiln_device *dev, kiln_reduce_op op, kiln_dtype dt, int ndim,
+                       const int64_t *shape, int axis, bool keepdim)
+{
+    int64_t numel = 1, outer = 1, inner = 1, n;
+    for (int d = 0; d < ndim; d++)
+        numel *= shape[d];
+    int a = axis == KILN_ALL_AXES ? -1 : (axis < 0 ? axis + ndim : axis);
+    for (int d = 0; d < ndim && a >= 0; d++) {
+        outer *= d < a ? shape[d] : 1;
+        inner *= d > a ? shape[d] : 1;
+    }
+    n = a >= 0 ? shape[a] : numel;
+    double *x = malloc((size_t)(numel ? numel : 1) * sizeof(double));
+    double *ref = malloc((size_t)(outer * inner) * sizeof(double));
+    double *abs = malloc((size_t)(outer * inner) * sizeof(double));
+    ck_assert(x && ref && abs);
+    fill_values(dt, x, numel);
+    ref_reduce(op, x, outer, n, inner, ref, abs);
+
+    kiln_tensor *t = upload(dev, dt, ndim, shape, x), *y = NULL;
+    ASSERT_OK(kiln_reduce(op, t, axis, keepdim, &y));
+    ck_assert_int_eq(kiln_tensor_dtype(y), expected_dtype(op, dt));
+    ck_assert_int_eq(kiln_tensor_numel(y), outer * inner);
+    int want_ndim = a < 0 ? (keepdim ? ndim : 1) : (keepdim || ndim == 1 ? ndim : ndim - 1);
+    ck_assert_int_eq(kiln_tensor_ndim(y), want_ndim);
+    for (int d = 0, k = 0; a >= 0 && d < ndim; d++) {
+        if (d == a && !keepdim)
+            continue;
+        if (ndim > 1 || keepdim)
+            ck_assert_int_eq(kiln_tensor_shape(y)[k], d == a ? 1 : shape[d]);
+        k++;
+    }
+    double *got = download(y);
+    double tol = sum_tolerance(dt);
+    for (int64_t r = 0; r < outer * inner; r++) {
+        double bound = op <= KILN_REDUCE_MEAN ? tol * abs[r] : 0;
+        ck_assert_msg(fabs(got[r] - ref[r]) <= bound,
+                      "%s %s on %s, ndim %d numel %lld axis %d: result %lld = %.17g, reference "
+                      "%.17g (bound %.3g)",
+                      op_name(op), kiln_dtype_name(dt), kiln_device_spec(dev), ndim,
+                      (long long)numel, axis, (long long)r, got[r], ref[r], bound);
+    }
+    free(got);
+    free(x);
+    free(ref);
+    free(abs);
+    kiln_tensor_release(t);
+    kiln_tensor_release(y);
+}
+
+/* Every axis, keepdim or not, and the all-axes reduction of one shape. */
+static void check_shape(kiln_device *dev, kiln_reduce_op op, kiln_dtype dt, int ndim,
+                        const int64_t *shape)
+{
+    check_case(dev, op, dt, ndim, shape, KILN_ALL_AXES, false);
+    check_case(dev, op, dt, ndim, shape, KILN_ALL_AXES, true);
+    for (int a = 0; a < ndim; a++)
+        check_case(dev, op, dt, ndim, shape, a, a % 2 == 1);
+    check_case(dev, op, dt, ndim, shape, -1, true);
+}
+
+static const kiln_dtype all_dtypes[] = {KILN_F32, KILN_F64, KILN_F16, KILN_I32, KILN_I64};
+
+static bool dtype_ok(kiln_device *dev, kiln_reduce_op op, kiln_dtype dt)
+{
+    if (dt == KILN_F64 && !has_fp64(dev))
+        return false;
+    return !(op == KILN_REDUCE_MEAN && (dt == KILN_I32 || dt == KILN_I64));
+}
+
+/* f32 gets every shape; other dtypes a 2-D and a 4-D shape. */
+START_TEST(test_ops_dtypes_axes)
+{
+    kiln_reduce_op op = (kiln_reduce_op)_i;
+    static const int64_t s1[] = {7}, s2[] = {7, 61}, s3[] = {3, 5, 7}, s4[] = {2, 3, 4, 5},
+                         s5[] = {1}, s6[] = {257}, s7[] = {1, 61, 1};
+    for (int i = 0; i < ndevs; i++) {
+        kiln_device *dev = devs[i];
+        for (size_t k = 0; k < sizeof all_dtypes / sizeof all_dtypes[0]; k++) {
+            kiln_dtype dt = all_dtypes[k];
+            if (!dtype_ok(dev, op, dt))
+                continue;
+            check_shape(dev, op, dt, 2, s2);
+            check_shape(dev, op, dt, 4, s4);
+            if (dt != KILN_F32)
+                continue;
+            check_shape(dev, op, dt, 1, s1);
+            check_shape(dev, op, dt, 3, s3);
+            check_shape(dev, op, dt, 1, s5);
+            check_shape(dev, op, dt, 1, s6);
+            check_shape(dev, op, dt, 3, s7);
+        }
+    }
+}
+END_TEST
+
+/* Rows long enough for the work-group path (one and several chunks per row, inner > 1). */
+START_TEST(test_workgroup_path)
+{
+    kiln_reduce_op op = (kiln_reduce_op)_i;
+    static const int64_t a[] = {3001}, b[] = {2, 1500, 3}, c[] = {20011}, d[] = {3, 2049};
+    for (int i = 0; i < ndevs; i++) {
+        kiln_device *dev = devs[i];
+        for (size_t k = 0; k < sizeof all_dtypes / sizeof all_dtypes[0]; k++) {
+            kiln_dtype dt = all_dtypes[k];
+            if (!dtype_ok(dev, op, dt) || (simulated(dev) && dt != KILN_F32 && dt != KILN_I32))
+                continue;
+            check_case(dev, op, dt, 1, a, KILN_ALL_AXES, false);
+            check_case(dev, op, dt, 3, b, 1, false);
+            check_case(dev, op, dt, 1, c, 0, true);
+            if (!simulated(dev))
+                check_case(dev, op, dt, 2, d, -1, false);
+        }
+    }
+}
+END_TEST
+
+/* 1000003 elements, all-reduced, on the real (not simulated) devices. */
+START_TEST(test_large_all_reduce)
+{
+    static const int64_t shape[] = {1000003};
+    for (int i = 0; i < ndevs; i++) {
+        if (simulated(devs[i]))
+            continue;
+        for (int op = KILN_REDUCE_SUM; op <= KILN_REDUCE_ARGMAX; op++)
+            check_case(devs[i], (kiln_reduce_op)op, KILN_F32, 1, shape, KILN_ALL_AXES, false);
+    }
+}
+END_TEST
+
+/* The stated bound: 2^24 f32 values in [0, 1) sum within 1e-6 relative of a double sum. */
+START_TEST(test_big_sum_accuracy)
+{
+    const int64_t n = (int64_t)1 << 24;
+    float *x = malloc((size_t)n * sizeof(float));
+    ck_assert_ptr_nonnull(x);
+    double ref = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = (float)rnd();
+        ref += x[i];
+    }
+    for (int i = 0; i < ndevs; i++) {
+        if (simulated(devs[i]))
+            continue;
+        kiln_tensor *t = NULL, *y = NULL;
+        ASSERT_OK(kiln_tensor_from_host(devs[i], KILN_F32, 1, &n, x, &t));
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, t, KILN_ALL_AXES, false, &y));
+        float got;
+        ASSERT_OK(kiln_tensor_read(y, &got, sizeof got));
+        double rel = fabs(got - ref) / ref;
+        ck_assert_msg(rel <= 1e-6, "sum of 2^24 on %s: %.9g vs %.9g (relative error %.3g)",
+                      kiln_device_spec(devs[i]), (double)got, ref, rel);
+        kiln_tensor_release(y);
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_MEAN, t, KILN_ALL_AXES, false, &y));
+        ASSERT_OK(kiln_tensor_read(y, &got, sizeof got));
+        ck_assert_msg(fabs(got - ref / (double)n) <= 1e-6 * ref / (double)n, "mean %.9g vs %.9g",
+                      (double)got, ref / (double)n);
+        kiln_tensor_release(y);
+        kiln_tensor_release(t);
+    }
+    free(x);
+}
+END_TEST
+
+static void read_f32(const kiln_tensor *t, float *dst, size_t n)
+{
+    ck_assert_int_eq(kiln_tensor_numel(t), (int64_t)n);
+    ASSERT_OK(kiln_tensor_read(t, dst, n * sizeof(float)));
+}
+
+/* NaN propagates through sum/max/min; argmax takes the first NaN; ties give the first index;
+ * infinities are summed as infinities. */
+START_TEST(test_special_values)
+{
+    for (int i = 0; i < ndevs; i++) {
+        kiln_device *dev = devs[i];
+        const int64_t n4 = 4;
+        const float withnan[] = {1, NAN, 3, NAN}, ties[] = {3, 1, 3, 2},
+                    infs[] = {INFINITY, 1, 2, 3}, neg[] = {-INFINITY, -INFINITY, -INFINITY,
+                                                            -INFINITY};
+        kiln_tensor *t = NULL, *y = NULL;
+        float f;
+        int64_t idx;
+        ASSERT_OK(kiln_tensor_from_host(dev, KILN_F32, 1, &n4, withnan, &t));
+        for (int op = KILN_REDUCE_SUM; op <= KILN_REDUCE_MIN; op++) {
+            ASSERT_OK(kiln_reduce((kiln_reduce_op)op, t, 0, false, &y));
+            read_f32(y, &f, 1);
+            ck_assert_msg(isnan(f), "%s with NaN gave %g", op_name((kiln_reduce_op)op), f);
+            kiln_tensor_release(y);
+        }
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_ARGMAX, t, KILN_ALL_AXES, false, &y));
+        ASSERT_OK(kiln_tensor_read(y, &idx, sizeof idx));
+        ck_assert_int_eq(idx, 1);
+        kiln_tensor_release(y);
+        kiln_tensor_release(t);
+
+        ASSERT_OK(kiln_tensor_from_host(dev, KILN_F32, 1, &n4, ties, &t));
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_ARGMAX, t, 0, false, &y));
+        ASSERT_OK(kiln_tensor_read(y, &idx, sizeof idx));
+        ck_assert_int_eq(idx, 0);
+        kiln_tensor_release(y);
+        kiln_tensor_release(t);
+
+        ASSERT_OK(kiln_tensor_from_host(dev, KILN_F32, 1, &n4, infs, &t));
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, t, 0, false, &y));
+        read_f32(y, &f, 1);
+        ck_assert_msg(isinf(f) && f > 0, "sum with +inf gave %g", f);
+        kiln_tensor_release(y);
+        kiln_tensor_release(t);
+
+        ASSERT_OK(kiln_tensor_from_host(dev, KILN_F32, 1, &n4, neg, &t));
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_MAX, t, 0, false, &y));
+        read_f32(y, &f, 1);
+        ck_assert_msg(isinf(f) && f < 0, "max of -inf gave %g", f);
+        kiln_tensor_release(y);
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_ARGMAX, t, 0, false, &y));
+        ASSERT_OK(kiln_tensor_read(y, &idx, sizeof idx));
+        ck_assert_int_eq(idx, 0);
+        kiln_tensor_release(y);
+        kiln_tensor_release(t);
+    }
+}
+END_TEST
+
+/* Extremes of the integer ranges survive max/min; an i32 sum past 2^31 is exact in i64. */
+START_TEST(test_integer_extremes)
+{
+    for (int i = 0; i < ndevs; i++) {
+        const int64_t n = 3;
+        const int64_t v64[] = {INT64_MIN, INT64_MIN, INT64_MIN};
+        const int32_t v32[] = {INT32_MAX, INT32_MAX, INT32_MAX};
+        kiln_tensor *t = NULL, *y = NULL;
+        int64_t got;
+        ASSERT_OK(kiln_tensor_from_host(devs[i], KILN_I64, 1, &n, v64, &t));
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_MAX, t, 0, false, &y));
+        ASSERT_OK(kiln_tensor_read(y, &got, sizeof got));
+        ck_assert(got == INT64_MIN);
+        kiln_tensor_release(y);
+        kiln_tensor_release(t);
+        ASSERT_OK(kiln_tensor_from_host(devs[i], KILN_I32, 1, &n, v32, &t));
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, t, 0, false, &y));
+        ck_assert_int_eq(kiln_tensor_dtype(y), KILN_I64);
+        ASSERT_OK(kiln_tensor_read(y, &got, sizeof got));
+        ck_assert(got == 3 * (int64_t)INT32_MAX);
+        kiln_tensor_release(y);
+        kiln_tensor_release(t);
+    }
+}
+END_TEST
+
+/* Zero-size input: sum gives 0, mean NaN, max/min/argmax of an empty axis are refused, and
+ * reducing a non-empty axis of an empty tensor gives an empty result. */
+START_TEST(test_empty)
+{
+    for (int i = 0; i < ndevs; i++) {
+        const int64_t s0[] = {0}, s30[] = {3, 0};
+        kiln_tensor *t = NULL, *y = NULL;
+        float f[3];
+        ASSERT_OK(kiln_tensor_empty(devs[i], KILN_F32, 1, s0, &t));
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, t, KILN_ALL_AXES, false, &y));
+        read_f32(y, f, 1);
+        ck_assert(f[0] == 0);
+        kiln_tensor_release(y);
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_MEAN, t, KILN_ALL_AXES, false, &y));
+        read_f32(y, f, 1);
+        ck_assert(isnan(f[0]));
+        kiln_tensor_release(y);
+        for (int op = KILN_REDUCE_MAX; op <= KILN_REDUCE_ARGMAX; op++) {
+            y = (kiln_tensor *)1;
+            ASSERT_FAILS(kiln_reduce((kiln_reduce_op)op, t, 0, false, &y),
+                         KILN_ERR_INVALID_ARGUMENT, "empty");
+            ck_assert_ptr_null(y);
+        }
+        kiln_tensor_release(t);
+
+        ASSERT_OK(kiln_tensor_empty(devs[i], KILN_F32, 2, s30, &t));
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, t, 1, false, &y));
+        read_f32(y, f, 3);
+        ck_assert(f[0] == 0 && f[1] == 0 && f[2] == 0);
+        kiln_tensor_release(y);
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_MAX, t, 0, true, &y));
+        ck_assert_int_eq(kiln_tensor_numel(y), 0);
+        ck_assert_int_eq(kiln_tensor_shape(y)[0], 1);
+        ck_assert_int_eq(kiln_tensor_shape(y)[1], 0);
+        kiln_tensor_release(y);
+        ASSERT_FAILS(kiln_reduce(KILN_REDUCE_MIN, t, 1, false, &y), KILN_ERR_INVALID_ARGUMENT,
+                     "[3, 0]");
+        kiln_tensor_release(t);
+    }
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+    const int64_t shape[] = {2, 3};
+    kiln_tensor *t = NULL, *ti = NULL, *y = (kiln_tensor *)1;
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, shape, &t));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I32, 2, shape, &ti));
+    ASSERT_FAILS(kiln_reduce(KILN_REDUCE_SUM, NULL, 0, false, &y), KILN_ERR_INVALID_ARGUMENT,
+                 "NULL");
+    ck_assert_ptr_null(y);
+    ASSERT_FAILS(kiln_reduce(KILN_REDUCE_SUM, t, 0, false, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "out is NULL");
+    ASSERT_FAILS(kiln_reduce(KILN_REDUCE_SUM, t, 2, false, &y), KILN_ERR_INVALID_ARGUMENT,
+                 "axis 2 is out of range");
+    ASSERT_FAILS(kiln_reduce(KILN_REDUCE_SUM, t, -3, false, &y), KILN_ERR_INVALID_ARGUMENT,
+                 "[2, 3]");
+    ASSERT_FAILS(kiln_reduce((kiln_reduce_op)99, t, 0, false, &y), KILN_ERR_INVALID_ARGUMENT,
+                 "unknown op 99");
+    ASSERT_FAILS(kiln_reduce(KILN_REDUCE_MEAN, ti, 0, false, &y), KILN_ERR_UNSUPPORTED,
+                 "mean of i32");
+    ck_assert_ptr_null(y);
+    kiln_tensor_release(t);
+    kiln_tensor_release(ti);
+}
+END_TEST
+
+Suite *reduce_suite(void)
+{
+    Suite *s = suite_create("reduce");
+    TCase *tc = tcase_create("values");
+    tcase_add_unchecked_fixture(tc, setup_devices, NULL);
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_ops_dtypes_axes, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
+    tcase_add_loop_test(tc, test_workgroup_path, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
+    tcase_add_test(tc, test_large_all_reduce);
+    tcase_add_test(tc, test_big_sum_accuracy);
+    tcase_add_test(tc, test_special_values);
+    tcase_add_test(tc, test_integer_extremes);
+    tcase_add_test(tc, test_empty);
+    suite_add_tcase(s, tc);
+    TCase *te = tcase_create("errors");
+    tcase_add_unchecked_fixture(te, setup_devices, NULL);
+    tcase_add_test(te, test_errors);
+    suite_add_tcase(s, te);
+    return s;
+}

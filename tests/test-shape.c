@@ -1,0 +1,523 @@
+/* test-shape.c - permute, transpose, cat and slice copies against C index loops (exact). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln.h"
+
+/* Copies move elements bit for bit: every comparison is exact. */
+
+#define ASSERT_OK(expr)                                                                        \
+    do {                                                                                       \
+        kiln_status s_ = (expr);                                                               \
+        ck_assert_msg(s_ == KILN_OK, "%s failed: %s: %s", #expr, kiln_status_string(s_),       \
+                      kiln_last_error());                                                      \
+    } while (0)
+
+#define ASSERT_FAILS(expr, status, text)                                                       \
+    do {                                                                                       \
+        kiln_status s_ = (expr);                                                               \
+        ck_assert_msg(s_ == (status), "%s gave %s, expected %s", #expr, kiln_status_string(s_), \
+                      kiln_status_string(status));                                             \
+        ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL,                               \
+                      "message \"%s\" lacks \"%s\"", kiln_last_error(), (text));               \
+    } while (0)
+
+static kiln_device *devs[16];
+static int ndevs;
+
+static void setup_devices(void)
+{
+    ndevs = kiln_device_count(KILN_DEVICE_ALL);
+    ck_assert_int_gt(ndevs, 0);
+    if (ndevs > 16)
+        ndevs = 16;
+    for (int i = 0; i < ndevs; i++)
+        devs[i] = kiln_device_at(i);
+}
+
+/* Oclgrind simulates every work-item: keep its sizes tiny. */
+static bool simulated(const kiln_device *dev)
+{
+    kiln_device_info info;
+    if (kiln_device_info_get(dev, &info) != KILN_OK)
+        return false;
+    return strstr(info.platform, "Oclgrind") || strstr(info.name, "Oclgrind");
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static double rnd(void) /* uniform [0, 1), xorshift64* */
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+/* IEEE half bits of a value exactly representable as half (test data is chosen so). */
+static uint16_t to_half(double x)
+{
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    x = fabs(x);
+    if (isnan(x))
+        return 0x7e00;
+    if (isinf(x))
+        return sign | 0x7c00;
+    if (x < 6.103515625e-05) /* subnormal */
+        return sign | (uint16_t)lround(x * 16777216.0);
+    int e;
+    double m = frexp(x, &e);
+    return sign | (uint16_t)((e + 14) << 10) | (uint16_t)lround((2 * m - 1) * 1024);
+}
+
+static double from_half(uint16_t h)
+{
+    double sign = h & 0x8000 ? -1 : 1;
+    int e = (h >> 10) & 31, m = h & 1023;
+    if (e == 0)
+        return sign * m / 16777216.0;
+    if (e == 31)
+        return m ? NAN : sign * INFINITY;
+    return sign * (1 + m / 1024.0) * ldexp(1, e - 15);
+}
+
+static void to_storage(kiln_dtype dt, const double *v, int64_t n, void *buf)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case KILN_F32: ((float *)buf)[i] = (float)v[i]; break;
+        case KILN_F64: ((double *)buf)[i] = v[i]; break;
+        case KILN_F16: ((uint16_t *)buf)[i] = to_half(v[i]); break;
+        case KILN_I32: ((int32_t *)buf)[i] = (int32_t)v[i]; break;
+        case KILN_I64: ((int64_t *)buf)[i] = (int64_t)v[i]; break;
+        case KILN_U8: ((uint8_t *)buf)[i] = (uint8_t)v[i]; break;
+        }
+    }
+}
+
+static void from_storage(kiln_dtype dt, const void *buf, int64_t n, double *v)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case KILN_F32: v[i] = ((const float *)buf)[i]; break;
+        case KILN_F64: v[i] = ((const double *)buf)[i]; break;
+        case KILN_F16: v[i] = from_half(((const uint16_t *)buf)[i]); break;
+        case KILN_I32: v[i] = ((const int32_t *)buf)[i]; break;
+        case KILN_I64: v[i] = (double)((const int64_t *)buf)[i]; break;
+        case KILN_U8: v[i] = ((const uint8_t *)buf)[i]; break;
+        }
+    }
+}
+
+/* Random values exactly representable in dt (the reference then sees what the device sees). */
+static void fill_values(kiln_dtype dt, double *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double u = rnd();
+        switch (dt) {
+        case KILN_F32: v[i] = (float)(2 * u - 1); break;
+        case KILN_F64: v[i] = 2 * u - 1; break;
+        case KILN_F16: v[i] = floor(u * 129) / 16 - 4; break; /* k/16 in [-4, 4] */
+        case KILN_U8: v[i] = floor(u * 256); break;
+        default: v[i] = floor(u * 2001) - 1000; break; /* ties are likely: first-max rule */
+        }
+    }
+}
+
+static kiln_tensor *upload(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                           const double *v)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    void *buf = malloc((size_t)(n ? n : 1) * 8);
+    ck_assert_ptr_nonnull(buf);
+    to_storage(dt, v, n, buf);
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_tensor_from_host(dev, dt, ndim, shape, buf, &t));
+    free(buf);
+    return t;
+}
+
+static double *download(const kiln_tensor *t)
+{
+    int64_t n = kiln_tensor_numel(t);
+    void *buf = malloc(kiln_tensor_nbytes(t) + 8);
+    double *v = malloc((size_t)(n ? n : 1) * sizeof(double));
+    ck_assert(buf && v);
+    ASSERT_OK(kiln_tensor_read(t, buf, kiln_tensor_nbytes(t)));
+    from_storage(kiln_tensor_dtype(t), buf, n, v);
+    free(buf);
+    return v;
+}
+
+static const kiln_dtype all_dtypes[] = {KILN_F32, KILN_F64, KILN_F16,
+                                        KILN_I32, KILN_I64, KILN_U8};
+#define NDTYPES (int)(sizeof all_dtypes / sizeof all_dtypes[0])
+
+static int64_t numel_of(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    return n;
+}
+
+static void strides_of(int ndim, const int64_t *shape, int64_t *st)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= shape[d];
+    }
+}
+
+static void assert_shape(const kiln_tensor *t, int ndim, const int64_t *shape)
+{
+    ck_assert_int_eq(kiln_tensor_ndim(t), ndim);
+    for (int d = 0; d < ndim; d++)
+        ck_assert_int_eq(kiln_tensor_shape(t)[d], shape[d]);
+}
+
+static void assert_values(const kiln_tensor *t, const double *ref, int64_t n, const char *what)
+{
+    ck_assert_int_eq(kiln_tensor_numel(t), n);
+    double *got = download(t);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(got[i] == ref[i], "%s (%s on %s): element %lld is %g, expected %g", what,
+                      kiln_dtype_name(kiln_tensor_dtype(t)),
+                      kiln_device_spec(kiln_tensor_device(t)), (long long)i, got[i], ref[i]);
+    free(got);
+}
+
+/* Permute a random tensor and compare with the C index loop out[c] = x[c permuted back]. */
+static void check_permute(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                          const int *perm)
+{
+    int64_t n = numel_of(ndim, shape), xst[KILN_MAX_DIMS], oshape[KILN_MAX_DIMS];
+    double *x = malloc((size_t)(n ? n : 1) * sizeof(double));
+    double *ref = malloc((size_t)(n ? n : 1) * sizeof(double));
+    ck_assert(x && ref);
+    fill_values(dt, x, n);
+    strides_of(ndim, shape, xst);
+    for (int d = 0; d < ndim; d++)
+        oshape[d] = shape[perm[d] < 0 ? perm[d] + ndim : perm[d]];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = i, off = 0;
+        for (int d = ndim - 1; d >= 0; d--) {
+            int a = perm[d] < 0 ? perm[d] + ndim : perm[d];
+            off += (r % oshape[d]) * xst[a];
+            r /= oshape[d];
+        }
+        ref[i] = x[off];
+    }
+    kiln_tensor *t = upload(dev, dt, ndim, shape, x), *y = NULL;
+    ASSERT_OK(kiln_permute(t, perm, &y));
+    assert_shape(y, ndim, oshape);
+    ck_assert_int_eq(kiln_tensor_dtype(y), dt);
+    assert_values(y, ref, n, "permute");
+    kiln_tensor_release(t);
+    kiln_tensor_release(y);
+    free(x);
+    free(ref);
+}
+
+START_TEST(test_permute_3d_all)
+{
+    static const int perms[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                    {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    static const int64_t shape[] = {2, 3, 5};
+    for (int i = 0; i < ndevs; i++)
+        for (int p = 0; p < 6; p++)
+            check_permute(devs[i], KILN_F32, 3, shape, perms[p]);
+}
+END_TEST
+
+START_TEST(test_permute_4d_and_more)
+{
+    static const int64_t s4[] = {2, 3, 4, 5}, s5[] = {2, 3, 2, 3, 2},
+                         s8[] = {2, 1, 3, 2, 1, 2, 3, 2};
+    static const int p4[][4] = {{3, 2, 1, 0}, {0, 2, 3, 1}, {1, 0, 3, 2}, {-1, 0, -2, 1}};
+    static const int p5[] = {4, 2, 0, 3, 1}, p8[] = {7, 0, 5, 2, 3, 6, 1, 4};
+    for (int i = 0; i < ndevs; i++) {
+        for (int p = 0; p < 4; p++)
+            check_permute(devs[i], KILN_F32, 4, s4, p4[p]);
+        check_permute(devs[i], KILN_F32, 5, s5, p5);
+        check_permute(devs[i], KILN_F32, 8, s8, p8);
+    }
+}
+END_TEST
+
+START_TEST(test_permute_dtypes)
+{
+    static const int64_t shape[] = {3, 4, 5};
+    static const int perm[] = {2, 0, 1};
+    for (int i = 0; i < ndevs; i++)
+        for (int k = 0; k < NDTYPES; k++)
+            check_permute(devs[i], all_dtypes[k], 3, shape, perm);
+}
+END_TEST
+
+/* A bigger copy through the work-group shapes the device picks (skipped on Oclgrind). */
+START_TEST(test_permute_large)
+{
+    static const int64_t shape[] = {64, 3, 61, 67};
+    static const int perm[] = {0, 2, 3, 1};
+    for (int i = 0; i < ndevs; i++)
+        if (!simulated(devs[i]))
+            check_permute(devs[i], KILN_F32, 4, shape, perm);
+}
+END_TEST
+
+START_TEST(test_transpose)
+{
+    static const int64_t s2[] = {7, 61}, s3[] = {2, 3, 4}, s1[] = {5};
+    static const int p3[] = {0, 2, 1};
+    for (int i = 0; i < ndevs; i++) {
+        for (int k = 0; k < NDTYPES; k++) {
+            /* kiln_transpose must equal the permute reference with the last two swapped. */
+            kiln_dtype dt = all_dtypes[k];
+            int64_t n = numel_of(2, s2);
+            double x[7 * 61], ref[7 * 61];
+            fill_values(dt, x, n);
+            for (int r = 0; r < 61; r++)
+                for (int c = 0; c < 7; c++)
+                    ref[r * 7 + c] = x[c * 61 + r];
+            kiln_tensor *t = upload(devs[i], dt, 2, s2, x), *y = NULL;
+            ASSERT_OK(kiln_transpose(t, &y));
+            static const int64_t want[] = {61, 7};
+            assert_shape(y, 2, want);
+            assert_values(y, ref, n, "transpose");
+            kiln_tensor_release(y);
+            kiln_tensor_release(t);
+        }
+        check_permute(devs[i], KILN_F32, 3, s3, p3);
+        kiln_tensor *t = NULL, *y = (kiln_tensor *)1;
+        ASSERT_OK(kiln_tensor_zeros(devs[i], KILN_F32, 1, s1, &t));
+        ASSERT_FAILS(kiln_transpose(t, &y), KILN_ERR_INVALID_ARGUMENT, "1-D");
+        ck_assert_ptr_null(y);
+        kiln_tensor_release(t);
+    }
+}
+END_TEST
+
+START_TEST(test_permute_errors)
+{
+    static const int64_t shape[] = {2, 3, 4};
+    static const int dup[] = {0, 1, 1}, range[] = {0, 3, 1}, neg[] = {-4, 0, 1};
+    kiln_tensor *t = NULL, *y = (kiln_tensor *)1;
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 3, shape, &t));
+    ASSERT_FAILS(kiln_permute(t, dup, &y), KILN_ERR_INVALID_ARGUMENT, "repeated");
+    ck_assert_ptr_null(y);
+    ASSERT_FAILS(kiln_permute(t, range, &y), KILN_ERR_INVALID_ARGUMENT,
+                 "perm[1] = 3 is out of range");
+    ASSERT_FAILS(kiln_permute(t, neg, &y), KILN_ERR_INVALID_ARGUMENT, "out of range");
+    ASSERT_FAILS(kiln_permute(t, NULL, &y), KILN_ERR_INVALID_ARGUMENT, "perm is NULL");
+    ASSERT_FAILS(kiln_permute(NULL, dup, &y), KILN_ERR_INVALID_ARGUMENT, "NULL");
+    ASSERT_FAILS(kiln_permute(t, dup, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    ASSERT_FAILS(kiln_transpose(NULL, &y), KILN_ERR_INVALID_ARGUMENT, "NULL");
+    kiln_tensor_release(t);
+}
+END_TEST
+
+/* Concatenate n random pieces along axis and compare with the C loop. */
+static void check_cat(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *base, int axis,
+                      int n, const int64_t *lens)
+{
+    int a = axis < 0 ? axis + ndim : axis;
+    int64_t outer = 1, inner = 1, total = 0, oshape[KILN_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        outer *= d < a ? base[d] : 1;
+        inner *= d > a ? base[d] : 1;
+        oshape[d] = base[d];
+    }
+    for (int i = 0; i < n; i++)
+        total += lens[i];
+    oshape[a] = total;
+    double *ref = malloc((size_t)(outer * total * inner + 1) * sizeof(double));
+    kiln_tensor *parts[8];
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t shape[KILN_MAX_DIMS];
+        memcpy(shape, base, sizeof(int64_t) * (size_t)ndim);
+        shape[a] = lens[i];
+        int64_t m = outer * lens[i] * inner;
+        double *x = malloc((size_t)(m + 1) * sizeof(double));
+        fill_values(dt, x, m);
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t j = 0; j < lens[i]; j++)
+                for (int64_t k = 0; k < inner; k++)
+                    ref[(o * total + off + j) * inner + k] = x[(o * lens[i] + j) * inner + k];
+        parts[i] = upload(dev, dt, ndim, shape, x);
+        off += lens[i];
+        free(x);
+    }
+    kiln_tensor *y = NULL;
+    ASSERT_OK(kiln_cat((const kiln_tensor *const *)parts, n, axis, &y));
+    assert_shape(y, ndim, oshape);
+    assert_values(y, ref, outer * total * inner, "cat");
+    kiln_tensor_release(y);
+    for (int i = 0; i < n; i++)
+        kiln_tensor_release(parts[i]);
+    free(ref);
+}
+
+START_TEST(test_cat)
+{
+    static const int64_t b2[] = {3, 4}, b3[] = {2, 3, 5}, l3[] = {2, 0, 5}, l1[] = {7},
+                         l4[] = {1, 1, 2, 61};
+    for (int i = 0; i < ndevs; i++) {
+        check_cat(devs[i], KILN_F32, 2, b2, 0, 3, l3);
+        check_cat(devs[i], KILN_F32, 2, b2, 1, 3, l3);
+        check_cat(devs[i], KILN_F32, 2, b2, -1, 1, l1);
+        check_cat(devs[i], KILN_F32, 3, b3, 1, 4, l4);
+        check_cat(devs[i], KILN_F32, 3, b3, -1, 3, l3);
+        for (int k = 0; k < NDTYPES; k++)
+            check_cat(devs[i], all_dtypes[k], 3, b3, 0, 3, l3);
+    }
+}
+END_TEST
+
+START_TEST(test_cat_errors)
+{
+    static const int64_t s23[] = {2, 3}, s24[] = {2, 4}, s33[] = {3, 3}, s3[] = {3};
+    kiln_tensor *a = NULL, *b = NULL, *c = NULL, *d = NULL, *e = NULL, *y = (kiln_tensor *)1;
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s23, &a));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s24, &b));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I32, 2, s33, &c));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 1, s3, &d));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s33, &e));
+    const kiln_tensor *ab[] = {a, b}, *ac[] = {e, c}, *ad[] = {a, d}, *an[] = {a, NULL};
+    ASSERT_FAILS(kiln_cat(ab, 2, 0, &y), KILN_ERR_SHAPE_MISMATCH, "[2, 3]");
+    ck_assert_ptr_null(y);
+    ASSERT_FAILS(kiln_cat(ab, 2, 0, &y), KILN_ERR_SHAPE_MISMATCH, "[2, 4]");
+    ASSERT_OK(kiln_cat(ab, 2, 1, &y)); /* shapes agree outside axis 1 */
+    kiln_tensor_release(y);
+    ASSERT_FAILS(kiln_cat(ac, 2, 0, &y), KILN_ERR_DTYPE_MISMATCH, "i32");
+    ASSERT_FAILS(kiln_cat(ac, 2, 0, &y), KILN_ERR_DTYPE_MISMATCH, "f32");
+    ASSERT_FAILS(kiln_cat(ad, 2, 0, &y), KILN_ERR_SHAPE_MISMATCH, "[3]");
+    ASSERT_FAILS(kiln_cat(an, 2, 0, &y), KILN_ERR_INVALID_ARGUMENT, "tensor 1");
+    ASSERT_FAILS(kiln_cat(ab, 0, 0, &y), KILN_ERR_INVALID_ARGUMENT, "at least one");
+    ASSERT_FAILS(kiln_cat(NULL, 1, 0, &y), KILN_ERR_INVALID_ARGUMENT, "NULL");
+    ASSERT_FAILS(kiln_cat(ab, 2, 2, &y), KILN_ERR_INVALID_ARGUMENT, "axis 2 is out of range");
+    ASSERT_FAILS(kiln_cat(ab, 2, 1, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    ck_assert_ptr_null(y);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(c);
+    kiln_tensor_release(d);
+    kiln_tensor_release(e);
+}
+END_TEST
+
+static void check_slice(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                        int axis, int64_t start, int64_t end)
+{
+    int a = axis < 0 ? axis + ndim : axis;
+    int64_t len = shape[a], b = start < 0 ? start + len : start, e = end < 0 ? end + len : end;
+    int64_t outer = 1, inner = 1, n = numel_of(ndim, shape), oshape[KILN_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        outer *= d < a ? shape[d] : 1;
+        inner *= d > a ? shape[d] : 1;
+        oshape[d] = shape[d];
+    }
+    oshape[a] = e - b;
+    double *x = malloc((size_t)(n + 1) * sizeof(double));
+    double *ref = malloc((size_t)(n + 1) * sizeof(double));
+    fill_values(dt, x, n);
+    int64_t k = 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = b; j < e; j++)
+            for (int64_t i = 0; i < inner; i++)
+                ref[k++] = x[(o * len + j) * inner + i];
+    kiln_tensor *t = upload(dev, dt, ndim, shape, x), *y = NULL;
+    ASSERT_OK(kiln_slice(t, axis, start, end, &y));
+    assert_shape(y, ndim, oshape);
+    assert_values(y, ref, k, "slice");
+    kiln_tensor_release(t);
+    kiln_tensor_release(y);
+    free(x);
+    free(ref);
+}
+
+START_TEST(test_slice)
+{
+    static const int64_t s1[] = {61}, s3[] = {3, 7, 5};
+    for (int i = 0; i < ndevs; i++) {
+        check_slice(devs[i], KILN_F32, 1, s1, 0, 0, 61);
+        check_slice(devs[i], KILN_F32, 1, s1, 0, 5, 6);
+        check_slice(devs[i], KILN_F32, 1, s1, 0, -10, -1);
+        check_slice(devs[i], KILN_F32, 1, s1, -1, 7, 7); /* empty */
+        check_slice(devs[i], KILN_F32, 3, s3, 1, 2, 5);
+        check_slice(devs[i], KILN_F32, 3, s3, 0, 1, 3);
+        check_slice(devs[i], KILN_F32, 3, s3, -1, -3, 5);
+        for (int k = 0; k < NDTYPES; k++)
+            check_slice(devs[i], all_dtypes[k], 3, s3, 2, 1, 4);
+    }
+}
+END_TEST
+
+START_TEST(test_slice_errors)
+{
+    static const int64_t shape[] = {4, 5};
+    kiln_tensor *t = NULL, *y = (kiln_tensor *)1;
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, shape, &t));
+    ASSERT_FAILS(kiln_slice(t, 0, 0, 5, &y), KILN_ERR_INVALID_ARGUMENT, "length 4");
+    ck_assert_ptr_null(y);
+    ASSERT_FAILS(kiln_slice(t, 1, 3, 2, &y), KILN_ERR_INVALID_ARGUMENT, "[3, 2)");
+    ASSERT_FAILS(kiln_slice(t, 1, -6, 2, &y), KILN_ERR_INVALID_ARGUMENT, "no clamping");
+    ASSERT_FAILS(kiln_slice(t, 2, 0, 1, &y), KILN_ERR_INVALID_ARGUMENT,
+                 "axis 2 is out of range");
+    ASSERT_FAILS(kiln_slice(t, -3, 0, 1, &y), KILN_ERR_INVALID_ARGUMENT, "axis -3");
+    ASSERT_FAILS(kiln_slice(NULL, 0, 0, 1, &y), KILN_ERR_INVALID_ARGUMENT, "NULL");
+    ASSERT_FAILS(kiln_slice(t, 0, 0, 1, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    kiln_tensor_release(t);
+}
+END_TEST
+
+/* Two devices: mixing cpu:0 and cpu:1 tensors is refused, naming both; each works alone. */
+START_TEST(test_device_mismatch)
+{
+    kiln_device *d0 = NULL, *d1 = NULL;
+    if (kiln_device_get("cpu:1", &d1) != KILN_OK)
+        return; /* one device only: nothing to mix */
+    ASSERT_OK(kiln_device_get("cpu:0", &d0));
+    static const int64_t shape[] = {2, 3};
+    kiln_tensor *a = NULL, *b = NULL, *y = (kiln_tensor *)1;
+    ASSERT_OK(kiln_tensor_zeros(d0, KILN_F32, 2, shape, &a));
+    ASSERT_OK(kiln_tensor_zeros(d1, KILN_F32, 2, shape, &b));
+    const kiln_tensor *ab[] = {a, b};
+    ASSERT_FAILS(kiln_cat(ab, 2, 0, &y), KILN_ERR_DEVICE_MISMATCH, "cpu:0");
+    ASSERT_FAILS(kiln_cat(ab, 2, 0, &y), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ck_assert_ptr_null(y);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+}
+END_TEST
+
+Suite *shape_suite(void)
+{
+    Suite *s = suite_create("shape");
+    TCase *tc = tcase_create("copies");
+    tcase_add_unchecked_fixture(tc, setup_devices, NULL);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_permute_3d_all);
+    tcase_add_test(tc, test_permute_4d_and_more);
+    tcase_add_test(tc, test_permute_dtypes);
+    tcase_add_test(tc, test_permute_large);
+    tcase_add_test(tc, test_transpose);
+    tcase_add_test(tc, test_cat);
+    tcase_add_test(tc, test_slice);
+    suite_add_tcase(s, tc);
+    TCase *te = tcase_create("errors");
+    tcase_add_unchecked_fixture(te, setup_devices, NULL);
+    tcase_add_test(te, test_permute_errors);
+    tcase_add_test(te, test_cat_errors);
+    tcase_add_test(te, test_slice_errors);
+    tcase_add_test(te, test_device_mismatch);
+    suite_add_tcase(s, te);
+    return s;
+}
