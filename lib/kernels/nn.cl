@@ -24,13 +24,15 @@ inline void kiln_row_stats(global const KILN_T *x, long base, long n, long strid
     *s = sum + comp;
 }
 
-kernel void kiln_softmax(global const KILN_T *x, global KILN_T *y, long outputs, long n,
+/* Launched over [inner, outer] (padded): rows come from the NDRange, not from div/rem of one
+ * id (a div/rem pair becomes an LLVM `freeze`, which Oclgrind's checker cannot run). */
+kernel void kiln_softmax(global const KILN_T *x, global KILN_T *y, long outer, long n,
                          long inner, int logmode)
 {
-    long r = get_global_id(0);
-    if (r >= outputs)
+    long i = get_global_id(0), o = get_global_id(1);
+    if (i >= inner || o >= outer)
         return;
-    long base = (r / inner) * n * inner + r % inner;
+    long base = o * n * inner + i;
     KILN_TC m, s;
     kiln_row_stats(x, base, n, inner, &m, &s);
     KILN_TC lse = log(s);

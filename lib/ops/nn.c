@@ -88,12 +88,12 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor **out, in
     kiln__kernel *k;
     if (x->numel > 0) {
         s = nn_kernel(x->dev, x->dtype, "kiln_softmax", op, &k);
-        size_t global = (size_t)(outer * inner);
-        kiln_arg args[] = {kiln_arg_tensor(x),       kiln_arg_tensor(y),
-                           kiln_arg_i64(outer * inner), kiln_arg_i64(x->shape[a]),
-                           kiln_arg_i64(inner),      kiln_arg_i32(logmode)};
+        size_t global[2] = {(size_t)inner, (size_t)outer};
+        kiln_arg args[] = {kiln_arg_tensor(x),   kiln_arg_tensor(y),
+                           kiln_arg_i64(outer),  kiln_arg_i64(x->shape[a]),
+                           kiln_arg_i64(inner),  kiln_arg_i32(logmode)};
         if (s == KILN_OK)
-            s = kiln__kernel_launch(x->dev, k, op, 1, &global, NULL, 6, args);
+            s = kiln__kernel_launch(x->dev, k, op, 2, global, NULL, 6, args);
     }
     if (s != KILN_OK) {
         kiln_tensor_release(y);
