@@ -55,14 +55,15 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
 #define STORE_U8(p, i, v) ((p)[(i)] = (uchar)((v) ? 1 : 0))
 
 /* Broadcast index arithmetic: the result index i is split into 8 coordinates, innermost
- * (s7) first; once the rest is 0 every outer coordinate is 0 too. */
+ * (s7) first; once the rest is 0 every outer coordinate is 0 too. The remainder is written as
+ * r - q * s, not %: LLVM turns a div/rem pair into a `freeze` that Oclgrind cannot run. */
 #define BB_SHAPE long s0, long s1, long s2, long s3, long s4, long s5, long s6, long s7
 #define BB_STRIDES(a) long a##0, long a##1, long a##2, long a##3, long a##4, long a##5, \
                       long a##6, long a##7
 #define BB_STEP2(k)                                                                           \
     if (r) {                                                                                  \
-        long c = r % s##k;                                                                    \
-        r /= s##k;                                                                            \
+        long q = r / s##k, c = r - q * s##k;                                                  \
+        r = q;                                                                                \
         ia += c * sa##k;                                                                      \
         ib += c * sb##k;                                                                      \
     }
@@ -129,11 +130,11 @@ kernel void kiln_where(global const uchar *c, global const KILN_T *a, global con
 
 #define BB_STEP3(k)                                                                           \
     if (r) {                                                                                  \
-        long q = r % s##k;                                                                    \
-        r /= s##k;                                                                            \
-        ic += q * sc##k;                                                                      \
-        ia += q * sa##k;                                                                      \
-        ib += q * sb##k;                                                                      \
+        long q = r / s##k, c = r - q * s##k;                                                  \
+        r = q;                                                                                \
+        ic += c * sc##k;                                                                      \
+        ia += c * sa##k;                                                                      \
+        ib += c * sb##k;                                                                      \
     }
 
 kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global const KILN_T *b,
@@ -152,11 +153,11 @@ kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global 
 /* ---- unary operators and their derivatives ---------------------------------------------- */
 #define ONE ((KILN_TC)1)
 #define ZERO ((KILN_TC)0)
-/* NaN stays NaN (x < 0 is false for NaN). */
-#define U_relu(x) ((x) < ZERO ? ZERO : (x))
 #define UB_relu(x, g) ((x) > ZERO ? (g) : ZERO)
 
 #ifdef KILN_IS_FLOAT
+/* NaN stays NaN (x < 0 is false for NaN). */
+#define U_relu(x) ((x) < ZERO ? ZERO : (x))
 #define U_neg(x) (-(x))
 #define U_abs(x) fabs(x)
 #define U_exp(x) exp(x)
@@ -216,9 +217,12 @@ KILN_TC kiln_gelu_d(KILN_TC x)
     return (KILN_TC)0.5 * (ONE + t) + (KILN_TC)0.5 * x * (ONE - t * t) * du;
 }
 #else
+/* Builtins, not selects: LLVM folds those into llvm.abs/llvm.smax, which Oclgrind lacks.
+ * abs() returns the unsigned type, so abs(MIN) wraps back to MIN. */
 #define U_neg(x) ((KILN_TC)((KILN_UT)0 - (KILN_UT)(x)))
+#define U_relu(x) max((x), ZERO)
 #ifdef KILN_IS_SIGNED
-#define U_abs(x) ((x) < ZERO ? U_neg(x) : (x))
+#define U_abs(x) ((KILN_TC)abs(x))
 #else
 #define U_abs(x) (x)
 #endif
@@ -273,7 +277,8 @@ DEF_UNARY_BW(gelu)
 
 /* ---- casts ------------------------------------------------------------------------------ */
 #ifdef KILN_IS_FLOAT
-#define TO_INT(ty, v) convert_##ty##_sat_rtz(v)
+/* NaN -> 0 as the spec says for _sat (tested explicitly: Oclgrind gives MIN). */
+#define TO_INT(ty, v) (isnan(v) ? (ty)0 : convert_##ty##_sat_rtz(v))
 #define TO_HALF(v) (v)
 #else
 #define TO_INT(ty, v) ((ty)(v))

@@ -1,11 +1,207 @@
-/* train.c - kiln-bench train (not measured yet). */
+/* train.c - kiln-bench train: time per training step of the example MLP (examples/mlp.c) on a
+ * kiln device, beside the same step written as plain C over host arrays (with cblas_sgemm for
+ * the products where kiln was built with CBLAS, naive loops otherwise). */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "bench.h"
+#include "mlp.h"
+
+#ifdef KILN_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+#define NFEAT 16
+
+/* C = op(A) op(B) for row-major A, B; ta/tb transpose. */
+static void gemm(bool ta, bool tb, int m, int n, int k, const float *a, const float *b, float *c)
+{
+#ifdef KILN_HAVE_CBLAS
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+                n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n);
+#else
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float s = 0;
+            for (int p = 0; p < k; p++)
+                s += (ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+            c[i * n + j] = s;
+        }
+#endif
+}
+
+/* The same model and Adam step as examples/mlp.c, on host arrays. */
+typedef struct host_mlp {
+    int b, h;
+    float *p[4], *m[4], *v[4], *g[4];
+    int size[4];
+    float *z1, *hid, *pred, *dpred, *dh;
+} host_mlp;
+
+static void host_init(host_mlp *n, int b, int h)
+{
+    int sizes[4] = {NFEAT * h, h, h, 1};
+    n->b = b;
+    n->h = h;
+    for (int i = 0; i < 4; i++) {
+        n->size[i] = sizes[i];
+        n->p[i] = calloc((size_t)sizes[i], sizeof(float));
+        n->m[i] = calloc((size_t)sizes[i], sizeof(float));
+        n->v[i] = calloc((size_t)sizes[i], sizeof(float));
+        n->g[i] = calloc((size_t)sizes[i], sizeof(float));
+        for (int k = 0; k < sizes[i]; k++)
+            n->p[i][k] = (float)((k * 37 % 101) - 50) * 0.002f;
+    }
+    n->z1 = calloc((size_t)b * h, sizeof(float));
+    n->hid = calloc((size_t)b * h, sizeof(float));
+    n->dh = calloc((size_t)b * h, sizeof(float));
+    n->pred = calloc((size_t)b, sizeof(float));
+    n->dpred = calloc((size_t)b, sizeof(float));
+}
+
+static void host_free(host_mlp *n)
+{
+    for (int i = 0; i < 4; i++) {
+        free(n->p[i]);
+        free(n->m[i]);
+        free(n->v[i]);
+        free(n->g[i]);
+    }
+    free(n->z1);
+    free(n->hid);
+    free(n->dh);
+    free(n->pred);
+    free(n->dpred);
+}
+
+static float host_step(host_mlp *n, const float *x, const float *y, int step)
+{
+    int b = n->b, h = n->h;
+    gemm(false, false, b, h, NFEAT, x, n->p[0], n->z1);
+    for (int i = 0; i < b * h; i++) {
+        n->z1[i] += n->p[1][i % h];
+        n->hid[i] = n->z1[i] > 0 ? n->z1[i] : 0;
+    }
+    gemm(false, false, b, 1, h, n->hid, n->p[2], n->pred);
+    float loss = 0;
+    for (int i = 0; i < b; i++) {
+        float d = n->pred[i] + n->p[3][0] - y[i];
+        loss += d * d / b;
+        n->dpred[i] = 2 * d / b;
+    }
+    gemm(true, false, h, 1, b, n->hid, n->dpred, n->g[2]);
+    n->g[3][0] = 0;
+    for (int i = 0; i < b; i++)
+        n->g[3][0] += n->dpred[i];
+    gemm(false, true, b, h, 1, n->dpred, n->p[2], n->dh);
+    for (int i = 0; i < b * h; i++)
+        n->dh[i] = n->z1[i] > 0 ? n->dh[i] : 0;
+    gemm(true, false, NFEAT, h, b, x, n->dh, n->g[0]);
+    memset(n->g[1], 0, sizeof(float) * (size_t)h);
+    for (int i = 0; i < b * h; i++)
+        n->g[1][i % h] += n->dh[i];
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    float c1 = 1 - powf(b1, (float)step), c2 = 1 - powf(b2, (float)step);
+    for (int t = 0; t < 4; t++)
+        for (int i = 0; i < n->size[t]; i++) {
+            float g = n->g[t][i];
+            n->m[t][i] = b1 * n->m[t][i] + (1 - b1) * g;
+            n->v[t][i] = b2 * n->v[t][i] + (1 - b2) * g * g;
+            n->p[t][i] -= lr * (n->m[t][i] / c1) / (sqrtf(n->v[t][i] / c2) + eps);
+        }
+    return loss;
+}
+
+static int bench_one(bench_ctx *ctx, int batch, int hidden)
+{
+    int steps = ctx->quick ? 5 : 20;
+    size_t nx = (size_t)batch * NFEAT;
+    float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * (size_t)batch);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+    for (int i = 0; i < batch; i++)
+        y[i] = x[(size_t)i * NFEAT] * 0.5f + 0.25f;
+
+    mlp m = {0};
+    kiln_tensor *tx = NULL, *ty = NULL, *loss = NULL;
+    int64_t xs[2] = {batch, NFEAT}, ys[2] = {batch, 1};
+    int rc = 1;
+    double *tk = calloc((size_t)ctx->repeats, sizeof(double));
+    double *tb = calloc((size_t)ctx->repeats, sizeof(double));
+    kiln_status s = mlp_init(&m, ctx->dev, NFEAT, hidden, 1);
+    if (s == KILN_OK)
+        s = kiln_tensor_from_host(ctx->dev, KILN_F32, 2, xs, x, &tx);
+    if (s == KILN_OK)
+        s = kiln_tensor_from_host(ctx->dev, KILN_F32, 2, ys, y, &ty);
+    /* Warm-up: builds (or loads) every kernel the step uses. */
+    for (int i = 1; i <= 2 && s == KILN_OK; i++) {
+        s = mlp_train_step(&m, tx, ty, i, 1e-3, &loss);
+        kiln_tensor_release(loss);
+        loss = NULL;
+    }
+    if (s == KILN_OK)
+        s = kiln_device_synchronize(ctx->dev);
+    if (s != KILN_OK) {
+        rc = bench_fail("train warm-up", s);
+        goto done;
+    }
+    host_mlp hm;
+    host_init(&hm, batch, hidden);
+    int64_t step = 2;
+    for (int r = 0; r < ctx->repeats && s == KILN_OK; r++) {
+        double t0 = bench_now();
+        for (int i = 0; i < steps && s == KILN_OK; i++) {
+            s = mlp_train_step(&m, tx, ty, ++step, 1e-3, &loss);
+            kiln_tensor_release(loss);
+            loss = NULL;
+        }
+        if (s == KILN_OK)
+            s = kiln_device_synchronize(ctx->dev);
+        tk[r] = (bench_now() - t0) / steps * 1e3;
+        t0 = bench_now();
+        volatile float sink = 0;
+        for (int i = 0; i < steps; i++)
+            sink += host_step(&hm, x, y, i + 1);
+        tb[r] = (bench_now() - t0) / steps * 1e3;
+    }
+    host_free(&hm);
+    if (s != KILN_OK) {
+        rc = bench_fail("train step", s);
+        goto done;
+    }
+    char name[96];
+    snprintf(name, sizeof name, "step batch %d, %d-%d-1", batch, NFEAT, hidden);
+    bench_result r;
+    bench_result_set(&r, name, "ms", false, "plain C step", tk, tb, ctx->repeats);
+    bench_report(ctx, &r);
+    rc = 0;
+done:
+    kiln_tensor_release(tx);
+    kiln_tensor_release(ty);
+    mlp_free(&m);
+    free(tk);
+    free(tb);
+    free(x);
+    free(y);
+    return rc;
+}
 
 int bench_train(bench_ctx *ctx)
 {
-    (void)ctx;
-    fprintf(stderr, "kiln-bench: section 'train' is not implemented yet\n");
-    return 1;
+    static const int sizes[][2] = {{64, 32}, {256, 128}, {1024, 512}};
+    int n = ctx->quick ? 2 : 3, rc = 0;
+    for (int i = 0; i < n; i++) {
+        bench_progress(ctx, "train: batch %d, hidden %d", sizes[i][0], sizes[i][1]);
+        rc |= bench_one(ctx, sizes[i][0], sizes[i][1]);
+    }
+    bench_note(ctx, "train: baseline is the same forward, backward and Adam step in plain C%s",
+#ifdef KILN_HAVE_CBLAS
+               " with cblas_sgemm for the products"
+#else
+               " loops"
+#endif
+    );
+    return rc;
 }
