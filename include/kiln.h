@@ -393,17 +393,27 @@ KILN_API const char *kiln_cache_dir(void);
  * write into an existing tensor of the right shape and dtype instead.
  * ---------------------------------------------------------------------------------------- */
 
-/* Creation */
+/* Creation. The value converts to the dtype as kiln_cast does: floats round to nearest (f16
+ * to nearest even), integers truncate toward zero; a value outside an integer dtype's range
+ * (or NaN) is KILN_ERR_INVALID_ARGUMENT. kiln_fill overwrites t asynchronously. */
 KILN_API kiln_status kiln_fill(kiln_tensor *t, double value);
 KILN_API kiln_status kiln_full(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                                double value, kiln_tensor **out);
 KILN_API kiln_status kiln_ones(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                                kiln_tensor **out);
-/* 1-D tensor start, start+step, ... < end (> end for a negative step). */
+/* 1-D tensor start, start+step, ... < end (> end for a negative step): ceil((end - start) /
+ * step) elements, element i = start + i * step computed in the dtype's compute type. A step of
+ * 0 or of the wrong sign is KILN_ERR_INVALID_ARGUMENT; integer dtypes need integral start and
+ * step. An empty range gives a [0] tensor. */
 KILN_API kiln_status kiln_arange(kiln_device *dev, kiln_dtype dtype, double start, double end,
                                  double step, kiln_tensor **out);
 /* Philox4x32-10: the same seed and shape give bit-identical numbers on every device. Element i
- * uses counter i, so a tensor's numbers do not depend on the device's work-group size. */
+ * uses counter (i, 0) and key seed, so a tensor's numbers do not depend on the device's
+ * work-group size. Numbers are made in f32 with exactly rounded operations only: uniform =
+ * low + (high - low) * (bits >> 8) * 2^-24, kept below high; normal = Box-Muller on the first
+ * two words, sqrt(-2 ln u1) cos(2 pi u2), with log/sqrt/cos computed by kiln (error < 1e-6).
+ * f64 and f16 tensors hold these f32 numbers converted (f16 may round up to high).
+ * Floating dtypes only (else KILN_ERR_UNSUPPORTED). */
 KILN_API kiln_status kiln_rand_uniform(kiln_device *dev, kiln_dtype dtype, int ndim,
                                        const int64_t *shape, uint64_t seed, double low,
                                        double high, kiln_tensor **out);
@@ -411,7 +421,12 @@ KILN_API kiln_status kiln_rand_normal(kiln_device *dev, kiln_dtype dtype, int nd
                                       const int64_t *shape, uint64_t seed, double mean,
                                       double stddev, kiln_tensor **out);
 
-/* Elementwise binary ops with NumPy broadcasting. Comparisons give KILN_U8 masks (0/1). */
+/* Elementwise binary ops with NumPy broadcasting (dimensions align from the right; size-1
+ * axes stretch; else KILN_ERR_SHAPE_MISMATCH naming both shapes). Both inputs must have one
+ * dtype (else KILN_ERR_DTYPE_MISMATCH; cast first); the result has it too, and comparisons
+ * give KILN_U8 masks (0/1). f16 computes in f32. Integers (i32, i64, u8) wrap on overflow;
+ * integer division truncates toward zero, x / 0 gives 0 and MIN / -1 gives MIN. POW needs a
+ * floating dtype (KILN_ERR_UNSUPPORTED on integers). MINIMUM/MAXIMUM propagate NaN. */
 typedef enum kiln_binary_op {
     KILN_OP_ADD,
     KILN_OP_SUB,
@@ -432,7 +447,8 @@ KILN_API kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const 
                                  kiln_tensor **out);
 KILN_API kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a,
                                      const kiln_tensor *b, kiln_tensor *out);
-/* a op scalar */
+/* a op scalar; the scalar converts to a's compute type (f32 for f16; truncated toward zero
+ * for integers, and one that does not fit is KILN_ERR_INVALID_ARGUMENT). */
 KILN_API kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
                                         kiln_tensor **out);
 KILN_API kiln_status kiln_add(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
@@ -443,7 +459,10 @@ KILN_API kiln_status kiln_div(const kiln_tensor *a, const kiln_tensor *b, kiln_t
 KILN_API kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a,
                                 const kiln_tensor *b, kiln_tensor **out);
 
-/* Elementwise unary ops (floating dtypes; NEG and ABS also on integers; RELU too). */
+/* Elementwise unary ops (floating dtypes; NEG, ABS and RELU also on integers, wrapping; other
+ * ops on integers are KILN_ERR_UNSUPPORTED). SIGMOID never overflows (exp of -|x| only);
+ * RELU keeps NaN; GELU is the tanh approximation
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). kiln_unary_out may write in place. */
 typedef enum kiln_unary_op {
     KILN_OP_NEG,
     KILN_OP_ABS,
@@ -461,13 +480,17 @@ typedef enum kiln_unary_op {
 
 KILN_API kiln_status kiln_unary(kiln_unary_op op, const kiln_tensor *x, kiln_tensor **out);
 KILN_API kiln_status kiln_unary_out(kiln_unary_op op, const kiln_tensor *x, kiln_tensor *out);
-/* grad_in = grad_out * op'(x), the backward pass of kiln_unary (same shapes). */
+/* grad_in = grad_out * op'(x), the backward pass of kiln_unary (same shapes and dtype;
+ * floating dtypes only). ABS' and RELU' are 0 at 0. */
 KILN_API kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x,
                                          const kiln_tensor *grad_out, kiln_tensor **grad_in);
 
 /* Reductions over all elements (axis = KILN_ALL_AXES, giving a 1-element tensor of shape [1])
- * or one axis (negative counts from the end). Sums of f32 accumulate pairwise per work-item
- * and in a tree across them. ARGMAX gives KILN_I64 indices (the first maximum). */
+ * or one axis (negative counts from the end); keepdim keeps the reduced axes as size 1. Float
+ * sums are compensated (error <= 2 eps * sum|x| + eps * |sum|); integer sums give KILN_I64;
+ * MEAN of integers is KILN_ERR_UNSUPPORTED. NaN propagates through SUM/MEAN/MAX/MIN. ARGMAX
+ * gives KILN_I64 indices (the first maximum; a NaN counts as the maximum). MAX/MIN/ARGMAX of
+ * an empty axis: KILN_ERR_INVALID_ARGUMENT; SUM of nothing is 0, MEAN NaN. */
 #define KILN_ALL_AXES INT32_MIN
 typedef enum kiln_reduce_op {
     KILN_REDUCE_SUM,
@@ -479,11 +502,22 @@ typedef enum kiln_reduce_op {
 
 KILN_API kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
                                  kiln_tensor **out);
+/* As kiln_reduce, writing into out, which must have the result's exact shape and dtype
+ * (KILN_ERR_SHAPE_MISMATCH / KILN_ERR_DTYPE_MISMATCH), be on x's device and not share x's
+ * memory (KILN_ERR_INVALID_ARGUMENT). Asynchronous; allocates nothing for short rows. */
+KILN_API kiln_status kiln_reduce_out(kiln_reduce_op op, const kiln_tensor *x, int axis,
+                                     bool keepdim, kiln_tensor *out);
 
 /* Matrix product of the last two dimensions, batched over the leading ones (a batch of 1
  * broadcasts). a: [..., M, K] (or [..., K, M] with KILN_TRANS_A), b: [..., K, N]
- * (or [..., N, K] with KILN_TRANS_B); out: [..., M, N]. f32 and f64. The path (CLBlast, host
- * CBLAS, built-in kernel) is chosen per device; KILN_MATMUL=clblast|cblas|builtin forces one. */
+ * (or [..., N, K] with KILN_TRANS_B); out: [..., M, N]. f32 and f64 (f64 needs fp64 on the
+ * device); other dtypes are KILN_ERR_UNSUPPORTED (cast f16 to f32). Operands need >= 2 dims; a
+ * batch of 1 (or none) broadcasts, other batch shapes must be equal (KILN_ERR_SHAPE_MISMATCH
+ * naming both shapes). M or N of 0 gives an empty result, K of 0 zeros. Everything is checked
+ * before anything is queued; asynchronous. _out writes into out (exact shape and dtype, on
+ * the same device, not sharing memory with a or b). The path (CLBlast, host CBLAS, built-in
+ * kernel) is chosen per device; KILN_MATMUL=clblast|cblas|builtin forces one (read per call;
+ * unknown: KILN_ERR_INVALID_ARGUMENT, unavailable on the device: KILN_ERR_UNSUPPORTED). */
 #define KILN_TRANS_A 1u
 #define KILN_TRANS_B 2u
 KILN_API kiln_status kiln_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
@@ -491,23 +525,32 @@ KILN_API kiln_status kiln_matmul_ex(const kiln_tensor *a, const kiln_tensor *b, 
                                     kiln_tensor **out);
 KILN_API kiln_status kiln_matmul_out(const kiln_tensor *a, const kiln_tensor *b, unsigned flags,
                                      kiln_tensor *out);
-/* The path kiln_matmul takes on dev: "clblast", "cblas" or "builtin". */
+/* The path kiln_matmul takes on dev now: "clblast", "cblas" or "builtin" (a static string).
+ * NULL for an invalid device or a KILN_MATMUL value that cannot apply (kiln_last_error says
+ * why). */
 KILN_API const char *kiln_matmul_path(kiln_device *dev);
 
-/* Copies: permute dimensions (perm has ndim entries), transpose the last two, cast, concatenate
- * along an axis, slice [start, end) along an axis. */
+/* Copies: permute dimensions (perm has ndim entries, each dimension once, negative counts from
+ * the end), transpose the last two (ndim >= 2), cast, concatenate n >= 1 tensors of one dtype
+ * and equal shapes outside axis, slice [start, end) along an axis (negative bounds count from
+ * the end; no clamping: bounds outside the axis are KILN_ERR_INVALID_ARGUMENT). */
 KILN_API kiln_status kiln_permute(const kiln_tensor *x, const int *perm, kiln_tensor **out);
 KILN_API kiln_status kiln_transpose(const kiln_tensor *x, kiln_tensor **out);
+/* kiln_cast: any dtype pair (f64 on both sides needs fp64). Float -> integer truncates toward
+ * zero and saturates to the target range, NaN gives 0; integer -> integer wraps (two's
+ * complement); anything -> float rounds to nearest (f16: nearest even). */
 KILN_API kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out);
 KILN_API kiln_status kiln_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out);
 KILN_API kiln_status kiln_slice(const kiln_tensor *x, int axis, int64_t start, int64_t end,
                                 kiln_tensor **out);
 
-/* Neural-network helpers. softmax/log_softmax are max-subtracted (stable). */
+/* Neural-network helpers (f32, f64; softmax also f16). softmax/log_softmax are max-subtracted
+ * (stable). */
 KILN_API kiln_status kiln_softmax(const kiln_tensor *x, int axis, kiln_tensor **out);
 KILN_API kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tensor **out);
 /* Mean cross-entropy of logits [N, C] against class labels [N] (i32 or i64). *loss is a [1]
- * tensor; *grad (optional, may be NULL) is d loss / d logits, [N, C]. */
+ * tensor; *grad (optional, may be NULL) is d loss / d logits = (softmax - onehot) / N. Labels
+ * are not read back (that would block): a label outside [0, C) makes the loss NaN. */
 KILN_API kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *labels,
                                         kiln_tensor **loss, kiln_tensor **grad);
 /* Mean squared error over all elements; *grad (optional) is d loss / d pred. */

@@ -70,6 +70,12 @@ static kiln_status check_args(kiln_device *dev, const kiln__kernel *k, const cha
                            nargs > 0 && !args ? " (but args is NULL)" : "");
     for (int i = 0; i < nargs; i++) {
         const kiln_arg *a = &args[i];
+        /* The common case (all fine) formats nothing: this runs on every launch. */
+        if (a->kind == KILN_ARG_TENSOR && a->value.tensor &&
+            a->value.tensor->magic == KILN__TENSOR_MAGIC && a->value.tensor->dev == dev)
+            continue;
+        if (a->kind == KILN_ARG_SCALAR && scalar_ptr(a))
+            continue;
         char argname[192];
         snprintf(argname, sizeof argname, "argument %d of kernel %s", i, k->name);
         if (a->kind == KILN_ARG_TENSOR) {
@@ -119,6 +125,8 @@ void kiln__choose_local(const kiln__kernel *k, int work_dim, const size_t *globa
     size_t cap = k->wg_size < 256 ? k->wg_size : 256;
     if (work_dim == 1) {
         size_t m = k->wg_multiple ? k->wg_multiple : 1;
+        if (k->max_items[0] && k->max_items[0] < cap)
+            cap = k->max_items[0];
         size_t l = global[0] < cap ? global[0] : cap;
         l = (l + m - 1) / m * m; /* round up to the multiple ... */
         while (l > cap)
@@ -130,6 +138,8 @@ void kiln__choose_local(const kiln__kernel *k, int work_dim, const size_t *globa
     for (int d = 0; d < work_dim; d++) {
         size_t l = pow2_at_least(global[d]);
         local[d] = l < per_dim ? l : per_dim;
+        while (local[d] > 1 && k->max_items[d] && local[d] > k->max_items[d])
+            local[d] /= 2;
     }
     for (;;) {
         size_t prod = 1;
@@ -168,6 +178,12 @@ static kiln_status shape_ndrange(const kiln__kernel *k, const char *op, int work
                                "local size %zu; round global up (and bounds-check in the "
                                "kernel) or pass local = NULL to let kiln choose",
                                op, global[d], d, local[d]);
+        if (k->max_items[d] && local[d] > k->max_items[d])
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: local size %zu in dimension %d exceeds the device's limit of "
+                               "%zu work-items in that dimension; use a smaller local size or "
+                               "NULL",
+                               op, local[d], d, k->max_items[d]);
         prod *= local[d];
         g[d] = global[d];
         l[d] = local[d];

@@ -160,9 +160,9 @@ void kiln__log_trim(const char *log, char *buf, size_t size)
     memcpy(buf + keep, more, strlen(more) + 1);
 }
 
-const char *kiln__build_hint(const kiln_device_info *info, const char *source)
+const char *kiln__build_hint(const kiln_device_info *info, const char *source, const char *log)
 {
-    if (!info->fp64 && strstr(source, "double"))
+    if (!info->fp64 && strstr(source, "double") && (strstr(log, "double") || strstr(log, "fp64")))
         return "\nhint: this device has no fp64 support (cl_khr_fp64), so `double` is not "
                "available; guard double code with #ifdef KILN_HAS_FP64";
     return "";
@@ -181,11 +181,12 @@ static kiln_status build_failed(kiln_device *dev, cl_program p, const char *sour
     }
     kiln__log_trim(log, trimmed, LOG_CAP);
     kiln__log(KILN_LOG_WARN, "%s: build failed on %s:\n%s", op, dev->info.spec, log);
-    kiln_status s = kiln__error(KILN_ERR_BUILD_FAILED,
+    /* double on a device without fp64 is a capability the device lacks, not a typo. */
+    const char *hint = kiln__build_hint(&dev->info, source, log);
+    kiln_status s = kiln__error(*hint ? KILN_ERR_UNSUPPORTED : KILN_ERR_BUILD_FAILED,
                                 "%s: the OpenCL C compiler rejected the program on %s "
                                 "(options: %s); fix the source. Compiler log:\n%s%s",
-                                op, kiln__device_label(dev), options, trimmed,
-                                kiln__build_hint(&dev->info, source));
+                                op, kiln__device_label(dev), options, trimmed, hint);
     free(trimmed);
     free(log);
     return s;
@@ -322,8 +323,18 @@ static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
         free(n);
         return kiln__cl_fail(err, op, "clGetKernelInfo", dev->info.spec);
     }
+    /* Per-dimension local limits (NVIDIA: 1024 x 1024 x 64); the kernel's limit if unknown. */
+    size_t items[16] = {n->k.wg_size, n->k.wg_size, n->k.wg_size};
+    cl_uint dims = 3;
+    kiln__cl.GetDeviceInfo(dev->id, CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS, sizeof dims, &dims, NULL);
+    if (dims < 3 || dims > 16 ||
+        kiln__cl.GetDeviceInfo(dev->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, dims * sizeof *items,
+                               items, NULL) != CL_SUCCESS)
+        items[0] = items[1] = items[2] = n->k.wg_size;
     if (n->k.wg_size == 0)
         n->k.wg_size = 1;
+    for (int d = 0; d < 3; d++)
+        n->k.max_items[d] = items[d] ? items[d] : 1;
     if (n->k.wg_multiple == 0 || n->k.wg_multiple > n->k.wg_size)
         n->k.wg_multiple = 1;
     pthread_mutex_init(&n->k.lock, NULL);
@@ -397,12 +408,12 @@ static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *sr
     memcpy(text + plen + 1, src->text, src->length + 1);
     s = kiln__program_compile(dev, text, len, options, op, out);
     if (s == KILN_ERR_BUILD_FAILED) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", kiln_last_error());
+        char *msg = dup_string(kiln_last_error()); /* it holds the compiler's log */
         s = kiln__error(KILN_ERR_BUILD_FAILED,
                         "%s: built-in kernel source %s.cl (%s) failed to build on %s; this is a "
-                        "kiln bug, please report it with the log: %s",
-                        op, src->name, defines, dev->info.spec, msg);
+                        "kiln bug, please report it with this message: %s",
+                        op, src->name, defines, dev->info.spec, msg ? msg : "");
+        free(msg);
     }
 done:
     free(text);
@@ -514,10 +525,50 @@ static kiln_status kernel_names(kiln_program *prog, const char *op)
     return KILN_OK;
 }
 
+kiln_status kiln__check_options(const char *options, const char *op)
+{
+    if (!options)
+        return KILN_OK;
+    if (strlen(options) > 4096)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: build options are %zu characters long; the limit is 4096", op,
+                           strlen(options));
+    for (const unsigned char *c = (const unsigned char *)options; *c; c++)
+        if (*c < 0x20 || *c == 0x7f)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: build options contain a control character (0x%02x at offset "
+                               "%d); separate options with spaces",
+                               op, *c, (int)(c - (const unsigned char *)options));
+    /* Every word is an option, or the value of a preceding -D, -U or -I. */
+    const char *p = options, *prev = NULL;
+    size_t prevlen = 0;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        size_t n = strcspn(p, " ");
+        bool value = prev && prevlen == 2 && (!strncmp(prev, "-D", 2) || !strncmp(prev, "-U", 2) ||
+                                              !strncmp(prev, "-I", 2));
+        if (*p != '-' && !value)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: build option \"%.*s\" does not start with '-' (options: "
+                               "\"%s\"); write e.g. \"-DNAME=value\"",
+                               op, (int)(n > 64 ? 64 : n), p, options);
+        prev = value ? NULL : p;
+        prevlen = n;
+        p += n;
+    }
+    return KILN_OK;
+}
+
 static kiln_status program_build(kiln_device *dev, const char *source, size_t len,
                                  const char *options, const char *op, kiln_program **out)
 {
-    kiln_status s = kiln__device_open(dev, op);
+    kiln_status s = kiln__check_options(options, op);
+    if (s != KILN_OK)
+        return s;
+    s = kiln__device_open(dev, op);
     if (s != KILN_OK)
         return s;
     kiln_program *prog = calloc(1, sizeof *prog);

@@ -25,6 +25,7 @@ typedef struct kiln__kernel {
     cl_uint nargs;
     size_t wg_size;  /* CL_KERNEL_WORK_GROUP_SIZE on the device */
     size_t wg_multiple; /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE */
+    size_t max_items[3]; /* CL_DEVICE_MAX_WORK_ITEM_SIZES: local size limit per dimension */
     pthread_mutex_t lock;
 } kiln__kernel;
 
@@ -53,7 +54,13 @@ kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
  * starts at the first line mentioning "error" so that line survives. */
 void kiln__log_trim(const char *log, char *buf, size_t size);
 
-/* A hint appended to build errors: "" or why `double` fails on a device without fp64. */
-const char *kiln__build_hint(const kiln_device_info *info, const char *source);
+/* A hint appended to build errors: "" or, when the source uses `double`, the device has no
+ * fp64 and the log complains about it, why (the build then fails with KILN_ERR_UNSUPPORTED). */
+const char *kiln__build_hint(const kiln_device_info *info, const char *source, const char *log);
+
+/* User build options, checked before the driver sees them: printable, at most 4096
+ * characters, every word an option ("-...") or the value of a "-D", "-U" or "-I" before it.
+ * NULL is fine. KILN_ERR_INVALID_ARGUMENT naming op. */
+kiln_status kiln__check_options(const char *options, const char *op);
 
 #endif

@@ -41,7 +41,7 @@ static void setup(void)
 
 static void rm_rf(const char *path)
 {
-    char cmd[512];
+    char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
     ck_assert_int_eq(system(cmd), 0);
 }
@@ -234,6 +234,22 @@ START_TEST(symlinked_dir_is_refused)
 }
 END_TEST
 
+START_TEST(foreign_owned_dir_is_refused)
+{
+    if (geteuid() != 0)
+        return; /* only root can give a directory to another user */
+    char dir[512];
+    use_dir("theirs", dir, sizeof dir);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+    build_ok(NULL);
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.saves, 0);
+    ck_assert_uint_eq(st.write_errors, 1);
+    ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 0);
+}
+END_TEST
+
 START_TEST(cache_off)
 {
     char dir[512];
@@ -393,6 +409,25 @@ static cl_program CL_API_CALL refuse_binary(cl_context ctx, cl_uint n, const cl_
     *err = CL_INVALID_BINARY;
     return NULL;
 }
+
+START_TEST(unwritable_entry_leaves_no_temp)
+{
+    /* The entry's name is taken by a directory: the load reports it, and the write (rename)
+     * fails; the build still succeeds and the temp file is removed. */
+    char dir[512], entry[768];
+    use_dir("blocked", dir, sizeof dir);
+    build_ok(NULL);
+    ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
+    ck_assert_int_eq(unlink(entry), 0);
+    ck_assert_int_eq(mkdir(entry, 0700), 0);
+    build_ok(NULL);
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.corrupt, 1);
+    ck_assert_uint_eq(st.write_errors, 1);
+    ck_assert_uint_eq(st.saves, 1);
+    ck_assert_int_eq(count_files(dir, ".tmp.", NULL, 0), 0);
+}
+END_TEST
 
 START_TEST(driver_rejects_binary)
 {
@@ -583,10 +618,12 @@ Suite *diskcache_suite(void)
     tcase_add_test(tc, hit_after_save_and_permissions);
     tcase_add_test(tc, group_writable_dir_is_tightened);
     tcase_add_test(tc, symlinked_dir_is_refused);
+    tcase_add_test(tc, foreign_owned_dir_is_refused);
     tcase_add_test(tc, cache_off);
     tcase_add_test(tc, uncreatable_dir_builds_anyway);
     tcase_add_test(tc, stale_temp_files_are_cleaned);
     tcase_add_test(tc, driver_rejects_binary);
+    tcase_add_test(tc, unwritable_entry_leaves_no_temp);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("damaged");

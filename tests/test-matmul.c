@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../lib/clcall.h"
 #include "../lib/ops/matmul.h"
 #include "kiln.h"
 
@@ -39,6 +40,8 @@ static void teardown_devices(void)
 {
     unsetenv("KILN_MATMUL");
     kiln__matmul_cblas_no_native = false;
+    kiln__matmul_builtin_max_groups = 65535;
+    kiln__cl_reset();
 }
 
 /* Oclgrind simulates every work-item (about 1 us each, with race checks): tiny sizes only. */
@@ -104,7 +107,8 @@ static double *reference(const double *a, const double *b, const operand *oa, co
             for (int64_t j = 0; j < n; j++) {
                 double sum = 0;
                 for (int64_t p = 0; p < k; p++)
-                    sum += (ta ? az[p * m + i] : az[i * k + p]) * (tb ? bz[j * k + p] : bz[p * n + j]);
+                    sum +=
+                        (ta ? az[p * m + i] : az[i * k + p]) * (tb ? bz[j * k + p] : bz[p * n + j]);
                 c[(z * m + i) * n + j] = sum;
             }
     }
@@ -142,8 +146,8 @@ static int64_t numel(const operand *o)
 /* Compute op(A) x op(B) on dev through `path` (NULL: the device's default) and compare with the
  * reference: |got - ref| <= K * eps * max|a| * max|b| + eps, eps = 1e-6 (f32; 16x the unit
  * roundoff bound K*u) or 1e-13 (f64). Inputs are in [-1, 1), so max|a| * max|b| <= 1. */
-static void check_product(kiln_device *dev, const char *path, kiln_dtype dt, operand oa,
-                          operand ob, unsigned flags)
+static void check_product(kiln_device *dev, const char *path, kiln_dtype dt, operand oa, operand ob,
+                          unsigned flags)
 {
     if (path)
         setenv("KILN_MATMUL", path, 1);
@@ -241,10 +245,8 @@ START_TEST(test_batches)
         bool sim = simulated(devs[d]);
         int64_t m = sim ? 6 : 33, n = sim ? 5 : 17, k = sim ? 7 : 29;
         const operand cases[][2] = {
-            {{3, {3, m, k}}, {3, {3, k, n}}},
-            {{3, {1, m, k}}, {3, {4, k, n}}},
-            {{2, {m, k}}, {3, {3, k, n}}},
-            {{4, {2, 3, m, k}}, {2, {k, n}}},
+            {{3, {3, m, k}}, {3, {3, k, n}}}, {{3, {1, m, k}}, {3, {4, k, n}}},
+            {{2, {m, k}}, {3, {3, k, n}}},    {{4, {2, 3, m, k}}, {2, {k, n}}},
             {{3, {2, m, k}}, {3, {1, k, n}}},
         };
         for (int p = 0; p < 3; p++) {
@@ -298,6 +300,21 @@ START_TEST(test_default_and_fallback)
 }
 END_TEST
 
+/* The built-in kernel split into several launches along rows and batch (NVIDIA's grid limit,
+ * lowered here to 2 work-groups so small products exercise it). */
+START_TEST(test_builtin_split_launches)
+{
+    kiln__matmul_builtin_max_groups = 2;
+    for (int d = 0; d < ndevs; d++) {
+        bool sim = simulated(devs[d]);
+        check_product(devs[d], "builtin", KILN_F32, (operand){3, {5, sim ? 21 : 61, 9}},
+                      (operand){3, {5, 9, 7}}, 0);
+        check_product(devs[d], "builtin", KILN_F32, mat(sim ? 40 : 200, 3), mat(3, 17), 0);
+    }
+    kiln__matmul_builtin_max_groups = 65535;
+}
+END_TEST
+
 /* kiln_matmul_path follows the documented choice and KILN_MATMUL. */
 START_TEST(test_path_choice)
 {
@@ -311,8 +328,8 @@ START_TEST(test_path_choice)
         bool has_clblast = kiln__matmul_select(devs[d], "clblast", "t", &cl) == KILN_OK;
         bool has_cblas = kiln__matmul_select(devs[d], "cblas", "t", &cb) == KILN_OK;
         const char *expect = info.type == KILN_DEVICE_GPU && has_clblast ? "clblast"
-                             : has_cblas                                   ? "cblas"
-                                                                           : "builtin";
+                             : has_cblas                                 ? "cblas"
+                                                                         : "builtin";
         ck_assert_str_eq(name, expect);
         setenv("KILN_MATMUL", "builtin", 1);
         ck_assert_str_eq(kiln_matmul_path(devs[d]), "builtin");
@@ -341,10 +358,10 @@ START_TEST(test_queue_order)
             for (int i = 0; i < N * 3; i++)
                 x0[i] = (float)(i % 7) - 3.0f;
             kiln_tensor *e, *x;
-            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){N, N}, eye2,
-                                                   &e), KILN_OK);
-            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){N, 3}, x0,
-                                                   &x), KILN_OK);
+            ck_assert_int_eq(
+                kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){N, N}, eye2, &e), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){N, 3}, x0, &x),
+                             KILN_OK);
             for (int s = 0; s < STEPS; s++) {
                 kiln_tensor *y;
                 ck_assert_int_eq(kiln_matmul(e, x, &y), KILN_OK);
@@ -386,8 +403,8 @@ START_TEST(test_empty)
             float junk[15];
             for (int i = 0; i < 15; i++)
                 junk[i] = 7.0f;
-            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){5, 3}, junk,
-                                                   &c), KILN_OK);
+            ck_assert_int_eq(
+                kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){5, 3}, junk, &c), KILN_OK);
             ck_assert_int_eq(kiln_matmul_out(a, b, 0, c), KILN_OK);
             float got[15];
             ck_assert_int_eq(kiln_tensor_read(c, got, sizeof got), KILN_OK);
@@ -398,6 +415,21 @@ START_TEST(test_empty)
             ck_assert_int_eq(kiln_tensor_read(c, got, sizeof got), KILN_OK);
             for (int i = 0; i < 15; i++)
                 ck_assert_float_eq(got[i], 0.0f);
+            kiln_tensor_release(a);
+            kiln_tensor_release(b);
+            kiln_tensor_release(c);
+        }
+        /* A batch of 0 against a 2-D operand on either side: [0, 2, 4]. */
+        for (int side = 0; side < 2; side++) {
+            kiln_tensor *a, *b, *c;
+            const int64_t *sa = side ? (int64_t[]){2, 3} : (int64_t[]){0, 2, 3};
+            const int64_t *sb = side ? (int64_t[]){0, 3, 4} : (int64_t[]){3, 4};
+            ck_assert_int_eq(kiln_tensor_empty(devs[d], KILN_F32, 3 - side, sa, &a), 0);
+            ck_assert_int_eq(kiln_tensor_empty(devs[d], KILN_F32, 2 + side, sb, &b), 0);
+            ck_assert_int_eq(kiln_matmul(a, b, &c), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_ndim(c), 3);
+            const int64_t *sc = kiln_tensor_shape(c);
+            ck_assert(sc[0] == 0 && sc[1] == 2 && sc[2] == 4);
             kiln_tensor_release(a);
             kiln_tensor_release(b);
             kiln_tensor_release(c);
@@ -418,10 +450,10 @@ START_TEST(test_out)
             /* a [2, 3] (row-major), b given as [2, 3] and used transposed: c = a b^T, [2, 2]. */
             const float expect[4] = {1 - 3, 2 + 1 + 9, 4 - 6, 8 + 2.5f + 18};
             kiln_tensor *a, *b, *c;
-            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){2, 3}, av,
-                                                   &a), KILN_OK);
-            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){2, 3}, bv,
-                                                   &b), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){2, 3}, av, &a),
+                             KILN_OK);
+            ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){2, 3}, bv, &b),
+                             KILN_OK);
             ck_assert_int_eq(kiln_tensor_empty(devs[d], KILN_F32, 2, (int64_t[]){2, 2}, &c), 0);
             for (int rep = 0; rep < 3; rep++) {
                 ck_assert_int_eq(kiln_matmul_out(a, b, KILN_TRANS_B, c), KILN_OK);
@@ -500,8 +532,7 @@ START_TEST(test_bad_inputs)
     kiln_tensor_release(c);
     expect_error(kiln_matmul_out(a, good, 0, NULL), KILN_ERR_INVALID_ARGUMENT, "out", NULL);
     kiln_tensor *sq = empty(KILN_F32, 2, (int64_t[]){3, 3});
-    expect_error(kiln_matmul_out(sq, sq, 0, sq), KILN_ERR_INVALID_ARGUMENT, "shares memory",
-                 NULL);
+    expect_error(kiln_matmul_out(sq, sq, 0, sq), KILN_ERR_INVALID_ARGUMENT, "shares memory", NULL);
     kiln_tensor_release(sq);
 
     kiln_tensor *ts[] = {a, b, v, d, i32, ia, h, ha, good, ba, bb};
@@ -533,6 +564,96 @@ START_TEST(test_unavailable_path)
 }
 END_TEST
 
+/* OpenCL failures inside a path: a status naming the call, no result, nothing leaked, and
+ * the next call works. */
+static int map_calls, map_fail_at;
+static void *(CL_API_CALL *real_map)(cl_command_queue, cl_mem, cl_bool, cl_map_flags, size_t,
+                                     size_t, cl_uint, const cl_event *, cl_event *, cl_int *);
+
+static void *CL_API_CALL failing_map(cl_command_queue q, cl_mem m, cl_bool b, cl_map_flags f,
+                                     size_t off, size_t size, cl_uint n, const cl_event *w,
+                                     cl_event *e, cl_int *err)
+{
+    if (++map_calls == map_fail_at) {
+        *err = CL_OUT_OF_RESOURCES;
+        return NULL;
+    }
+    return real_map(q, m, b, f, off, size, n, w, e, err);
+}
+
+static cl_int CL_API_CALL failing_native(cl_command_queue q, void(CL_CALLBACK *fn)(void *),
+                                         void *args, size_t cb, cl_uint nm, const cl_mem *ml,
+                                         const void **loc, cl_uint n, const cl_event *w,
+                                         cl_event *e)
+{
+    (void)q, (void)fn, (void)args, (void)cb, (void)nm, (void)ml, (void)loc, (void)n, (void)w;
+    (void)e;
+    return CL_INVALID_OPERATION;
+}
+
+static void expect_fault(kiln_device *dev, kiln_status want, const char *clfn)
+{
+    kiln_memory_stats before, after;
+    kiln_tensor *a, *b, *c = (kiln_tensor *)1;
+    float v[4] = {1, 2, 3, 4};
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_F32, 2, (int64_t[]){2, 2}, v, &a), 0);
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_F32, 2, (int64_t[]){2, 2}, v, &b), 0);
+    ck_assert_int_eq(kiln_device_memory_stats(dev, &before), KILN_OK);
+    expect_error(kiln_matmul(a, b, &c), want, clfn, kiln_device_spec(dev));
+    ck_assert_ptr_null(c);
+    ck_assert_int_eq(kiln_device_memory_stats(dev, &after), KILN_OK);
+    ck_assert_uint_eq(after.allocated_bytes, before.allocated_bytes);
+    kiln__cl_reset();
+    ck_assert_int_eq(kiln_matmul(a, b, &c), KILN_OK);
+    float got[4];
+    ck_assert_int_eq(kiln_tensor_read(c, got, sizeof got), KILN_OK);
+    ck_assert_float_eq(got[0], 7.0f);
+    ck_assert_float_eq(got[3], 22.0f);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(c);
+}
+
+START_TEST(test_cblas_faults)
+{
+    for (int d = 0; d < ndevs; d++) {
+        if (!path_runs(devs[d], "cblas"))
+            continue;
+        setenv("KILN_MATMUL", "cblas", 1);
+        real_map = kiln__cl.EnqueueMapBuffer;
+        for (int at = 1; at <= 3; at++) {
+            for (int native = 0; native < 2; native++) {
+                kiln__matmul_cblas_no_native = !native;
+                map_calls = 0;
+                map_fail_at = at;
+                kiln__cl.EnqueueMapBuffer = failing_map;
+                expect_fault(devs[d], KILN_ERR_OUT_OF_MEMORY, "clEnqueueMapBuffer");
+            }
+        }
+        kiln__matmul_cblas_no_native = false;
+        kiln__cl.EnqueueNativeKernel = failing_native;
+        expect_fault(devs[d], KILN_ERR_OPENCL, "clEnqueueNativeKernel");
+    }
+    unsetenv("KILN_MATMUL");
+}
+END_TEST
+
+/* CLBlast status codes become kiln statuses with the code in the message. */
+START_TEST(test_clblast_status)
+{
+    kiln_device *dev = devs[0];
+    ck_assert_int_eq(kiln__clblast_status(0, dev, "CLBlastSgemm"), KILN_OK);
+    expect_error(kiln__clblast_status(-2044, dev, "CLBlastDgemm"), KILN_ERR_UNSUPPORTED,
+                 "CLBlastDgemm failed with CLBlast status -2044", "double");
+    expect_error(kiln__clblast_status(-2045, dev, "CLBlastSgemm"), KILN_ERR_UNSUPPORTED, "-2045",
+                 "half");
+    expect_error(kiln__clblast_status(-1017, dev, "CLBlastSgemm"), KILN_ERR_OPENCL,
+                 "CLBlast status -1017", kiln_device_spec(dev));
+    expect_error(kiln__clblast_status(-5, dev, "CLBlastSgemm"), KILN_ERR_OUT_OF_MEMORY,
+                 "CL_OUT_OF_RESOURCES", "CLBlastSgemm");
+}
+END_TEST
+
 /* Tensors of two devices: KILN_ERR_DEVICE_MISMATCH naming both (needs two devices). */
 START_TEST(test_device_mismatch)
 {
@@ -546,8 +667,8 @@ START_TEST(test_device_mismatch)
     ck_assert_ptr_null(c);
     kiln_tensor *o;
     ck_assert_int_eq(kiln_tensor_empty(devs[1], KILN_F32, 2, (int64_t[]){2, 2}, &o), 0);
-    expect_error(kiln_matmul_out(a, a, 0, o), KILN_ERR_DEVICE_MISMATCH,
-                 kiln_device_spec(devs[0]), kiln_device_spec(devs[1]));
+    expect_error(kiln_matmul_out(a, a, 0, o), KILN_ERR_DEVICE_MISMATCH, kiln_device_spec(devs[0]),
+                 kiln_device_spec(devs[1]));
     kiln_tensor_release(o);
     kiln_tensor_release(a);
     kiln_tensor_release(b);
@@ -567,6 +688,7 @@ Suite *matmul_suite(void)
     tcase_add_test(paths, test_queue_order);
     tcase_add_test(paths, test_empty);
     tcase_add_test(paths, test_out);
+    tcase_add_test(paths, test_builtin_split_launches);
     suite_add_tcase(s, paths);
 
     TCase *choice = tcase_create("choice");
@@ -579,6 +701,8 @@ Suite *matmul_suite(void)
     tcase_add_unchecked_fixture(errors, setup_devices, teardown_devices);
     tcase_add_test(errors, test_bad_inputs);
     tcase_add_test(errors, test_device_mismatch);
+    tcase_add_test(errors, test_cblas_faults);
+    tcase_add_test(errors, test_clblast_status);
     suite_add_tcase(s, errors);
     return s;
 }

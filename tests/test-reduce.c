@@ -42,6 +42,13 @@ static void setup_devices(void)
         devs[i] = kiln_device_at(i);
 }
 
+/* Finish queued work (the error tests' fills) before exit: Oclgrind leaks unfinished commands. */
+static void teardown_devices(void)
+{
+    for (int i = 0; i < ndevs; i++)
+        ck_assert_int_eq(kiln_device_synchronize(devs[i]), KILN_OK);
+}
+
 /* Oclgrind simulates every work-item: keep its sizes tiny. */
 static bool simulated(const kiln_device *dev)
 {
@@ -275,13 +282,13 @@ static void check_shape(kiln_device *dev, kiln_reduce_op op, kiln_dtype dt, int 
     check_case(dev, op, dt, ndim, shape, -1, true);
 }
 
-static const kiln_dtype all_dtypes[] = {KILN_F32, KILN_F64, KILN_F16, KILN_I32, KILN_I64};
+static const kiln_dtype all_dtypes[] = {KILN_F32, KILN_F64, KILN_F16, KILN_I32, KILN_I64, KILN_U8};
 
 static bool dtype_ok(kiln_device *dev, kiln_reduce_op op, kiln_dtype dt)
 {
     if (dt == KILN_F64 && !has_fp64(dev))
         return false;
-    return !(op == KILN_REDUCE_MEAN && (dt == KILN_I32 || dt == KILN_I64));
+    return !(op == KILN_REDUCE_MEAN && (dt == KILN_I32 || dt == KILN_I64 || dt == KILN_U8));
 }
 
 /* f32 gets every shape; other dtypes a 2-D and a 4-D shape. */
@@ -509,9 +516,10 @@ END_TEST
 START_TEST(test_errors)
 {
     const int64_t shape[] = {2, 3};
-    kiln_tensor *t = NULL, *ti = NULL, *y = (kiln_tensor *)1;
+    kiln_tensor *t = NULL, *ti = NULL, *tu = NULL, *y = (kiln_tensor *)1;
     ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, shape, &t));
     ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I32, 2, shape, &ti));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_U8, 2, shape, &tu));
     ASSERT_FAILS(kiln_reduce(KILN_REDUCE_SUM, NULL, 0, false, &y), KILN_ERR_INVALID_ARGUMENT,
                  "NULL");
     ck_assert_ptr_null(y);
@@ -525,9 +533,58 @@ START_TEST(test_errors)
                  "unknown op 99");
     ASSERT_FAILS(kiln_reduce(KILN_REDUCE_MEAN, ti, 0, false, &y), KILN_ERR_UNSUPPORTED,
                  "mean of i32");
+    ASSERT_FAILS(kiln_reduce(KILN_REDUCE_MEAN, tu, 0, false, &y), KILN_ERR_UNSUPPORTED,
+                 "mean of u8");
     ck_assert_ptr_null(y);
     kiln_tensor_release(t);
     kiln_tensor_release(ti);
+    kiln_tensor_release(tu);
+}
+END_TEST
+
+/* kiln_reduce_out writes into an existing tensor of the result's shape and dtype. */
+START_TEST(test_reduce_out)
+{
+    static const int64_t shape[] = {7, 61}, s7[] = {7}, s6[] = {6}, s1[] = {1};
+    for (int i = 0; i < ndevs; i++) {
+        double x[7 * 61], ref[7], abs[7];
+        fill_values(KILN_F32, x, 7 * 61);
+        ref_reduce(KILN_REDUCE_SUM, x, 7, 61, 1, ref, abs);
+        kiln_tensor *t = upload(devs[i], KILN_F32, 2, shape, x), *y = NULL, *bad = NULL;
+        ASSERT_OK(kiln_tensor_empty(devs[i], KILN_F32, 1, s7, &y));
+        ASSERT_OK(kiln_reduce_out(KILN_REDUCE_SUM, t, -1, false, y));
+        double *got = download(y);
+        for (int r = 0; r < 7; r++)
+            ck_assert_msg(fabs(got[r] - ref[r]) <= ldexp(1, -20) * abs[r], "row %d: %g vs %g", r,
+                          got[r], ref[r]);
+        free(got);
+        ASSERT_FAILS(kiln_reduce_out(KILN_REDUCE_ARGMAX, t, 1, false, y), KILN_ERR_DTYPE_MISMATCH,
+                     "i64");
+        ASSERT_OK(kiln_tensor_empty(devs[i], KILN_F32, 1, s6, &bad));
+        ASSERT_FAILS(kiln_reduce_out(KILN_REDUCE_SUM, t, 1, false, bad), KILN_ERR_SHAPE_MISMATCH,
+                     "[6]");
+        ASSERT_FAILS(kiln_reduce_out(KILN_REDUCE_SUM, t, 1, true, y), KILN_ERR_SHAPE_MISMATCH,
+                     "[7, 1]");
+        ASSERT_FAILS(kiln_reduce_out(KILN_REDUCE_SUM, t, 1, false, NULL),
+                     KILN_ERR_INVALID_ARGUMENT, "out");
+        kiln_tensor_release(bad);
+        ASSERT_OK(kiln_tensor_empty(devs[i], KILN_F32, 1, s1, &bad));
+        ASSERT_FAILS(kiln_reduce_out(KILN_REDUCE_SUM, bad, 0, false, bad),
+                     KILN_ERR_INVALID_ARGUMENT, "shares memory");
+        kiln_tensor_release(bad);
+        kiln_tensor_release(y);
+        kiln_tensor_release(t);
+    }
+    kiln_device *d1 = NULL, *d0 = NULL;
+    if (kiln_device_get("cpu:1", &d1) == KILN_OK && kiln_device_get("cpu:0", &d0) == KILN_OK) {
+        kiln_tensor *a = NULL, *b = NULL;
+        ASSERT_OK(kiln_tensor_zeros(d0, KILN_F32, 2, shape, &a));
+        ASSERT_OK(kiln_tensor_empty(d1, KILN_F32, 1, s7, &b));
+        ASSERT_FAILS(kiln_reduce_out(KILN_REDUCE_SUM, a, 1, false, b), KILN_ERR_DEVICE_MISMATCH,
+                     "cpu:1");
+        kiln_tensor_release(a);
+        kiln_tensor_release(b);
+    }
 }
 END_TEST
 
@@ -535,7 +592,7 @@ Suite *reduce_suite(void)
 {
     Suite *s = suite_create("reduce");
     TCase *tc = tcase_create("values");
-    tcase_add_unchecked_fixture(tc, setup_devices, NULL);
+    tcase_add_unchecked_fixture(tc, setup_devices, teardown_devices);
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_ops_dtypes_axes, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
     tcase_add_loop_test(tc, test_workgroup_path, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
@@ -546,8 +603,9 @@ Suite *reduce_suite(void)
     tcase_add_test(tc, test_empty);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("errors");
-    tcase_add_unchecked_fixture(te, setup_devices, NULL);
+    tcase_add_unchecked_fixture(te, setup_devices, teardown_devices);
     tcase_add_test(te, test_errors);
+    tcase_add_test(te, test_reduce_out);
     suite_add_tcase(s, te);
     return s;
 }

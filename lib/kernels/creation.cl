@@ -1,6 +1,16 @@
-/* creation.cl - kiln_arange(out, start, step, n): out[i] = start + i * step, computed in the
- * compute type of slot T (prelude.cl: KILN_T, KILN_TC, STORE_T). Filling with a constant needs
- * no kernel (clEnqueueFillBuffer). */
+/* creation.cl - kernels over slot T (prelude.cl: KILN_T, KILN_TC, STORE_T):
+ *   kiln_fill(out, value, n)          out[i] = value
+ *   kiln_arange(out, start, step, n)  out[i] = start + i * step, in the compute type
+ * A kernel rather than clEnqueueFillBuffer: Oclgrind does not count a pattern fill as
+ * initialising memory, so every later read of it would be reported. */
+kernel void kiln_fill(global KILN_T *out, KILN_TC value, long n)
+{
+    long i = get_global_id(0);
+    if (i >= n)
+        return;
+    STORE_T(out, i, value);
+}
+
 kernel void kiln_arange(global KILN_T *out, KILN_TC start, KILN_TC step, long n)
 {
     long i = get_global_id(0);

@@ -7,6 +7,8 @@
  *   kiln_bs_OP(a, scalar, out, n)                a OP scalar
  *   kiln_bb_OP(a, b, out, n, shape[8], sa[8], sb[8])   broadcast: 8 result dims (outermost
  *                                                first, padded with 1) and element strides
+ *   kiln_b2_OP(a, b, out, rows, cols, sar, sac, sbr, sbc)  broadcast over 2 (collapsed)
+ *                                                dims, a 2-D range without divisions
  *   kiln_where(c, a, b, out, n), kiln_where_bb(c, a, b, out, n, shape[8], sc[8], sa[8], sb[8])
  *   kiln_u_UOP(x, out, n), kiln_ub_UOP(x, grad, out, n)   unary and its backward
  *   kiln_cast_to_{f32,f64,f16,i32,i64,u8}(x, out, n)      float -> integer truncates toward zero
@@ -100,6 +102,16 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
         BB_INDEX2                                                                             \
         KILN_TC x = LOAD_T(a, ia), y = LOAD_T(b, ib);                                         \
         STORE(out, i, OP_##op(x, y));                                                         \
+    }                                                                                         \
+    kernel void kiln_b2_##op(global const KILN_T *a, global const KILN_T *b,                  \
+                             global OUTT *out, long rows, long cols, long sar, long sac,      \
+                             long sbr, long sbc)                                              \
+    {                                                                                         \
+        long c = get_global_id(0), r = get_global_id(1);                                      \
+        if (c >= cols || r >= rows)                                                           \
+            return;                                                                           \
+        KILN_TC x = LOAD_T(a, r * sar + c * sac), y = LOAD_T(b, r * sbr + c * sbc);           \
+        STORE(out, r * cols + c, OP_##op(x, y));                                              \
     }
 
 DEF_BINARY(add, KILN_T, STORE_T)
@@ -153,6 +165,13 @@ kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global 
 /* ---- unary operators and their derivatives ---------------------------------------------- */
 #define ONE ((KILN_TC)1)
 #define ZERO ((KILN_TC)0)
+/* Fractional constants: a plain literal is a double, which a device without fp64 may warn
+ * about or reject; there the f32 literal is exact enough. */
+#ifdef KILN_HAS_FP64
+#define KLIT(x) ((KILN_TC)(x))
+#else
+#define KLIT(x) ((KILN_TC)(x##f))
+#endif
 #define UB_relu(x, g) ((x) > ZERO ? (g) : ZERO)
 
 #ifdef KILN_IS_FLOAT
@@ -170,12 +189,12 @@ kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global 
 #define U_sigmoid(x) kiln_sigmoid(x)
 #define U_gelu(x) kiln_gelu(x)
 
-#define UB_neg(x, g) (-(g))
+#define UB_neg(x, g) ((void)(x), -(g))
 #define UB_abs(x, g) ((x) > ZERO ? (g) : (x) < ZERO ? -(g) : ZERO)
 #define UB_exp(x, g) ((g) * exp(x))
 #define UB_log(x, g) ((g) / (x))
 #define UB_sqrt(x, g) ((g) / ((KILN_TC)2 * sqrt(x)))
-#define UB_rsqrt(x, g) ((KILN_TC)-0.5 * (g) * rsqrt(x) / (x))
+#define UB_rsqrt(x, g) (-KLIT(0.5) * (g) * rsqrt(x) / (x))
 #define UB_sin(x, g) ((g) * cos(x))
 #define UB_cos(x, g) (-(g) * sin(x))
 #define UB_tanh(x, g) kiln_tanh_bw((x), (g))
@@ -202,19 +221,19 @@ KILN_TC kiln_tanh_bw(KILN_TC x, KILN_TC g)
 }
 
 /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-#define GELU_K ((KILN_TC)0.7978845608028654)
-#define GELU_C ((KILN_TC)0.044715)
+#define GELU_K KLIT(0.7978845608028654)
+#define GELU_C KLIT(0.044715)
 KILN_TC kiln_gelu(KILN_TC x)
 {
     KILN_TC t = tanh(GELU_K * (x + GELU_C * x * x * x));
-    return (KILN_TC)0.5 * x * (ONE + t);
+    return KLIT(0.5) * x * (ONE + t);
 }
 
 KILN_TC kiln_gelu_d(KILN_TC x)
 {
     KILN_TC t = tanh(GELU_K * (x + GELU_C * x * x * x));
     KILN_TC du = GELU_K * (ONE + (KILN_TC)3 * GELU_C * x * x);
-    return (KILN_TC)0.5 * (ONE + t) + (KILN_TC)0.5 * x * (ONE - t * t) * du;
+    return KLIT(0.5) * (ONE + t) + KLIT(0.5) * x * (ONE - t * t) * du;
 }
 #else
 /* Builtins, not selects: LLVM folds those into llvm.abs/llvm.smax, which Oclgrind lacks.

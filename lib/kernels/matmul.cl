@@ -3,7 +3,9 @@
  * KILN_MM_WPT) and KILN_MM_WPT (outputs per work-item along each axis). Launched with local size
  * (TS/WPT, TS/WPT, 1) and global (ceil(N/TS)*TS/WPT, ceil(M/TS)*TS/WPT, batch): every work-item
  * of a group takes part in every barrier, and loads and stores are bounds-checked instead.
- * Transposes are strides: A(i, p) = A[i*sar + p*sac], B(p, j) = B[p*sbr + j*sbc]. */
+ * Transposes are strides: A(i, p) = A[i*sar + p*sac], B(p, j) = B[p*sbr + j*sbc]. Large
+ * products come in several launches (NVIDIA limits grid dimensions 1 and 2 to 65535 groups):
+ * group0 and batch0 are the first row group and batch entry of this launch. */
 
 #ifndef KILN_MM_TS
 #define KILN_MM_TS 16
@@ -15,14 +17,16 @@
 
 __kernel void kiln_matmul_tiled(__global const KILN_T *A, __global const KILN_T *B,
                                 __global KILN_T *C, int M, int N, int K, long sar, long sac,
-                                long sbr, long sbc, long bsa, long bsb, long bsc)
+                                long sbr, long sbc, long bsa, long bsb, long bsc, int group0,
+                                long batch0)
 {
     /* The +1 column keeps work-items that read one column of a tile on different banks. */
     __local KILN_TC As[KILN_MM_TS][KILN_MM_TS + 1];
     __local KILN_TC Bs[KILN_MM_TS][KILN_MM_TS + 1];
     const int tc = (int)get_local_id(0), tr = (int)get_local_id(1);
-    const int row0 = (int)get_group_id(1) * KILN_MM_TS, col0 = (int)get_group_id(0) * KILN_MM_TS;
-    const long bi = (long)get_global_id(2);
+    const int row0 = ((int)get_group_id(1) + group0) * KILN_MM_TS;
+    const int col0 = (int)get_group_id(0) * KILN_MM_TS;
+    const long bi = batch0 + (long)get_global_id(2);
     A += bi * bsa;
     B += bi * bsb;
     C += bi * bsc;

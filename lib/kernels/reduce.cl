@@ -7,8 +7,8 @@
  * Macros: KILN_T (input, slot T), KILN_O (output, slot O), KILN_ACC (accumulator type),
  * KILN_ACC_FLOAT when KILN_ACC is float or double, and KILN_RED_ADD (sum; run-time flag `mean`
  * divides by `count`) or KILN_RED_CMP (max, min via run-time flag `is_min`, argmax).
- * Float sums carry a compensation term (TwoSum) through every step, so the error of a sum is
- * about one rounding of the result plus n * eps^2 * sum |x|, independent of the order.
+ * Float sums carry a compensation term (TwoSum) through every step after blocks of four
+ * plain adds, so the error of a sum stays within 2 eps * sum |x| + eps * |sum| (+ n eps^2 terms).
  * NaN: sums and max/min propagate NaN; argmax/argmin take the first NaN as the extreme. */
 
 #pragma OPENCL FP_CONTRACT OFF
@@ -64,13 +64,42 @@
 #define KILN_MERGE(s, c, i, s2, c2, i2, is_min) KILN_PICK(s, i, s2, i2, is_min)
 #endif
 
+/* Fold elements j = start, start + step, ... < end of the row at x + base (element stride
+ * inner) into (s, c, idx). Sums add blocks of four with plain adds (two roundings each) before
+ * the compensated step, so the dependent chain per element is a quarter as long: the error
+ * stays within 2 eps * sum |x| + eps * |sum| (eps the unit roundoff of KILN_ACC). */
+#ifdef KILN_RED_ADD
+#define KILN_ACCUMULATE(x, base, inner, start, end, step, s, c, idx, is_min)                   \
+    do {                                                                                       \
+        long j_ = (start);                                                                     \
+        for (; j_ + 3 * (step) < (end); j_ += 4 * (step)) {                                    \
+            KILN_ACC b_ = ((KILN_ACC)LOAD_T(x, (base) + j_ * (inner)) +                        \
+                           (KILN_ACC)LOAD_T(x, (base) + (j_ + (step)) * (inner))) +            \
+                          ((KILN_ACC)LOAD_T(x, (base) + (j_ + 2 * (step)) * (inner)) +         \
+                           (KILN_ACC)LOAD_T(x, (base) + (j_ + 3 * (step)) * (inner)));         \
+            KILN_ADD(s, c, b_, (KILN_ACC)0);                                                   \
+        }                                                                                      \
+        for (; j_ < (end); j_ += (step))                                                       \
+            KILN_ADD(s, c, (KILN_ACC)LOAD_T(x, (base) + j_ * (inner)), (KILN_ACC)0);           \
+    } while (0)
+#else
+#define KILN_ACCUMULATE(x, base, inner, start, end, step, s, c, idx, is_min)                   \
+    do {                                                                                       \
+        for (long j_ = (start); j_ < (end); j_ += (step)) {                                    \
+            KILN_ACC v_ = (KILN_ACC)LOAD_T(x, (base) + j_ * (inner));                          \
+            KILN_PICK(s, idx, v_, j_, is_min);                                                 \
+        }                                                                                      \
+    } while (0)
+#endif
+
 /* Partials: one (ps, pc, pi) per chunk g of result r = o * inner + i at r * nchunks + g.
  * Launched over [nchunks * L, inner, outer] with local [L, 1, 1], L a power of two. Rows are
  * indexed by NDRange dimensions rather than by div/rem of one id: LLVM turns a div/rem pair
  * into a `freeze`, which Oclgrind's uninitialised-value checker cannot run. */
 kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global KILN_ACC *pc,
                            global long *pi, long n, long inner, long chunk, long nchunks,
-                           int is_min, local KILN_ACC *ls, local KILN_ACC *lc, local long *li)
+                           int is_min, int contig, local KILN_ACC *ls, local KILN_ACC *lc,
+                           local long *li)
 {
     long g = get_group_id(0), i = get_global_id(1), o = get_global_id(2);
     uint lid = get_local_id(0), L = get_local_size(0);
@@ -80,9 +109,12 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
     KILN_ACC s, c;
     long idx;
     KILN_INIT(s, c, idx, is_min);
-    for (long j = j0 + lid; j < j1; j += L) {
-        KILN_ACC v = (KILN_ACC)LOAD_T(x, base + j * inner);
-        KILN_MERGE(s, c, idx, v, (KILN_ACC)0, j, is_min);
+    if (contig) { /* CPUs: each work-item streams its own contiguous stretch */
+        long per = (j1 - j0 + L - 1) / L;
+        long start = min(j1, j0 + lid * per);
+        KILN_ACCUMULATE(x, base, inner, start, min(j1, start + per), 1, s, c, idx, is_min);
+    } else { /* GPUs: neighbouring work-items read neighbouring elements (coalesced) */
+        KILN_ACCUMULATE(x, base, inner, j0 + lid, j1, (long)L, s, c, idx, is_min);
     }
     ls[lid] = s;
     lc[lid] = c;
@@ -124,10 +156,7 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
         KILN_ACC s, c;                                                                         \
         long idx;                                                                              \
         KILN_INIT(s, c, idx, is_min);                                                          \
-        for (long j = 0; j < n; j++) {                                                         \
-            KILN_ACC v = (KILN_ACC)LOAD_T(x, base + j * inner);                                \
-            KILN_MERGE(s, c, idx, v, (KILN_ACC)0, j, is_min);                                  \
-        }                                                                                      \
+        KILN_ACCUMULATE(x, base, inner, 0, n, 1, s, c, idx, is_min);                           \
         (void)mean;                                                                            \
         OUT_STORE(out, o * inner + i, RESULT(s, c, idx, n, mean));                             \
     }

@@ -1,4 +1,5 @@
-/* shape.cl - kiln_strided_copy, the one copy kernel behind permute, transpose, cat and slice:
+/* shape.cl - the copy kernels behind permute, transpose, cat and slice: kiln_strided_copy and,
+ * for transposed innermost dimensions, kiln_transpose_tiles (below). kiln_strided_copy:
  * for every coordinate (c0, c1, c2) of a 3-D copy block d0 x d1 x d2 (launched over
  * [d2, d1, d0], padded, so c2 is the innermost),
  *   out[oo + c0 * os0 + c1 * os1 + c2 * os2] = in[io + c0 * is0 + c1 * is1 + c2 * is2].
@@ -16,4 +17,27 @@ kernel void kiln_strided_copy(global const KILN_E *in, global KILN_E *out, long 
     if (c2 >= d2 || c1 >= d1 || c0 >= d0)
         return;
     out[oo + c0 * os0 + c1 * os1 + c2 * os2] = in[io + c0 * is0 + c1 * is1 + c2 * is2];
+}
+
+/* kiln_transpose_tiles: the same copy for blocks whose innermost two dimensions swap their
+ * contiguity (in is contiguous along a, out along b), as in a transpose: a tile of
+ * KILN_TILE x KILN_TILE elements is read along a and written along b through local memory, so
+ * both sides are accessed in order. Launched over [ceil(A), ceil(B), d0] with local
+ * [KILN_TILE, KILN_TILE, 1]; c0 < d0 is an optional outer dimension. */
+#define KILN_TILE 16
+kernel void kiln_transpose_tiles(global const KILN_E *in, global KILN_E *out, long io, long oo,
+                                 long d0, long na, long nb, long is0, long isb, long os0,
+                                 long osa)
+{
+    local KILN_E tile[KILN_TILE][KILN_TILE + 1]; /* +1: no bank conflicts on the way out */
+    long lx = get_local_id(0), ly = get_local_id(1), c0 = get_global_id(2);
+    long a0 = get_group_id(0) * KILN_TILE, b0 = get_group_id(1) * KILN_TILE;
+    long a = a0 + lx, b = b0 + ly;
+    if (a < na && b < nb && c0 < d0)
+        tile[ly][lx] = in[io + c0 * is0 + a + b * isb];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    a = a0 + ly;
+    b = b0 + lx;
+    if (a < na && b < nb && c0 < d0)
+        out[oo + c0 * os0 + a * osa + b] = tile[lx][ly];
 }

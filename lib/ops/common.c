@@ -1,4 +1,5 @@
-/* common.c - dtype names for kernels and capability checks shared by the ops. */
+/* common.c - helpers shared by the ops: dtype names for kernels, capability checks, scalar
+ * arguments and NumPy broadcasting. */
 #include "common.h"
 
 #include <stdio.h>
@@ -103,28 +104,6 @@ bool kiln__scalar_fits(kiln_dtype dtype, double v)
     default:
         return true;
     }
-}
-
-uint16_t kiln__f32_to_f16_bits(float x)
-{
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    uint32_t sign = (b >> 16) & 0x8000u, exp = (b >> 23) & 0xffu, man = b & 0x7fffffu;
-    if (exp == 0xff) /* inf, NaN (kept quiet) */
-        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31)
-        return (uint16_t)(sign | 0x7c00u);
-    uint32_t full = man | 0x800000u; /* 24 significant bits */
-    int shift = e >= 1 ? 13 : 13 + 1 - e; /* subnormal halves drop more bits */
-    if (exp == 0 || shift > 24)
-        return (uint16_t)sign; /* f32 subnormals and tiny values round to zero */
-    uint32_t q = full >> shift, rem = full & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1u)))
-        q++; /* round to nearest even; a carry correctly bumps the exponent */
-    if (e >= 1)
-        return (uint16_t)(sign | (((uint32_t)e << 10) + (q - 0x400u)));
-    return (uint16_t)(sign | q);
 }
 
 char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)

@@ -1,4 +1,5 @@
-/* common.h - helpers shared by the ops: dtype names for kernels, capability checks. */
+/* common.h - helpers shared by the ops: dtype names for kernels, capability checks, scalar
+ * arguments and NumPy broadcasting. */
 #ifndef KILN_OPS_COMMON_H
 #define KILN_OPS_COMMON_H
 
@@ -29,9 +30,6 @@ kiln_arg kiln__arg_compute(kiln_dtype dtype, double v);
 /* Whether v is representable (after truncation toward zero) in an integer dtype; always true
  * for floating dtypes. NaN and infinities never fit an integer dtype. */
 bool kiln__scalar_fits(kiln_dtype dtype, double v);
-
-/* IEEE binary16 bits of x, rounded to nearest even (as vstore_half does). */
-uint16_t kiln__f32_to_f16_bits(float x);
 
 /* "[2, 3]" into buf (returns buf). */
 char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);

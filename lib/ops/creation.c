@@ -1,7 +1,6 @@
 /* creation.c - tensors made from a constant or a range: kiln_fill, kiln_full, kiln_ones,
  * kiln_arange. */
 #include <math.h>
-#include <string.h>
 
 #include "clcall.h"
 #include "common.h"
@@ -9,28 +8,6 @@
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
-
-/* The element bytes of value in dtype (f16 rounded to nearest even, integers truncated). */
-static void element_bytes(kiln_dtype dtype, double value, unsigned char *bytes)
-{
-    if (dtype == KILN_F32) {
-        float f = (float)value;
-        memcpy(bytes, &f, sizeof f);
-    } else if (dtype == KILN_F64) {
-        memcpy(bytes, &value, sizeof value);
-    } else if (dtype == KILN_F16) {
-        uint16_t h = kiln__f32_to_f16_bits((float)value);
-        memcpy(bytes, &h, sizeof h);
-    } else if (dtype == KILN_I32) {
-        int32_t i = (int32_t)value;
-        memcpy(bytes, &i, sizeof i);
-    } else if (dtype == KILN_I64) {
-        int64_t i = (int64_t)value;
-        memcpy(bytes, &i, sizeof i);
-    } else {
-        bytes[0] = (uint8_t)value;
-    }
-}
 
 static kiln_status check_value(const char *op, kiln_dtype dtype, double value)
 {
@@ -42,27 +19,35 @@ static kiln_status check_value(const char *op, kiln_dtype dtype, double value)
     return KILN_OK;
 }
 
-/* Fill with the driver's pattern fill: no kernel to build. f64 on a device without fp64 is
- * still storage, so any dtype can be filled. */
+/* f64 on a device without fp64 is storage only: no kernel can compute in it, so it is filled
+ * with the driver's pattern fill. */
+static kiln_status pattern_fill(kiln_tensor *t, double value, const char *op)
+{
+    cl_int err = kiln__cl.EnqueueFillBuffer(t->dev->queue, t->storage->mem, &value,
+                                            sizeof value, 0, t->nbytes, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return kiln__cl_fail(err, op, "clEnqueueFillBuffer", t->dev->info.spec);
+    return KILN_OK;
+}
+
 static kiln_status fill(kiln_tensor *t, double value, const char *op)
 {
     kiln_status s = check_value(op, t->dtype, value);
     if (s != KILN_OK || t->numel == 0)
         return s;
-    if (kiln__dtype_is_float(t->dtype) && t->dtype != KILN_F64 && isfinite(value) &&
-        fabs(value) > (t->dtype == KILN_F16 ? 65504.0 : 3.4028234663852886e38))
-        kiln__log(KILN_LOG_DEBUG, "%s: %g overflows %s to infinity", op, value,
-                  kiln_dtype_name(t->dtype));
     if ((s = kiln__device_open(t->dev, op)) != KILN_OK)
         return s;
-    unsigned char pattern[8];
-    size_t size = kiln_dtype_size(t->dtype);
-    element_bytes(t->dtype, value, pattern);
-    cl_int err = kiln__cl.EnqueueFillBuffer(t->dev->queue, t->storage->mem, pattern, size, 0,
-                                            t->nbytes, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, op, "clEnqueueFillBuffer", t->dev->info.spec);
-    return KILN_OK;
+    if (t->dtype == KILN_F64 && !t->dev->info.fp64)
+        return pattern_fill(t, value, op);
+    char defines[160] = "";
+    kiln__dtype_defines(defines, sizeof defines, "T", t->dtype);
+    kiln__kernel *k;
+    if ((s = kiln__builtin_kernel(t->dev, "creation", defines, "kiln_fill", op, &k)) != KILN_OK)
+        return s;
+    kiln_arg args[3] = {kiln_arg_tensor(t), kiln__arg_compute(t->dtype, value),
+                        kiln_arg_i64(t->numel)};
+    size_t global = (size_t)t->numel;
+    return kiln__kernel_launch(t->dev, k, op, 1, &global, NULL, 3, args);
 }
 
 kiln_status kiln_fill(kiln_tensor *t, double value)

@@ -116,6 +116,38 @@ static kiln_status check_binary_op(const char *fn, kiln_binary_op op, kiln_dtype
     return KILN_OK;
 }
 
+static kiln_status launch_1d(kiln_device *dev, kiln__kernel *k, const char *fn,
+                             const kiln__bcast *bc, const kiln_tensor *a, const kiln_tensor *b,
+                             kiln_tensor *res)
+{
+    kiln_arg args[4 + 3 * KILN_MAX_DIMS] = {kiln_arg_tensor(a), kiln_arg_tensor(b),
+                                             kiln_arg_tensor(res), kiln_arg_i64(bc->numel)};
+    int nargs = 4 + (kiln__bcast_flat(bc) ? 0 : kiln__bcast_args(bc, args + 4));
+    size_t global = (size_t)bc->numel;
+    return kiln__kernel_launch(dev, k, fn, 1, &global, NULL, nargs, args);
+}
+
+/* Collapsed dims [rows, cols] (rows 1 when there is one dim); dimension 0 of the range runs
+ * along cols, so neighbouring work-items touch neighbouring elements. */
+static kiln_status launch_2d(kiln_device *dev, kiln__kernel *k, const char *fn,
+                             const kiln__bcast *bc, const kiln_tensor *a, const kiln_tensor *b,
+                             kiln_tensor *res)
+{
+    int c = bc->nd - 1, r = bc->nd - 2;
+    int64_t rows = r >= 0 ? bc->cshape[r] : 1;
+    kiln_arg args[9] = {kiln_arg_tensor(a),
+                        kiln_arg_tensor(b),
+                        kiln_arg_tensor(res),
+                        kiln_arg_i64(rows),
+                        kiln_arg_i64(bc->cshape[c]),
+                        kiln_arg_i64(r >= 0 ? bc->cstride[0][r] : 0),
+                        kiln_arg_i64(bc->cstride[0][c]),
+                        kiln_arg_i64(r >= 0 ? bc->cstride[1][r] : 0),
+                        kiln_arg_i64(bc->cstride[1][c])};
+    size_t global[2] = {(size_t)bc->cshape[c], (size_t)rows};
+    return kiln__kernel_launch(dev, k, fn, 2, global, NULL, 9, args);
+}
+
 static kiln_status binary(const char *fn, kiln_binary_op op, const kiln_tensor *a,
                           const kiln_tensor *b, kiln_tensor *given, kiln_tensor **out)
 {
@@ -137,17 +169,14 @@ static kiln_status binary(const char *fn, kiln_binary_op op, const kiln_tensor *
     s = result(fn, dev, is_comparison(op) ? KILN_U8 : a->dtype, bc.ndim, bc.shape, given, &res);
     if (s != KILN_OK || bc.numel == 0)
         return finish(s, res, given, out);
-    bool flat = kiln__bcast_flat(&bc);
+    /* Same shape: flat. Up to 2 collapsed dims (a bias row or column): a 2-D range. Else the
+     * general kernel, which divides to find each coordinate. */
+    bool flat = kiln__bcast_flat(&bc), two = !flat && bc.nd <= 2;
     char name[64];
-    snprintf(name, sizeof name, "kiln_b%s_%s", flat ? "" : "b", binary_names[op]);
+    snprintf(name, sizeof name, "kiln_b%s_%s", flat ? "" : two ? "2" : "b", binary_names[op]);
     kiln__kernel *k;
-    if ((s = get_kernel(dev, a->dtype, name, fn, &k)) == KILN_OK) {
-        kiln_arg args[4 + 3 * KILN_MAX_DIMS] = {kiln_arg_tensor(a), kiln_arg_tensor(b),
-                                                 kiln_arg_tensor(res), kiln_arg_i64(bc.numel)};
-        int nargs = 4 + (flat ? 0 : kiln__bcast_args(&bc, args + 4));
-        size_t global = (size_t)bc.numel;
-        s = kiln__kernel_launch(dev, k, fn, 1, &global, NULL, nargs, args);
-    }
+    if ((s = get_kernel(dev, a->dtype, name, fn, &k)) == KILN_OK)
+        s = two ? launch_2d(dev, k, fn, &bc, a, b, res) : launch_1d(dev, k, fn, &bc, a, b, res);
     return finish(s, res, given, out);
 }
 
@@ -317,18 +346,16 @@ kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x,
     if ((s = kiln__check_dtype_on(dev, x->dtype, fn)) != KILN_OK ||
         (s = check_unary_op(fn, op, x->dtype, true)) != KILN_OK)
         return s;
-    kiln_tensor *res = NULL;
-    if ((s = result(fn, dev, x->dtype, x->ndim, x->shape, NULL, &res)) != KILN_OK)
-        return s;
     if (!same_shape(x->ndim, x->shape, grad_out)) {
         char xs[160], gs[160];
         kiln__shape_str(xs, sizeof xs, x->ndim, x->shape);
         kiln__shape_str(gs, sizeof gs, grad_out->ndim, grad_out->shape);
-        s = kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: x has shape %s but grad_out has %s", fn,
-                        xs, gs);
-        return finish(s, res, NULL, grad_in);
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: x has shape %s but grad_out has %s",
+                           fn, xs, gs);
     }
-    if (x->numel == 0)
+    kiln_tensor *res = NULL;
+    s = result(fn, dev, x->dtype, x->ndim, x->shape, NULL, &res);
+    if (s != KILN_OK || x->numel == 0)
         return finish(s, res, NULL, grad_in);
     char name[64];
     snprintf(name, sizeof name, "kiln_ub_%s", unary_names[op]);

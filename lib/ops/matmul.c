@@ -73,22 +73,17 @@ kiln_status kiln__matmul_select(kiln_device *dev, const char *force, const char 
                                 const kiln__matmul_path **out)
 {
     *out = NULL;
-    kiln_status s = KILN_OK;
-    if (force && *force) {
-        s = select_forced(dev, force, op, out);
-    } else {
-        char why[160];
-        /* GPUs: CLBlast; CPUs with host memory: CBLAS; the built-in kernel always works. */
-        if (dev->info.type == KILN_DEVICE_GPU && kiln__matmul_clblast.available(dev, why, 160))
-            *out = &kiln__matmul_clblast;
-        else if (kiln__matmul_cblas.available(dev, why, sizeof why))
-            *out = &kiln__matmul_cblas;
-        else
-            *out = &kiln__matmul_builtin;
-    }
-    if (s == KILN_OK)
-        log_choice(dev, *out, force && *force);
-    return s;
+    if (force && *force)
+        return select_forced(dev, force, op, out);
+    char why[160];
+    /* GPUs: CLBlast; CPUs with host memory: CBLAS; the built-in kernel always works. */
+    if (dev->info.type == KILN_DEVICE_GPU && kiln__matmul_clblast.available(dev, why, sizeof why))
+        *out = &kiln__matmul_clblast;
+    else if (kiln__matmul_cblas.available(dev, why, sizeof why))
+        *out = &kiln__matmul_cblas;
+    else
+        *out = &kiln__matmul_builtin;
+    return KILN_OK;
 }
 
 const char *kiln_matmul_path(kiln_device *dev)
@@ -141,7 +136,8 @@ static bool same_batch_shape(const kiln_tensor *a, const kiln_tensor *b)
     return true;
 }
 
-/* The result shape of a valid product and the problem's dims and batch strides. */
+/* The result shape of a valid product: the batch dims of the operand that is not a batch of
+ * 1 (else of the longer one), then [M, N]. */
 typedef struct plan {
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
@@ -154,15 +150,18 @@ static kiln_status check_operands(const char *op, const kiln_tensor *a, const ki
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: unknown flags 0x%x; use KILN_TRANS_A and KILN_TRANS_B", op, flags);
     if (a->ndim < 2 || b->ndim < 2)
-        return shape_error(op, a, b, flags, "need at least 2 dimensions each (use a [1, K] or "
-                                            "[K, 1] matrix for a vector)");
+        return shape_error(op, a, b, flags,
+                           "need at least 2 dimensions each (use a [1, K] or [K, 1] matrix "
+                           "for a vector)");
     if (a->dtype != b->dtype)
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: dtypes %s and %s differ; cast one with "
-                           "kiln_cast()", op, kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH,
+                           "%s: dtypes %s and %s differ; cast one with kiln_cast()", op,
+                           kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
     if (a->dtype != KILN_F32 && a->dtype != KILN_F64)
-        return kiln__error(KILN_ERR_UNSUPPORTED, "%s: dtype %s is not supported; matmul takes "
-                           "f32 or f64 (cast f16 to f32 with kiln_cast())", op,
-                           kiln_dtype_name(a->dtype));
+        return kiln__error(KILN_ERR_UNSUPPORTED,
+                           "%s: dtype %s is not supported; matmul takes f32 or f64 (cast f16 "
+                           "to f32 with kiln_cast())",
+                           op, kiln_dtype_name(a->dtype));
     return kiln__check_dtype_on(a->dev, a->dtype, op);
 }
 
@@ -183,13 +182,15 @@ static kiln_status make_plan(const char *op, const kiln_tensor *a, const kiln_te
         return shape_error(op, a, b, flags, "do not match: inner dimensions differ");
     int64_t na = batch_numel(a), nb = batch_numel(b);
     /* A batch of 1 broadcasts; otherwise the batch shapes must be equal. */
-    const kiln_tensor *outer = na > nb || (na == nb && a->ndim >= b->ndim) ? a : b;
+    const kiln_tensor *outer = na != 1 ? a : nb != 1 ? b : a->ndim >= b->ndim ? a : b;
     if (na != 1 && nb != 1 && !same_batch_shape(a, b))
-        return shape_error(op, a, b, flags, "have different batch dimensions (a batch of 1 "
-                           "broadcasts, others must be equal)");
+        return shape_error(op, a, b, flags,
+                           "have different batch dimensions (a batch of 1 broadcasts, "
+                           "others must be equal)");
     if (p->m > INT_MAX || p->n > INT_MAX || p->k > INT_MAX)
-        return shape_error(op, a, b, flags, "have a matrix dimension over 2^31 - 1, which no "
-                           "matmul path supports");
+        return shape_error(op, a, b, flags,
+                           "have a matrix dimension over 2^31 - 1, which no matmul path "
+                           "supports");
     p->dtype = a->dtype;
     p->batch = outer == a ? na : nb;
     p->stride_a = na == 1 ? 0 : p->m * p->k;
@@ -214,12 +215,12 @@ static kiln_status compute(const char *op, kiln__matmul_problem *p)
     if (p->k == 0) {
         /* An empty sum: zeros, as every BLAS gives with beta = 0. */
         static const double zero = 0.0;
-        cl_int err = kiln__cl.EnqueueFillBuffer(dev->queue, p->c->storage->mem, &zero,
-                                                kiln_dtype_size(p->dtype), 0, p->c->nbytes, 0,
-                                                NULL, NULL);
-        return err == CL_SUCCESS ? KILN_OK
-                                 : kiln__cl_fail(err, op, "clEnqueueFillBuffer",
-                                                 kiln__device_label(dev));
+        cl_int err =
+            kiln__cl.EnqueueFillBuffer(dev->queue, p->c->storage->mem, &zero,
+                                       kiln_dtype_size(p->dtype), 0, p->c->nbytes, 0, NULL, NULL);
+        return err == CL_SUCCESS
+                   ? KILN_OK
+                   : kiln__cl_fail(err, op, "clEnqueueFillBuffer", kiln__device_label(dev));
     }
     /* A shared B under a batch of plain A is one taller product: [batch*M, K] x [K, N]. */
     if (p->batch > 1 && p->stride_b == 0 && !p->trans_a && p->stride_a == p->m * p->k &&
@@ -229,9 +230,11 @@ static kiln_status compute(const char *op, kiln__matmul_problem *p)
         p->batch = 1;
     }
     const kiln__matmul_path *path;
-    s = kiln__matmul_select(dev, getenv("KILN_MATMUL"), op, &path);
+    const char *force = getenv("KILN_MATMUL");
+    s = kiln__matmul_select(dev, force, op, &path);
     if (s != KILN_OK)
         return s;
+    log_choice(dev, path, force && *force);
     return path->run(p);
 }
 

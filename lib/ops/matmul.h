@@ -40,8 +40,17 @@ extern const kiln__matmul_path kiln__matmul_clblast;
 kiln_status kiln__matmul_select(kiln_device *dev, const char *force, const char *op,
                                 const kiln__matmul_path **out);
 
+/* A CLBlast status code as a kiln status, with the message naming fn, the code and the device:
+ * OpenCL codes keep their OpenCL name, -2044/-2045 (no fp64/fp16) are KILN_ERR_UNSUPPORTED,
+ * CLBlast's others (<= -1007) KILN_ERR_OPENCL. */
+kiln_status kiln__clblast_status(int code, const kiln_device *dev, const char *fn);
+
 /* Test hook: make the cblas path use its wait-map-compute-unmap fallback instead of a native
  * kernel. */
 extern bool kiln__matmul_cblas_no_native;
+
+/* Test hook: the most work-groups one launch of the built-in kernel has along its row and batch
+ * dimensions (65535; larger products are split into several launches). */
+extern int64_t kiln__matmul_builtin_max_groups;
 
 #endif

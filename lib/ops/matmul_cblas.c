@@ -58,8 +58,8 @@ static void CL_CALLBACK native_gemm(void *args)
 static bool has_native_kernels(kiln_device *dev)
 {
     cl_device_exec_capabilities caps = 0;
-    cl_int err = kiln__cl.GetDeviceInfo(dev->id, CL_DEVICE_EXECUTION_CAPABILITIES, sizeof caps,
-                                        &caps, NULL);
+    cl_int err =
+        kiln__cl.GetDeviceInfo(dev->id, CL_DEVICE_EXECUTION_CAPABILITIES, sizeof caps, &caps, NULL);
     return err == CL_SUCCESS && (caps & CL_EXEC_NATIVE_KERNEL);
 }
 
@@ -68,8 +68,8 @@ static kiln_status map(const kiln__matmul_problem *p, const kiln_tensor *t, cl_b
                        cl_map_flags flags, void **ptr)
 {
     cl_int err = CL_SUCCESS;
-    *ptr = kiln__cl.EnqueueMapBuffer(p->dev->queue, t->storage->mem, blocking, flags, 0,
-                                     t->nbytes, 0, NULL, NULL, &err);
+    *ptr = kiln__cl.EnqueueMapBuffer(p->dev->queue, t->storage->mem, blocking, flags, 0, t->nbytes,
+                                     0, NULL, NULL, &err);
     if (!*ptr || err != CL_SUCCESS) {
         *ptr = NULL;
         return kiln__cl_fail(err != CL_SUCCESS ? err : CL_INVALID_VALUE, "kiln_matmul",
@@ -94,14 +94,23 @@ static kiln_status cblas_run(const kiln__matmul_problem *p)
         s = map(p, ts[i], native ? CL_FALSE : CL_TRUE, flags[i], &ptrs[i]);
     if (s == KILN_OK) {
         cblas_job job = {
-            .a = ptrs[0], .b = ptrs[1], .c = ptrs[2], .dtype = p->dtype,
-            .trans_a = p->trans_a, .trans_b = p->trans_b,
-            .m = (int)p->m, .n = (int)p->n, .k = (int)p->k, .batch = p->batch,
-            .stride_a = p->stride_a, .stride_b = p->stride_b, .stride_c = p->stride_c,
+            .a = ptrs[0],
+            .b = ptrs[1],
+            .c = ptrs[2],
+            .dtype = p->dtype,
+            .trans_a = p->trans_a,
+            .trans_b = p->trans_b,
+            .m = (int)p->m,
+            .n = (int)p->n,
+            .k = (int)p->k,
+            .batch = p->batch,
+            .stride_a = p->stride_a,
+            .stride_b = p->stride_b,
+            .stride_c = p->stride_c,
         };
         if (native) {
-            cl_int err = kiln__cl.EnqueueNativeKernel(p->dev->queue, native_gemm, &job,
-                                                      sizeof job, 0, NULL, NULL, 0, NULL, NULL);
+            cl_int err = kiln__cl.EnqueueNativeKernel(p->dev->queue, native_gemm, &job, sizeof job,
+                                                      0, NULL, NULL, 0, NULL, NULL);
             if (err != CL_SUCCESS)
                 s = kiln__cl_fail(err, "kiln_matmul", "clEnqueueNativeKernel",
                                   kiln__device_label(p->dev));
@@ -112,8 +121,8 @@ static kiln_status cblas_run(const kiln__matmul_problem *p)
     for (int i = 0; i < 3; i++) {
         if (!ptrs[i])
             continue;
-        cl_int err = kiln__cl.EnqueueUnmapMemObject(p->dev->queue, ts[i]->storage->mem, ptrs[i],
-                                                    0, NULL, NULL);
+        cl_int err = kiln__cl.EnqueueUnmapMemObject(p->dev->queue, ts[i]->storage->mem, ptrs[i], 0,
+                                                    NULL, NULL);
         if (err != CL_SUCCESS && s == KILN_OK)
             s = kiln__cl_fail(err, "kiln_matmul", "clEnqueueUnmapMemObject",
                               kiln__device_label(p->dev));

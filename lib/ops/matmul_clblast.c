@@ -8,24 +8,36 @@
 #include "../tensor.h"
 #include "matmul.h"
 
+/* CLBlast's own codes for a device without fp64 / fp16 (clblast_c.h, CLBlastNo*Precision). */
+#define CLBLAST_NO_DOUBLE (-2044)
+#define CLBLAST_NO_HALF (-2045)
+
+kiln_status kiln__clblast_status(int code, const kiln_device *dev, const char *fn)
+{
+    if (code == 0)
+        return KILN_OK;
+    /* CLBlast's own codes start at -1007 (the clBLAS range, -1007 .. -1024, then -2043 ..). */
+    if (code > -1000)
+        return kiln__cl_fail((cl_int)code, "kiln_matmul", fn, kiln__device_label(dev));
+    if (code == CLBLAST_NO_DOUBLE || code == CLBLAST_NO_HALF)
+        return kiln__error(KILN_ERR_UNSUPPORTED,
+                           "kiln_matmul: %s failed with CLBlast status %d: %s (%s) lacks %s "
+                           "precision; use f32",
+                           fn, code, dev->info.spec, dev->info.name,
+                           code == CLBLAST_NO_DOUBLE ? "double" : "half");
+    return kiln__error(KILN_ERR_OPENCL,
+                       "kiln_matmul: %s failed with CLBlast status %d on %s (%s); try "
+                       "KILN_MATMUL=builtin",
+                       fn, code, dev->info.spec, dev->info.name);
+}
+
 #ifdef KILN_HAVE_CLBLAST
 
 #include <clblast_c.h>
 
-/* A CLBlast status as a kiln status; OpenCL codes (> -1024) keep their OpenCL name. */
-static kiln_status clblast_fail(CLBlastStatusCode code, const kiln_device *dev, const char *fn)
-{
-    if (code > -1024)
-        return kiln__cl_fail((cl_int)code, "kiln_matmul", fn, kiln__device_label(dev));
-    if (code == CLBlastNoDoublePrecision || code == CLBlastNoHalfPrecision)
-        return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "kiln_matmul: %s failed with CLBlast status %d: %s (%s) lacks %s "
-                           "precision; use f32", fn, (int)code, dev->info.spec, dev->info.name,
-                           code == CLBlastNoDoublePrecision ? "double" : "half");
-    return kiln__error(KILN_ERR_OPENCL,
-                       "kiln_matmul: %s failed with CLBlast status %d on %s (%s); try "
-                       "KILN_MATMUL=builtin", fn, (int)code, dev->info.spec, dev->info.name);
-}
+_Static_assert(CLBlastNoDoublePrecision == CLBLAST_NO_DOUBLE &&
+                   CLBlastNoHalfPrecision == CLBLAST_NO_HALF,
+               "CLBlast's precision status codes changed");
 
 static CLBlastTranspose trans(bool t)
 {
@@ -42,10 +54,10 @@ static CLBlastStatusCode gemm(const kiln__matmul_problem *p, cl_command_queue *q
     if (p->batch == 1) {
         *fn = p->dtype == KILN_F32 ? "CLBlastSgemm" : "CLBlastDgemm";
         if (p->dtype == KILN_F32)
-            return CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0f, a, 0, lda, b, 0,
-                                ldb, 0.0f, c, 0, ldc, q, ev);
-        return CLBlastDgemm(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0, a, 0, lda, b, 0, ldb,
-                            0.0, c, 0, ldc, q, ev);
+            return CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0f, a, 0, lda, b, 0, ldb,
+                                0.0f, c, 0, ldc, q, ev);
+        return CLBlastDgemm(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0, a, 0, lda, b, 0, ldb, 0.0,
+                            c, 0, ldc, q, ev);
     }
     size_t sa = (size_t)p->stride_a, sb = (size_t)p->stride_b, sc = (size_t)p->stride_c;
     size_t batch = (size_t)p->batch;
@@ -53,8 +65,8 @@ static CLBlastStatusCode gemm(const kiln__matmul_problem *p, cl_command_queue *q
     if (p->dtype == KILN_F32)
         return CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0f, a, 0, lda,
                                           sa, b, 0, ldb, sb, 0.0f, c, 0, ldc, sc, batch, q, ev);
-    return CLBlastDgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0, a, 0, lda, sa,
-                                      b, 0, ldb, sb, 0.0, c, 0, ldc, sc, batch, q, ev);
+    return CLBlastDgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, m, n, k, 1.0, a, 0, lda, sa, b,
+                                      0, ldb, sb, 0.0, c, 0, ldc, sc, batch, q, ev);
 }
 
 static kiln_status clblast_run(const kiln__matmul_problem *p)
@@ -65,9 +77,7 @@ static kiln_status clblast_run(const kiln__matmul_problem *p)
     CLBlastStatusCode code = gemm(p, &q, &ev, &fn);
     if (ev)
         kiln__cl.ReleaseEvent(ev);
-    if (code != CLBlastSuccess)
-        return clblast_fail(code, p->dev, fn);
-    return KILN_OK;
+    return kiln__clblast_status((int)code, p->dev, fn);
 }
 
 static bool clblast_available(kiln_device *dev, char *why, size_t size)

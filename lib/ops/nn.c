@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "launch.h"
+#include "ndrange.h"
 #include "program.h"
 #include "registry.h"
 #include "status.h"
@@ -17,6 +18,23 @@ static kiln_status nn_kernel(kiln_device *dev, kiln_dtype dtype, const char *nam
     char defs[128] = "";
     kiln__dtype_defines(defs, sizeof defs, "T", dtype);
     return kiln__builtin_kernel(dev, "nn", defs, name, op, k);
+}
+
+/* Launch with one of the fixed work-group shapes (ndrange.h). */
+static kiln_status launch1(kiln_device *dev, kiln__kernel *k, const char *op, size_t n, int nargs,
+                           const kiln_arg *args)
+{
+    size_t global = n, local;
+    kiln__fixed_ndrange(k->wg_size, 1, &global, &local);
+    return kiln__kernel_launch(dev, k, op, 1, &global, &local, nargs, args);
+}
+
+static kiln_status launch2(kiln_device *dev, kiln__kernel *k, const char *op, size_t *global,
+                           int nargs, const kiln_arg *args)
+{
+    size_t local[2];
+    kiln__fixed_ndrange(k->wg_size, 2, global, local);
+    return kiln__kernel_launch(dev, k, op, 2, global, local, nargs, args);
 }
 
 /* A scalar in the kernel's compute type (float for f32 and f16). */
@@ -93,7 +111,7 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor **out, in
                            kiln_arg_i64(outer),  kiln_arg_i64(x->shape[a]),
                            kiln_arg_i64(inner),  kiln_arg_i32(logmode)};
         if (s == KILN_OK)
-            s = kiln__kernel_launch(x->dev, k, op, 2, global, NULL, 6, args);
+            s = launch2(x->dev, k, op, global, 6, args);
     }
     if (s != KILN_OK) {
         kiln_tensor_release(y);
@@ -185,7 +203,7 @@ kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *lab
                            kiln_arg_i64(rows),      kiln_arg_i64(classes),
                            kiln_arg_i32(g != NULL), arg_real(logits->dtype, 1.0 / (double)rows)};
         if (s == KILN_OK)
-            s = kiln__kernel_launch(logits->dev, k, op, 1, &global, NULL, 8, args);
+            s = launch1(logits->dev, k, op, global, 8, args);
     }
     return finish_loss(terms, s, loss, grad, g);
 }
@@ -225,7 +243,7 @@ kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, ki
                            kiln_arg_i64(pred->numel), kiln_arg_i32(g != NULL),
                            arg_real(pred->dtype, 2.0 / (double)pred->numel)};
         if (s == KILN_OK)
-            s = kiln__kernel_launch(pred->dev, k, op, 1, &global, NULL, 7, args);
+            s = launch1(pred->dev, k, op, global, 7, args);
     }
     return finish_loss(terms, s, loss, grad, g);
 }
@@ -275,7 +293,7 @@ kiln_status kiln_sgd_step(kiln_tensor *param, const kiln_tensor *grad, kiln_tens
                        kiln_arg_tensor(velocity ? velocity : param), kiln_arg_i64(param->numel),
                        arg_real(dt, lr),            arg_real(dt, momentum),
                        arg_real(dt, weight_decay),  kiln_arg_i32(velocity != NULL)};
-    return kiln__kernel_launch(param->dev, k, op, 1, &global, NULL, 8, args);
+    return launch1(param->dev, k, op, global, 8, args);
 }
 
 static kiln_status check_adam_scalars(int64_t step, double beta1, double beta2, double eps,
@@ -317,5 +335,5 @@ kiln_status kiln_adam_step(kiln_tensor *param, const kiln_tensor *grad, kiln_ten
                        kiln_arg_tensor(v),     kiln_arg_i64(param->numel),
                        arg_real(dt, lr),       arg_real(dt, beta1),   arg_real(dt, beta2),
                        arg_real(dt, eps),      arg_real(dt, bc1),     arg_real(dt, bc2)};
-    return kiln__kernel_launch(param->dev, k, op, 1, &global, NULL, 11, args);
+    return launch1(param->dev, k, op, global, 11, args);
 }

@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "launch.h"
+#include "ndrange.h"
 #include "program.h"
 #include "registry.h"
 #include "status.h"
@@ -143,7 +144,9 @@ static kiln_status launch_rows(kiln_device *dev, kiln_reduce_op op, const kiln_t
                        kiln_arg_i64(p->outer), kiln_arg_i64(p->n),
                        kiln_arg_i64(p->inner), kiln_arg_i32(op == KILN_REDUCE_MIN),
                        kiln_arg_i32(op == KILN_REDUCE_MEAN)};
-    return kiln__kernel_launch(dev, k, OP, 2, global, NULL, 7, args);
+    size_t local[2];
+    kiln__fixed_ndrange(k->wg_size, 2, global, local);
+    return kiln__kernel_launch(dev, k, OP, 2, global, local, 7, args);
 }
 
 /* Work-group size for kiln_reduce_wg: a power of two within the kernel's limit and the device's
@@ -194,9 +197,10 @@ static kiln_status launch_wg(kiln_device *dev, kiln_reduce_op op, const kiln_ten
                         kiln_arg_i64(p->n),     kiln_arg_i64(p->inner),
                         kiln_arg_i64(chunk),    kiln_arg_i64(nchunks),
                         kiln_arg_i32(op == KILN_REDUCE_MIN),
+                        kiln_arg_i32(dev->info.type == KILN_DEVICE_CPU),
                         kiln_arg_local(local * accsz), kiln_arg_local(local * accsz),
                         kiln_arg_local(local * sizeof(int64_t))};
-    s = kiln__kernel_launch(dev, kw, OP, 3, global, local3, 12, wargs);
+    s = kiln__kernel_launch(dev, kw, OP, 3, global, local3, 13, wargs);
     if (s != KILN_OK)
         goto done;
     size_t cglobal = (size_t)p->outputs;
@@ -205,7 +209,9 @@ static kiln_status launch_wg(kiln_device *dev, kiln_reduce_op op, const kiln_ten
                         kiln_arg_i64(p->outputs), kiln_arg_i64(nchunks),
                         kiln_arg_i64(p->n),      kiln_arg_i32(op == KILN_REDUCE_MIN),
                         kiln_arg_i32(op == KILN_REDUCE_MEAN)};
-    s = kiln__kernel_launch(dev, kc, OP, 1, &cglobal, NULL, 9, cargs);
+    size_t clocal;
+    kiln__fixed_ndrange(kc->wg_size, 1, &cglobal, &clocal);
+    s = kiln__kernel_launch(dev, kc, OP, 1, &cglobal, &clocal, 9, cargs);
 done:
     /* The queue is in order: buffers returned to the cache now are reused only by later work. */
     kiln_tensor_release(ps);
@@ -214,11 +220,10 @@ done:
     return s;
 }
 
-static kiln_status check_args(kiln_reduce_op op, const kiln_tensor *x, kiln_tensor **out)
+/* The checks shared by kiln_reduce and kiln_reduce_out, and the plan of the reduction. */
+static kiln_status prepare(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
+                           reduce_plan *p)
 {
-    if (!out)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", OP);
-    *out = NULL;
     kiln_status s = kiln__check_tensor(x, OP, "x");
     if (s != KILN_OK)
         return s;
@@ -226,46 +231,89 @@ static kiln_status check_args(kiln_reduce_op op, const kiln_tensor *x, kiln_tens
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: unknown op %d; use KILN_REDUCE_SUM..KILN_REDUCE_ARGMAX", OP,
                            (int)op);
-    if (x->dtype == KILN_U8 && op == KILN_REDUCE_MEAN)
-        return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "%s: mean of u8 is not supported; cast to f32 first (kiln_cast)", OP);
-    return kiln__check_dtype_on(x->dev, x->dtype, OP);
-}
-
-kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
-                        kiln_tensor **out)
-{
-    kiln_status s = check_args(op, x, out);
-    if (s != KILN_OK)
-        return s;
-    reduce_plan p;
-    s = out_dtype(op, x->dtype, &p.out_dtype);
+    s = kiln__check_dtype_on(x->dev, x->dtype, OP);
     if (s == KILN_OK)
-        s = make_plan(x, axis, keepdim, &p);
+        s = out_dtype(op, x->dtype, &p->out_dtype);
+    if (s == KILN_OK)
+        s = make_plan(x, axis, keepdim, p);
     if (s != KILN_OK)
         return s;
-    if (p.n == 0 && p.outputs > 0 && op != KILN_REDUCE_SUM && op != KILN_REDUCE_MEAN) {
+    if (p->n == 0 && p->outputs > 0 && op != KILN_REDUCE_SUM && op != KILN_REDUCE_MEAN) {
         char sh[160];
         kiln__shape_str(sh, sizeof sh, x->ndim, x->shape);
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: %s of an empty tensor (shape %s, reducing %lld elements) is "
                            "undefined; check the size first",
-                           OP, op_names[op], sh, (long long)p.n);
+                           OP, op_names[op], sh, (long long)p->n);
     }
+    return KILN_OK;
+}
+
+static kiln_status run(kiln_reduce_op op, const kiln_tensor *x, kiln_tensor *y,
+                       const reduce_plan *p)
+{
+    if (p->outputs == 0)
+        return KILN_OK;
+    if (p->n < ROWS_MAX_N || p->outputs >= ROWS_MIN_OUTPUTS)
+        return launch_rows(x->dev, op, x, y, p);
+    return launch_wg(x->dev, op, x, y, p);
+}
+
+kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
+                        kiln_tensor **out)
+{
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", OP);
+    *out = NULL;
+    reduce_plan p;
+    kiln_status s = prepare(op, x, axis, keepdim, &p);
+    if (s != KILN_OK)
+        return s;
     kiln_tensor *y;
     s = kiln__tensor_new(x->dev, p.out_dtype, p.ndim, p.shape, OP, &y);
     if (s != KILN_OK)
         return s;
-    if (p.outputs > 0) {
-        if (p.n < ROWS_MAX_N || p.outputs >= ROWS_MIN_OUTPUTS)
-            s = launch_rows(x->dev, op, x, y, &p);
-        else
-            s = launch_wg(x->dev, op, x, y, &p);
-    }
+    s = run(op, x, y, &p);
     if (s != KILN_OK) {
         kiln_tensor_release(y);
         return s;
     }
     *out = y;
     return KILN_OK;
+}
+
+/* out must have exactly the shape and dtype kiln_reduce would give, and not share x's memory. */
+static kiln_status check_out(const kiln_tensor *x, const kiln_tensor *out, const reduce_plan *p)
+{
+    if (out->dtype != p->out_dtype)
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: out is %s but the result is %s", OP,
+                           kiln_dtype_name(out->dtype), kiln_dtype_name(p->out_dtype));
+    bool same = out->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++)
+        same = out->shape[d] == p->shape[d];
+    if (!same) {
+        char want[160], got[160];
+        kiln__shape_str(want, sizeof want, p->ndim, p->shape);
+        kiln__shape_str(got, sizeof got, out->ndim, out->shape);
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: out has shape %s but the result is %s",
+                           OP, got, want);
+    }
+    if (out->storage == x->storage && x->numel > 0)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: out shares memory with x; reduce into a separate tensor", OP);
+    return KILN_OK;
+}
+
+kiln_status kiln_reduce_out(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
+                            kiln_tensor *out)
+{
+    kiln_status s = kiln__check_tensor(out, OP, "out");
+    if (s == KILN_OK)
+        s = kiln__same_device(OP, 2, (const kiln_tensor *[]){x, out}, NULL);
+    reduce_plan p;
+    if (s == KILN_OK)
+        s = prepare(op, x, axis, keepdim, &p);
+    if (s == KILN_OK)
+        s = check_out(x, out, &p);
+    return s == KILN_OK ? run(op, x, out, &p) : s;
 }

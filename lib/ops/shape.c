@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "launch.h"
+#include "ndrange.h"
 #include "program.h"
 #include "registry.h"
 #include "status.h"
@@ -64,25 +65,30 @@ static const char *element_type(size_t size)
     }
 }
 
-static size_t pow2_at_least(int64_t v)
+#define TILE 16 /* KILN_TILE in shape.cl */
+
+/* Whether the innermost two dimensions swap contiguity (in along the first, out along the
+ * second), the case kiln_transpose_tiles serves. */
+static bool is_tile_transpose(const copy_desc *c, const kiln__kernel *k)
 {
-    size_t p = 1;
-    while ((int64_t)p < v)
-        p *= 2;
-    return p;
+    int a = c->ndim - 2, b = c->ndim - 1;
+    return c->ndim >= 2 && c->istr[a] == 1 && c->ostr[b] == 1 && k->wg_size >= TILE * TILE;
 }
 
-/* A local size of up to 256 work-items, filled from the innermost dimension outwards. */
-static void choose_local(const kiln__kernel *k, const size_t *global, size_t *local)
+static kiln_status launch_tiles(kiln__kernel *k, const kiln_tensor *in, kiln_tensor *out,
+                                const copy_desc *c, int64_t ioff, int64_t ooff, const char *op)
 {
-    size_t cap = 1;
-    while (cap * 2 <= k->wg_size && cap * 2 <= 256)
-        cap *= 2;
-    for (int d = 0; d < 3; d++) {
-        size_t want = pow2_at_least((int64_t)global[d]);
-        local[d] = want < cap ? want : cap;
-        cap /= local[d];
-    }
+    int a = c->ndim - 2, b = c->ndim - 1, o = c->ndim - 3;
+    int64_t d0 = o >= 0 ? c->dims[o] : 1, is0 = o >= 0 ? c->istr[o] : 0;
+    int64_t os0 = o >= 0 ? c->ostr[o] : 0;
+    size_t global[3] = {(size_t)(c->dims[a] + TILE - 1) / TILE * TILE,
+                        (size_t)(c->dims[b] + TILE - 1) / TILE * TILE, (size_t)d0};
+    size_t local[3] = {TILE, TILE, 1};
+    kiln_arg args[] = {kiln_arg_tensor(in), kiln_arg_tensor(out), kiln_arg_i64(ioff),
+                       kiln_arg_i64(ooff),  kiln_arg_i64(d0),     kiln_arg_i64(c->dims[a]),
+                       kiln_arg_i64(c->dims[b]), kiln_arg_i64(is0), kiln_arg_i64(c->istr[b]),
+                       kiln_arg_i64(os0),   kiln_arg_i64(c->ostr[a])};
+    return kiln__kernel_launch(in->dev, k, op, 3, global, local, 11, args);
 }
 
 /* One launch over the innermost three dimensions at the given offsets. */
@@ -97,9 +103,7 @@ static kiln_status launch_block(kiln__kernel *k, const kiln_tensor *in, kiln_ten
         os[j] = src >= 0 ? c->ostr[src] : 0;
     }
     size_t global[3] = {(size_t)d[2], (size_t)d[1], (size_t)d[0]}, local[3];
-    choose_local(k, global, local);
-    for (int j = 0; j < 3; j++)
-        global[j] = (global[j] + local[j] - 1) / local[j] * local[j];
+    kiln__fixed_ndrange(k->wg_size, 3, global, local);
     kiln_arg args[] = {kiln_arg_tensor(in), kiln_arg_tensor(out), kiln_arg_i64(ioff),
                        kiln_arg_i64(ooff),  kiln_arg_i64(d[0]),   kiln_arg_i64(d[1]),
                        kiln_arg_i64(d[2]),  kiln_arg_i64(is[0]),  kiln_arg_i64(is[1]),
@@ -119,8 +123,11 @@ static kiln_status strided_copy(const kiln_tensor *in, kiln_tensor *out, copy_de
     simplify(c);
     char defs[64];
     snprintf(defs, sizeof defs, "-DKILN_E=%s", element_type(kiln_dtype_size(in->dtype)));
-    kiln__kernel *k;
+    kiln__kernel *k, *kt;
     kiln_status s = kiln__builtin_kernel(in->dev, "shape", defs, "kiln_strided_copy", op, &k);
+    if (s == KILN_OK)
+        s = kiln__builtin_kernel(in->dev, "shape", defs, "kiln_transpose_tiles", op, &kt);
+    bool tiles = s == KILN_OK && is_tile_transpose(c, kt);
     /* Dimensions outside the innermost three are walked here, one launch per coordinate. */
     int outer = c->ndim > 3 ? c->ndim - 3 : 0;
     int64_t coord[KILN_MAX_DIMS] = {0};
@@ -130,7 +137,8 @@ static kiln_status strided_copy(const kiln_tensor *in, kiln_tensor *out, copy_de
             ioff += coord[d] * c->istr[d];
             ooff += coord[d] * c->ostr[d];
         }
-        s = launch_block(k, in, out, c, ioff, ooff, op);
+        s = tiles ? launch_tiles(kt, in, out, c, ioff, ooff, op)
+                  : launch_block(k, in, out, c, ioff, ooff, op);
         int d = outer - 1;
         while (d >= 0 && ++coord[d] == c->dims[d])
             coord[d--] = 0;

@@ -1,11 +1,209 @@
-/* startup.c - kiln-bench startup (not measured yet). */
+/* startup.c - kiln-bench startup: a fresh process's time to its first kernel result with an
+ * empty vs a warm kiln program cache, and (PoCL) an empty vs a warm driver cache. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "bench.h"
 
+extern char **environ;
+
+#define CHILD_VAR "KILN_BENCH_STARTUP_CHILD"
+
+/* A few kernels, so the build is as long as a small real program's. */
+static const char *child_source =
+    "__kernel void axpy(__global float *y, __global const float *x, float a, int n)\n"
+    "{ int i = get_global_id(0); if (i < n) y[i] = a * x[i] + y[i]; }\n"
+    "__kernel void smooth(__global float *y, __global const float *x, int n)\n"
+    "{\n"
+    "    int i = get_global_id(0);\n"
+    "    if (i <= 0 || i >= n - 1) return;\n"
+    "    float acc = 0.0f;\n"
+    "    for (int k = -1; k <= 1; k++) acc += x[i + k] * (k == 0 ? 0.5f : 0.25f);\n"
+    "    y[i] = tanh(acc) + exp(-acc * acc) + log1p(fabs(acc));\n"
+    "}\n";
+
+/* In the child process: device, program (through the cache), one launch, read the result. */
+static int child(bench_ctx *ctx)
+{
+    enum { N = 256 };
+    float x[N], y[N];
+    for (int i = 0; i < N; i++)
+        x[i] = y[i] = (float)i;
+    int64_t shape[1] = {N};
+    kiln_program *prog = NULL;
+    kiln_tensor *tx = NULL, *ty = NULL;
+    kiln_status s = kiln_program_build(ctx->dev, child_source, NULL, &prog);
+    if (s == KILN_OK)
+        s = kiln_tensor_from_host(ctx->dev, KILN_F32, 1, shape, x, &tx);
+    if (s == KILN_OK)
+        s = kiln_tensor_from_host(ctx->dev, KILN_F32, 1, shape, y, &ty);
+    kiln_arg args[] = {kiln_arg_tensor(ty), kiln_arg_tensor(tx), kiln_arg_f32(2.0f),
+                       kiln_arg_i32(N)};
+    size_t global = N;
+    if (s == KILN_OK)
+        s = kiln_program_launch(prog, "axpy", 1, &global, NULL, 4, args);
+    if (s == KILN_OK)
+        s = kiln_tensor_read(ty, y, sizeof y);
+    int rc = s == KILN_OK && y[N - 1] == 3.0f * (N - 1) ? 0 : 1;
+    if (s != KILN_OK)
+        fprintf(stderr, "kiln-bench startup child: %s\n", kiln_last_error());
+    kiln_tensor_release(tx);
+    kiln_tensor_release(ty);
+    kiln_program_release(prog);
+    return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Empty a directory (and recreate it). */
+static void empty_dir(const char *dir)
+{
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    mkdir(dir, 0700);
+}
+
+typedef struct startup {
+    bench_ctx *ctx;
+    char root[64];
+    char kiln_dir[128], pocl_dir[128];
+    bool pocl;
+} startup;
+
+/* Seconds from posix_spawn to the exit of a child that printed its first kernel result. */
+static double run_child(startup *st, bool *ok)
+{
+    int n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc((size_t)n + 4, sizeof *env);
+    if (!env) {
+        *ok = false;
+        return 0;
+    }
+    char kvar[160], pvar[160];
+    snprintf(kvar, sizeof kvar, "KILN_CACHE_DIR=%s", st->kiln_dir);
+    snprintf(pvar, sizeof pvar, "POCL_CACHE_DIR=%s", st->pocl_dir);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (strncmp(environ[i], "KILN_CACHE", 10) != 0 &&
+            strncmp(environ[i], "POCL_CACHE_DIR=", 15) != 0 &&
+            strncmp(environ[i], "POCL_KERNEL_CACHE=", 18) != 0)
+            env[m++] = environ[i];
+    env[m++] = kvar;
+    env[m++] = pvar;
+    env[m++] = CHILD_VAR "=1";
+    env[m] = NULL;
+    char *argv[] = {(char *)st->ctx->argv0, "-d", (char *)kiln_device_spec(st->ctx->dev),
+                    "startup", NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    double t0 = bench_now();
+    int rc = posix_spawnp(&pid, st->ctx->argv0, &fa, NULL, argv, env);
+    int status = 0;
+    if (rc == 0)
+        waitpid(pid, &status, 0);
+    double t = bench_now() - t0;
+    posix_spawn_file_actions_destroy(&fa);
+    free(env);
+    if (rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "kiln-bench: startup child %s failed (%s)\n", st->ctx->argv0,
+                rc ? strerror(rc) : "non-zero exit");
+        *ok = false;
+    }
+    return t;
+}
+
+/* A cold start costs seconds: --quick takes one sample per configuration. */
+static int samples(const startup *st)
+{
+    return st->ctx->quick ? 1 : st->ctx->repeats;
+}
+
+/* Median milliseconds of fresh processes; `empty_kiln` / `empty_pocl` empty that cache before
+ * each one, else it is warmed once first. */
+static bool timed(startup *st, bool empty_kiln, bool empty_pocl, double *ms)
+{
+    bool ok = true;
+    empty_dir(st->kiln_dir);
+    empty_dir(st->pocl_dir);
+    run_child(st, &ok); /* warms whichever cache is kept */
+    for (int i = 0; i < samples(st) && ok; i++) {
+        if (empty_kiln)
+            empty_dir(st->kiln_dir);
+        if (empty_pocl)
+            empty_dir(st->pocl_dir);
+        ms[i] = run_child(st, &ok) * 1e3;
+    }
+    return ok;
+}
+
+static int row(startup *st, const char *name, const char *baseline, bool k_empty, bool p_empty,
+               bool base_k_empty, bool base_p_empty)
+{
+    int r = samples(st);
+    double *a = calloc((size_t)r, sizeof *a), *b = calloc((size_t)r, sizeof *b);
+    bool ok = a && b;
+    bench_progress(st->ctx, "startup: %s", name);
+    ok = ok && timed(st, k_empty, p_empty, a) && timed(st, base_k_empty, base_p_empty, b);
+    if (ok) {
+        bench_result res;
+        bench_result_set(&res, name, "ms", false, baseline, a, b, r);
+        bench_report(st->ctx, &res);
+    }
+    free(a);
+    free(b);
+    return ok ? 0 : 1;
+}
+
 int bench_startup(bench_ctx *ctx)
 {
-    (void)ctx;
-    fprintf(stderr, "kiln-bench: section 'startup' is not implemented yet\n");
-    return 1;
+    if (getenv(CHILD_VAR))
+        return child(ctx);
+    kiln_device_info info;
+    kiln_status s = kiln_device_info_get(ctx->dev, &info);
+    if (s != KILN_OK)
+        return bench_fail("kiln_device_info_get", s);
+    startup st = {.ctx = ctx};
+    snprintf(st.root, sizeof st.root, "/tmp/kiln-bench-startup-XXXXXX");
+    if (!mkdtemp(st.root)) {
+        fprintf(stderr, "kiln-bench: mkdtemp: %s\n", strerror(errno));
+        return 1;
+    }
+    snprintf(st.kiln_dir, sizeof st.kiln_dir, "%s/kiln", st.root);
+    snprintf(st.pocl_dir, sizeof st.pocl_dir, "%s/pocl", st.root);
+    st.pocl = strstr(info.platform, "Portable Computing Language") != NULL;
+    int rc;
+    if (st.pocl) {
+        /* The ratio column is cold / warm: how much faster a warm start is. */
+        rc = row(&st, "warm kiln cache, empty PoCL cache", "both empty", false, true, true, true);
+        if (rc == 0)
+            rc = row(&st, "empty kiln cache, warm PoCL cache", "both empty", true, false, true,
+                     true);
+        if (rc == 0)
+            rc = row(&st, "warm kiln + warm PoCL cache", "both empty", false, false, true, true);
+    } else {
+        rc = row(&st, "warm kiln cache", "empty kiln cache", false, false, true, false);
+        bench_note(ctx, "startup: %s has no driver cache kiln can point elsewhere; only kiln's "
+                        "cache is varied", info.platform);
+    }
+    bench_note(ctx, "startup: each sample is a fresh process (kiln-bench itself) from spawn to "
+                    "exit after reading its first kernel result; ratio = baseline / kiln");
+    empty_dir(st.root);
+    rmdir(st.root);
+    return rc;
 }
