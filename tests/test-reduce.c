@@ -351,6 +351,19 @@ START_TEST(test_large_all_reduce)
 }
 END_TEST
 
+/* More than 65535 rows (NDRange dimension 1 is split into several launches). */
+START_TEST(test_many_rows)
+{
+    static const int64_t shape[] = {70001, 3};
+    for (int i = 0; i < ndevs; i++) {
+        if (simulated(devs[i]))
+            continue;
+        check_case(devs[i], KILN_REDUCE_SUM, KILN_F32, 2, shape, 1, false);
+        check_case(devs[i], KILN_REDUCE_ARGMAX, KILN_I32, 2, shape, -1, true);
+    }
+}
+END_TEST
+
 /* The stated bound: 2^24 f32 values in [0, 1) sum within 1e-6 relative of a double sum. */
 START_TEST(test_big_sum_accuracy)
 {
@@ -597,6 +610,7 @@ Suite *reduce_suite(void)
     tcase_add_loop_test(tc, test_ops_dtypes_axes, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
     tcase_add_loop_test(tc, test_workgroup_path, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
     tcase_add_test(tc, test_large_all_reduce);
+    tcase_add_test(tc, test_many_rows);
     tcase_add_test(tc, test_big_sum_accuracy);
     tcase_add_test(tc, test_special_values);
     tcase_add_test(tc, test_integer_extremes);

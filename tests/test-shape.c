@@ -279,6 +279,20 @@ START_TEST(test_permute_large)
 }
 END_TEST
 
+/* More than 65535 rows along NDRange dimensions 1 and 2: split into several launches. */
+START_TEST(test_permute_many_rows)
+{
+    static const int64_t shape[] = {70001, 2, 3};
+    static const int tiles[] = {0, 2, 1}, block[] = {1, 0, 2};
+    for (int i = 0; i < ndevs; i++) {
+        if (simulated(devs[i]))
+            continue;
+        check_permute(devs[i], KILN_F32, 3, shape, tiles);
+        check_permute(devs[i], KILN_I64, 3, shape, block);
+    }
+}
+END_TEST
+
 START_TEST(test_transpose)
 {
     static const int64_t s2[] = {7, 61}, s3[] = {2, 3, 4}, s1[] = {5};
@@ -518,6 +532,7 @@ Suite *shape_suite(void)
     tcase_add_test(tc, test_permute_4d_and_more);
     tcase_add_test(tc, test_permute_dtypes);
     tcase_add_test(tc, test_permute_large);
+    tcase_add_test(tc, test_permute_many_rows);
     tcase_add_test(tc, test_transpose);
     tcase_add_test(tc, test_cat);
     tcase_add_test(tc, test_slice);

@@ -24,12 +24,13 @@ inline void kiln_row_stats(global const KILN_T *x, long base, long n, long strid
     *s = sum + comp;
 }
 
-/* Launched over [inner, outer] (padded): rows come from the NDRange, not from div/rem of one
- * id (a div/rem pair becomes an LLVM `freeze`, which Oclgrind's checker cannot run). */
-kernel void kiln_softmax(global const KILN_T *x, global KILN_T *y, long outer, long n,
+/* Launched over [inner, rows o0, o0 + 1, ...] (padded): rows come from the NDRange, not from
+ * div/rem of one id (a div/rem pair becomes an LLVM `freeze`, which Oclgrind's checker cannot
+ * run). */
+kernel void kiln_softmax(global const KILN_T *x, global KILN_T *y, long o0, long outer, long n,
                          long inner, int logmode)
 {
-    long i = get_global_id(0), o = get_global_id(1);
+    long i = get_global_id(0), o = o0 + (long)get_global_id(1);
     if (i >= inner || o >= outer)
         return;
     long base = o * n * inner + i;

@@ -3,7 +3,8 @@
  *                        tree in local memory; writes per-chunk partials (ps, pc, pi)
  *   kiln_reduce_combine  one work-item per result over its partials, writes out (slot O)
  *   kiln_reduce_rows     one work-item per result, serial over the row, writes out (slot O)
- *   kiln_reduce_combine_idx / kiln_reduce_rows_idx   as above, writing the index (long)
+ *   kiln_reduce_cols     the same for 16 neighbouring results per work-item (CPUs)
+ *   kiln_reduce_combine_idx / _rows_idx / _cols_idx   as above, writing the index (long)
  * Macros: KILN_T (input, slot T), KILN_O (output, slot O), KILN_ACC (accumulator type),
  * KILN_ACC_FLOAT when KILN_ACC is float or double, and KILN_RED_ADD (sum; run-time flag `mean`
  * divides by `count`) or KILN_RED_CMP (max, min via run-time flag `is_min`, argmax).
@@ -144,12 +145,12 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
 #endif
 #define KILN_RESULT_IDX(s, c, idx, count, mean) (idx)
 
-/* Launched over [inner, outer] (padded: bounds-checked). */
+/* Launched over [inner, rows o0, o0 + 1, ...] (padded: bounds-checked). */
 #define KILN_ROWS_KERNEL(name, OUT_T, RESULT)                                                  \
-    kernel void name(global const KILN_T *x, global OUT_T *out, long outer, long n,            \
+    kernel void name(global const KILN_T *x, global OUT_T *out, long o0, long outer, long n,   \
                      long inner, int is_min, int mean)                                         \
     {                                                                                          \
-        long i = get_global_id(0), o = get_global_id(1);                                       \
+        long i = get_global_id(0), o = o0 + (long)get_global_id(1);                            \
         if (i >= inner || o >= outer)                                                          \
             return;                                                                            \
         long base = o * n * inner + i;                                                         \
@@ -180,13 +181,43 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
         OUT_STORE(out, r, RESULT(s, c, idx, count, mean));                                     \
     }
 
+/* CPUs with inner >= KILN_COLS: one work-item per KILN_COLS neighbouring results, streaming the
+ * rows in memory order (a work-item per result would walk a column, a cache line per element).
+ * Launched over [ceil(inner / KILN_COLS), rows o0, o0 + 1, ...] (padded: bounds-checked). */
+#define KILN_COLS 16
+#define KILN_COLS_KERNEL(name, OUT_T, RESULT)                                                  \
+    kernel void name(global const KILN_T *x, global OUT_T *out, long o0, long outer, long n,   \
+                     long inner, int is_min, int mean)                                         \
+    {                                                                                          \
+        long i0 = (long)get_global_id(0) * KILN_COLS, o = o0 + (long)get_global_id(1);         \
+        if (i0 >= inner || o >= outer)                                                         \
+            return;                                                                            \
+        int m = (int)min((long)KILN_COLS, inner - i0);                                         \
+        KILN_ACC s[KILN_COLS], c[KILN_COLS];                                                   \
+        long idx[KILN_COLS];                                                                   \
+        for (int k = 0; k < KILN_COLS; k++)                                                    \
+            KILN_INIT(s[k], c[k], idx[k], is_min);                                             \
+        long base = o * n * inner + i0;                                                        \
+        for (long j = 0; j < n; j++) {                                                         \
+            for (int k = 0; k < m; k++) {                                                      \
+                KILN_ACC v = (KILN_ACC)LOAD_T(x, base + j * inner + k);                        \
+                KILN_MERGE(s[k], c[k], idx[k], v, (KILN_ACC)0, j, is_min);                     \
+            }                                                                                  \
+        }                                                                                      \
+        (void)mean;                                                                            \
+        for (int k = 0; k < m; k++)                                                            \
+            OUT_STORE(out, o * inner + i0 + k, RESULT(s[k], c[k], idx[k], n, mean));           \
+    }
+
 #define OUT_STORE(p, k, v) STORE_O(p, k, v)
+KILN_COLS_KERNEL(kiln_reduce_cols, KILN_O, KILN_RESULT)
 KILN_ROWS_KERNEL(kiln_reduce_rows, KILN_O, KILN_RESULT)
 KILN_COMBINE_KERNEL(kiln_reduce_combine, KILN_O, KILN_RESULT)
 #undef OUT_STORE
 
 #ifdef KILN_RED_CMP
 #define OUT_STORE(p, k, v) ((p)[(k)] = (v))
+KILN_COLS_KERNEL(kiln_reduce_cols_idx, long, KILN_RESULT_IDX)
 KILN_ROWS_KERNEL(kiln_reduce_rows_idx, long, KILN_RESULT_IDX)
 KILN_COMBINE_KERNEL(kiln_reduce_combine_idx, long, KILN_RESULT_IDX)
 #undef OUT_STORE

@@ -23,4 +23,9 @@ static inline void kiln__fixed_ndrange(size_t wg_size, int dims, size_t *global,
     }
 }
 
+/* At most this many work-groups along NDRange dimensions 1 and 2: NVIDIA maps them onto a
+ * CUDA grid, whose y and z sizes stop at 65535. Longer ranges are split into several launches
+ * (a size in work-items of at most this value always fits, whatever the local size). */
+#define KILN__MAX_GROUPS_YZ 65535
+
 #endif

@@ -130,23 +130,34 @@ static size_t pow2_floor(size_t v)
     return p;
 }
 
-/* One work-item per result, serial over the row. */
+/* One work-item per result, serial over the row; on CPUs one per COLS neighbouring results
+ * (KILN_COLS in reduce.cl), so rows are read in memory order. */
+#define COLS 16
 static kiln_status launch_rows(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
                                kiln_tensor *y, const reduce_plan *p)
 {
     kiln__kernel *k;
-    const char *name = op == KILN_REDUCE_ARGMAX ? "kiln_reduce_rows_idx" : "kiln_reduce_rows";
-    kiln_status s = get_kernel(dev, op, x->dtype, name, &k);
+    bool cols = dev->info.type == KILN_DEVICE_CPU && p->inner >= COLS;
+    const char *name = cols ? "kiln_reduce_cols" : "kiln_reduce_rows";
+    char full[64];
+    snprintf(full, sizeof full, "%s%s", name, op == KILN_REDUCE_ARGMAX ? "_idx" : "");
+    kiln_status s = get_kernel(dev, op, x->dtype, full, &k);
     if (s != KILN_OK)
         return s;
-    size_t global[2] = {(size_t)p->inner, (size_t)p->outer};
-    kiln_arg args[] = {kiln_arg_tensor(x),   kiln_arg_tensor(y),
-                       kiln_arg_i64(p->outer), kiln_arg_i64(p->n),
-                       kiln_arg_i64(p->inner), kiln_arg_i32(op == KILN_REDUCE_MIN),
-                       kiln_arg_i32(op == KILN_REDUCE_MEAN)};
-    size_t local[2];
-    kiln__fixed_ndrange(k->wg_size, 2, global, local);
-    return kiln__kernel_launch(dev, k, OP, 2, global, local, 7, args);
+    size_t items = cols ? (size_t)((p->inner + COLS - 1) / COLS) : (size_t)p->inner;
+    /* Rows in pieces of at most KILN__MAX_GROUPS_YZ along NDRange dimension 1. */
+    for (int64_t o0 = 0; s == KILN_OK && o0 < p->outer; o0 += KILN__MAX_GROUPS_YZ) {
+        int64_t rows = p->outer - o0 < KILN__MAX_GROUPS_YZ ? p->outer - o0 : KILN__MAX_GROUPS_YZ;
+        size_t global[2] = {items, (size_t)rows}, local[2];
+        kiln_arg args[] = {kiln_arg_tensor(x),     kiln_arg_tensor(y),
+                           kiln_arg_i64(o0),       kiln_arg_i64(p->outer),
+                           kiln_arg_i64(p->n),     kiln_arg_i64(p->inner),
+                           kiln_arg_i32(op == KILN_REDUCE_MIN),
+                           kiln_arg_i32(op == KILN_REDUCE_MEAN)};
+        kiln__fixed_ndrange(k->wg_size, 2, global, local);
+        s = kiln__kernel_launch(dev, k, OP, 2, global, local, 8, args);
+    }
+    return s;
 }
 
 /* Work-group size for kiln_reduce_wg: a power of two within the kernel's limit and the device's

@@ -112,6 +112,43 @@ static kiln_status launch_block(kiln__kernel *k, const kiln_tensor *in, kiln_ten
     return kiln__kernel_launch(in->dev, k, op, 3, global, local, 13, args);
 }
 
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* The innermost three dimensions in launches whose NDRange dimensions 1 and 2 stay within
+ * KILN__MAX_GROUPS_YZ groups: dimension 1 is b (ndim - 1) for tiles, ndim - 2 otherwise;
+ * dimension 2 is ndim - 3. */
+static kiln_status launch_pieces(kiln__kernel *k, bool tiles, const kiln_tensor *in,
+                                 kiln_tensor *out, const copy_desc *c, int64_t ioff,
+                                 int64_t ooff, const char *op)
+{
+    int yd = tiles ? c->ndim - 1 : c->ndim - 2, zd = c->ndim - 3;
+    int64_t ylim = tiles ? (int64_t)KILN__MAX_GROUPS_YZ * TILE : KILN__MAX_GROUPS_YZ;
+    int64_t ny = yd >= 0 ? c->dims[yd] : 1, nz = zd >= 0 ? c->dims[zd] : 1;
+    copy_desc piece = *c;
+    kiln_status s = KILN_OK;
+    for (int64_t z = 0; s == KILN_OK && z < nz; z += KILN__MAX_GROUPS_YZ) {
+        for (int64_t y = 0; s == KILN_OK && y < ny; y += ylim) {
+            int64_t io = ioff, oo = ooff;
+            if (zd >= 0) {
+                piece.dims[zd] = min64(KILN__MAX_GROUPS_YZ, nz - z);
+                io += z * c->istr[zd];
+                oo += z * c->ostr[zd];
+            }
+            if (yd >= 0) {
+                piece.dims[yd] = min64(ylim, ny - y);
+                io += y * c->istr[yd];
+                oo += y * c->ostr[yd];
+            }
+            s = tiles ? launch_tiles(k, in, out, &piece, io, oo, op)
+                      : launch_block(k, in, out, &piece, io, oo, op);
+        }
+    }
+    return s;
+}
+
 static kiln_status strided_copy(const kiln_tensor *in, kiln_tensor *out, copy_desc *c,
                                 const char *op)
 {
@@ -137,8 +174,7 @@ static kiln_status strided_copy(const kiln_tensor *in, kiln_tensor *out, copy_de
             ioff += coord[d] * c->istr[d];
             ooff += coord[d] * c->ostr[d];
         }
-        s = tiles ? launch_tiles(kt, in, out, c, ioff, ooff, op)
-                  : launch_block(k, in, out, c, ioff, ooff, op);
+        s = launch_pieces(tiles ? kt : k, tiles, in, out, c, ioff, ooff, op);
         int d = outer - 1;
         while (d >= 0 && ++coord[d] == c->dims[d])
             coord[d--] = 0;
