@@ -19,6 +19,8 @@
 #define WG_ITEMS 32
 #define WG_MAX_GROUPS 4096
 #define WG_MAX_LOCAL 256
+/* Results per work-item of kiln_reduce_cols (KILN_COLS in reduce.cl). */
+#define COLS 16
 
 /* x viewed as [outer, n, inner], reduced over n into `outputs` = outer * inner results. */
 typedef struct reduce_plan {
@@ -130,9 +132,8 @@ static size_t pow2_floor(size_t v)
     return p;
 }
 
-/* One work-item per result, serial over the row; on CPUs one per COLS neighbouring results
- * (KILN_COLS in reduce.cl), so rows are read in memory order. */
-#define COLS 16
+/* One work-item per result, serial over the row; on CPUs one per COLS neighbouring results,
+ * so rows are read in memory order. */
 static kiln_status launch_rows(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
                                kiln_tensor *y, const reduce_plan *p)
 {
