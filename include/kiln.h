@@ -157,7 +157,9 @@ typedef struct kiln_device_info {
 /* Fill *info for the device. KILN_ERR_INVALID_ARGUMENT for NULL arguments. */
 KILN_API kiln_status kiln_device_info_get(const kiln_device *dev, kiln_device_info *info);
 
-/* Wait until all work queued on the device has finished. Blocks. */
+/* Wait until all work queued on the device has finished. Blocks. kiln makes no OpenCL calls at
+ * process exit: synchronize (or read your results) before exit(), since some drivers (PoCL)
+ * can crash in their own teardown while still compiling a kernel for a queued launch. */
 KILN_API kiln_status kiln_device_synchronize(kiln_device *dev);
 
 typedef struct kiln_memory_stats {
