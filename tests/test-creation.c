@@ -8,57 +8,14 @@
 #include <string.h>
 
 #include "kiln.h"
+#include "testutil.h"
 
 static kiln_device *dev; /* "auto": gpu:0 (Oclgrind) in the -oclgrind configuration */
 
 static void setup(void)
 {
+    setup_devices();
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_OK);
-}
-
-/* Wait for queued work before the process exits (PoCL compiles kernels lazily on its worker
- * thread). */
-static void teardown(void)
-{
-    for (int i = 0; i < kiln_device_count(KILN_DEVICE_ALL); i++)
-        kiln_device_synchronize(kiln_device_at(i));
-}
-
-static bool has_fp64(kiln_device *d)
-{
-    kiln_device_info info;
-    ck_assert_int_eq(kiln_device_info_get(d, &info), KILN_OK);
-    return info.fp64;
-}
-
-static float half_to_float(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY)
-                                                     : ldexpf((float)(m | 0x400), e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-/* Element i of a host copy of a dtype's tensor, as double. */
-static double element(kiln_dtype dt, const void *p, int64_t i)
-{
-    switch (dt) {
-    case KILN_F32: return ((const float *)p)[i];
-    case KILN_F64: return ((const double *)p)[i];
-    case KILN_F16: return half_to_float(((const uint16_t *)p)[i]);
-    case KILN_I32: return ((const int32_t *)p)[i];
-    case KILN_I64: return (double)((const int64_t *)p)[i];
-    case KILN_U8: return ((const uint8_t *)p)[i];
-    }
-    return NAN;
-}
-
-static void *read_back(kiln_tensor *t)
-{
-    void *h = malloc(kiln_tensor_nbytes(t) + 8);
-    ck_assert_ptr_nonnull(h);
-    ck_assert_int_eq(kiln_tensor_read(t, h, kiln_tensor_nbytes(t)), KILN_OK);
-    return h;
 }
 
 /* Value, and what each dtype stores for it (f16 bits checked separately below). */
@@ -89,12 +46,12 @@ START_TEST(test_full_every_dtype)
                 kiln_tensor *t = NULL;
                 ck_assert_int_eq(kiln_full(d, (kiln_dtype)dt, 3, shape, fcases[c].value, &t),
                                  KILN_OK);
-                void *h = read_back(t);
+                void *h = read_host(t);
                 for (int64_t i = 0; i < 105; i++)
-                    ck_assert_msg(element((kiln_dtype)dt, h, i) == fcases[c].want[dt],
+                    ck_assert_msg(load_value((kiln_dtype)dt, h, i) == fcases[c].want[dt],
                                   "%s %s full(%g)[%lld] = %.17g", kiln_device_spec(d),
                                   kiln_dtype_name((kiln_dtype)dt), fcases[c].value,
-                                  (long long)i, element((kiln_dtype)dt, h, i));
+                                  (long long)i, load_value((kiln_dtype)dt, h, i));
                 free(h);
                 kiln_tensor_release(t);
             }
@@ -108,29 +65,29 @@ START_TEST(test_ones_and_fill)
     int64_t n = 1000;
     kiln_tensor *t = NULL;
     ck_assert_int_eq(kiln_ones(dev, KILN_F16, 1, &n, &t), KILN_OK);
-    uint16_t *h = read_back(t);
+    uint16_t *h = read_host(t);
     for (int i = 0; i < n; i++)
         ck_assert_uint_eq(h[i], 0x3c00); /* 1.0 in binary16 */
     free(h);
     /* fill overwrites an existing tensor; 65520 rounds to f16 infinity, NaN stays NaN */
     ck_assert_int_eq(kiln_fill(t, 65520.0), KILN_OK);
-    h = read_back(t);
+    h = read_host(t);
     ck_assert_uint_eq(h[0], 0x7c00);
     ck_assert_uint_eq(h[999], 0x7c00);
     free(h);
     ck_assert_int_eq(kiln_fill(t, -0.0), KILN_OK);
-    h = read_back(t);
+    h = read_host(t);
     ck_assert_uint_eq(h[7], 0x8000);
     free(h);
     kiln_tensor_release(t);
     ck_assert_int_eq(kiln_ones(dev, KILN_I64, 1, &n, &t), KILN_OK);
     ck_assert_int_eq(kiln_fill(t, -9007199254740992.0), KILN_OK); /* -2^53, exact */
-    int64_t *l = read_back(t);
+    int64_t *l = read_host(t);
     ck_assert_int_eq(l[500], -9007199254740992LL);
     free(l);
     kiln_tensor_release(t);
     ck_assert_int_eq(kiln_full(dev, KILN_F32, 1, &n, NAN, &t), KILN_OK);
-    float *f = read_back(t);
+    float *f = read_host(t);
     ck_assert(isnan(f[3]));
     free(f);
     kiln_tensor_release(t);
@@ -151,10 +108,10 @@ static void check_arange(kiln_device *d, kiln_dtype dt, double start, double end
         kiln_tensor_release(t);
         return;
     }
-    void *h = read_back(t);
+    void *h = read_host(t);
     double eps = dt == KILN_F64 ? DBL_EPSILON : FLT_EPSILON;
     for (int64_t i = 0; i < n; i++) {
-        double ref = start + (double)i * step, got = element(dt, h, i);
+        double ref = start + (double)i * step, got = load_value(dt, h, i);
         double tol = dt == KILN_I32 || dt == KILN_I64 || dt == KILN_U8
                          ? 0
                          : 2 * eps * (fabs(start) + fabs((double)i * step));
@@ -200,44 +157,37 @@ START_TEST(test_zero_size)
 }
 END_TEST
 
-#define ck_assert_error(call, status, text)                                                     \
-    do {                                                                                        \
-        ck_assert_int_eq((call), (status));                                                     \
-        ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL, "message '%s' lacks '%s'",     \
-                      kiln_last_error(), (text));                                               \
-    } while (0)
-
 START_TEST(test_errors)
 {
     int64_t n = 4;
     kiln_tensor *t = (kiln_tensor *)&n;
-    ck_assert_error(kiln_full(NULL, KILN_F32, 1, &n, 1, &t), KILN_ERR_INVALID_ARGUMENT,
-                    "kiln_full");
+    ASSERT_FAILS(kiln_full(NULL, KILN_F32, 1, &n, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_full");
     ck_assert_ptr_null(t);
-    ck_assert_error(kiln_full(dev, KILN_F32, 1, &n, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
-                    "out is NULL");
-    ck_assert_error(kiln_full(dev, KILN_U8, 1, &n, 256, &t), KILN_ERR_INVALID_ARGUMENT,
-                    "does not fit");
-    ck_assert_error(kiln_full(dev, KILN_I32, 1, &n, NAN, &t), KILN_ERR_INVALID_ARGUMENT, "i32");
-    ck_assert_error(kiln_ones(dev, (kiln_dtype)9, 1, &n, &t), KILN_ERR_INVALID_ARGUMENT,
-                    "kiln_ones");
-    ck_assert_error(kiln_ones(dev, KILN_F32, 0, &n, &t), KILN_ERR_INVALID_ARGUMENT, "kiln_ones");
-    ck_assert_error(kiln_fill(NULL, 1), KILN_ERR_INVALID_ARGUMENT, "kiln_fill");
-    ck_assert_error(kiln_arange(dev, KILN_F32, 0, 10, 0, &t), KILN_ERR_INVALID_ARGUMENT, "zero");
-    ck_assert_error(kiln_arange(dev, KILN_F32, 0, 10, -1, &t), KILN_ERR_INVALID_ARGUMENT,
-                    "wrong sign");
-    ck_assert_error(kiln_arange(dev, KILN_F32, 10, 0, 1, &t), KILN_ERR_INVALID_ARGUMENT,
-                    "negative step");
-    ck_assert_error(kiln_arange(dev, KILN_I32, 0, 1, 0.1, &t), KILN_ERR_INVALID_ARGUMENT,
-                    "integral");
-    ck_assert_error(kiln_arange(dev, KILN_F32, 0, INFINITY, 1, &t), KILN_ERR_INVALID_ARGUMENT,
-                    "finite");
-    ck_assert_error(kiln_arange(NULL, KILN_F32, 0, 1, 1, &t), KILN_ERR_INVALID_ARGUMENT,
-                    "kiln_arange");
-    ck_assert_error(kiln_arange(dev, KILN_F32, 0, 1, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
-                    "out is NULL");
+    ASSERT_FAILS(kiln_full(dev, KILN_F32, 1, &n, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "out is NULL");
+    ASSERT_FAILS(kiln_full(dev, KILN_U8, 1, &n, 256, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "does not fit");
+    ASSERT_FAILS(kiln_full(dev, KILN_I32, 1, &n, NAN, &t), KILN_ERR_INVALID_ARGUMENT, "i32");
+    ASSERT_FAILS(kiln_ones(dev, (kiln_dtype)9, 1, &n, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_ones");
+    ASSERT_FAILS(kiln_ones(dev, KILN_F32, 0, &n, &t), KILN_ERR_INVALID_ARGUMENT, "kiln_ones");
+    ASSERT_FAILS(kiln_fill(NULL, 1), KILN_ERR_INVALID_ARGUMENT, "kiln_fill");
+    ASSERT_FAILS(kiln_arange(dev, KILN_F32, 0, 10, 0, &t), KILN_ERR_INVALID_ARGUMENT, "zero");
+    ASSERT_FAILS(kiln_arange(dev, KILN_F32, 0, 10, -1, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "wrong sign");
+    ASSERT_FAILS(kiln_arange(dev, KILN_F32, 10, 0, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "negative step");
+    ASSERT_FAILS(kiln_arange(dev, KILN_I32, 0, 1, 0.1, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "integral");
+    ASSERT_FAILS(kiln_arange(dev, KILN_F32, 0, INFINITY, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "finite");
+    ASSERT_FAILS(kiln_arange(NULL, KILN_F32, 0, 1, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_arange");
+    ASSERT_FAILS(kiln_arange(dev, KILN_F32, 0, 1, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "out is NULL");
     if (!has_fp64(dev))
-        ck_assert_error(kiln_arange(dev, KILN_F64, 0, 1, 0.5, &t), KILN_ERR_UNSUPPORTED, "fp64");
+        ASSERT_FAILS(kiln_arange(dev, KILN_F64, 0, 1, 0.5, &t), KILN_ERR_UNSUPPORTED, "fp64");
     ck_assert_ptr_null(t);
 }
 END_TEST
@@ -246,7 +196,7 @@ Suite *creation_suite(void)
 {
     Suite *s = suite_create("creation");
     TCase *tc = tcase_create("creation");
-    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_add_unchecked_fixture(tc, setup, teardown_devices);
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_full_every_dtype);
     tcase_add_test(tc, test_ones_and_fill);

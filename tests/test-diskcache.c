@@ -15,12 +15,9 @@
 #include "lib/clcall.h"
 #include "lib/diskcache.h"
 #include "kiln.h"
+#include "testutil.h"
 
 extern char **environ;
-
-#define ck_assert_err_contains(text)                                                          \
-    ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL, "message \"%s\" lacks \"%s\"",   \
-                  kiln_last_error(), (text))
 
 static const char *source = "__kernel void twice(__global float *x, int n)\n"
                             "{\n"
@@ -600,7 +597,7 @@ END_TEST
 START_TEST(stats_null)
 {
     ck_assert_int_eq(kiln_cache_stats_get(NULL), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("stats is NULL");
+    ASSERT_ERROR_HAS("stats is NULL");
 }
 END_TEST
 

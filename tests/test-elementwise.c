@@ -9,38 +9,9 @@
 #include <string.h>
 
 #include "kiln.h"
+#include "testutil.h"
 
 /* ---- host conversions --------------------------------------------------------------------- */
-
-static float half_to_float(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY)
-                                                     : ldexpf((float)(m | 0x400), e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-/* Round to nearest even by brute force over the representable neighbours. */
-static uint16_t float_to_half(float f)
-{
-    if (isnan(f))
-        return 0x7e00;
-    uint16_t sign = signbit(f) ? 0x8000 : 0;
-    float a = fabsf(f);
-    if (a >= 65520.0f)
-        return sign | 0x7c00;
-    uint16_t lo = 0, hi = 0x7c00;
-    while (hi - lo > 1) { /* largest half <= a */
-        uint16_t mid = (uint16_t)((lo + hi) / 2);
-        if (half_to_float(mid) <= a)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    double dl = a - half_to_float(lo), dh = half_to_float((uint16_t)(lo + 1)) - a;
-    uint16_t r = dl < dh || (dl == dh && !(lo & 1)) ? lo : (uint16_t)(lo + 1);
-    return sign | r;
-}
 
 static bool is_float(kiln_dtype dt)
 {
@@ -59,67 +30,6 @@ static double to_dtype(kiln_dtype dt, double v)
     case KILN_U8: return (uint8_t)(int64_t)v;
     }
     return 0;
-}
-
-static void store(kiln_dtype dt, void *p, int64_t i, double v)
-{
-    switch (dt) {
-    case KILN_F32: ((float *)p)[i] = (float)v; break;
-    case KILN_F64: ((double *)p)[i] = v; break;
-    case KILN_F16: ((uint16_t *)p)[i] = float_to_half((float)v); break;
-    case KILN_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case KILN_I64: ((int64_t *)p)[i] = (int64_t)v; break;
-    case KILN_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-    }
-}
-
-static double load(kiln_dtype dt, const void *p, int64_t i)
-{
-    switch (dt) {
-    case KILN_F32: return ((const float *)p)[i];
-    case KILN_F64: return ((const double *)p)[i];
-    case KILN_F16: return half_to_float(((const uint16_t *)p)[i]);
-    case KILN_I32: return ((const int32_t *)p)[i];
-    case KILN_I64: return (double)((const int64_t *)p)[i];
-    case KILN_U8: return ((const uint8_t *)p)[i];
-    }
-    return 0;
-}
-
-static int64_t numel_of(int ndim, const int64_t *shape)
-{
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++)
-        n *= shape[d];
-    return n;
-}
-
-/* A tensor holding vals (already representable in dt). */
-static kiln_tensor *make(kiln_device *d, kiln_dtype dt, int ndim, const int64_t *shape,
-                         const double *vals)
-{
-    int64_t n = numel_of(ndim, shape);
-    void *h = malloc((size_t)n * kiln_dtype_size(dt) + 8);
-    ck_assert_ptr_nonnull(h);
-    for (int64_t i = 0; i < n; i++)
-        store(dt, h, i, vals[i]);
-    kiln_tensor *t = NULL;
-    ck_assert_int_eq(kiln_tensor_from_host(d, dt, ndim, shape, h, &t), KILN_OK);
-    free(h);
-    return t;
-}
-
-static double *read_all(kiln_tensor *t)
-{
-    int64_t n = kiln_tensor_numel(t);
-    void *h = malloc(kiln_tensor_nbytes(t) + 8);
-    double *out = malloc((size_t)n * sizeof(double) + 8);
-    ck_assert(h && out);
-    ck_assert_int_eq(kiln_tensor_read(t, h, kiln_tensor_nbytes(t)), KILN_OK);
-    for (int64_t i = 0; i < n; i++)
-        out[i] = load(kiln_tensor_dtype(t), h, i);
-    free(h);
-    return out;
 }
 
 /* Deterministic inputs in [lo, hi], representable in dt (integers for integer dtypes). */
@@ -161,8 +71,6 @@ static bool close_to(kiln_dtype dt, double got, double ref, double ulps, double 
 
 /* ---- fixtures ----------------------------------------------------------------------------- */
 
-static kiln_device *devs[8];
-static int ndevs;
 static kiln_device *dev; /* "auto": gpu:0 (Oclgrind) in the -oclgrind configuration */
 static int64_t n_small;  /* element counts Oclgrind simulates quickly */
 static kiln_dtype dtypes[KILN_DTYPE_COUNT];
@@ -170,12 +78,8 @@ static int ndtypes;
 
 static void setup(void)
 {
+    setup_devices();
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_OK);
-    ndevs = kiln_device_count(KILN_DEVICE_ALL);
-    ck_assert_int_ge(ndevs, 1);
-    ndevs = ndevs > 8 ? 8 : ndevs;
-    for (int i = 0; i < ndevs; i++)
-        devs[i] = kiln_device_at(i);
     bool sim = kiln_device_count(KILN_DEVICE_GPU) > 0 &&
                strstr(kiln_device_name(dev), "Oclgrind") != NULL;
     n_small = sim ? 67 : 1031;
@@ -185,21 +89,6 @@ static void setup(void)
     for (int d = 0; d < KILN_DTYPE_COUNT; d++)
         if (d != KILN_F64 || info.fp64)
             dtypes[ndtypes++] = (kiln_dtype)d;
-}
-
-/* Wait for queued work: a launch whose result was never read must not still be running
- * (PoCL compiles kernels lazily on its worker thread) when the process exits. */
-static void teardown(void)
-{
-    for (int i = 0; i < ndevs; i++)
-        kiln_device_synchronize(devs[i]);
-}
-
-static bool has_fp64(kiln_device *d)
-{
-    kiln_device_info info;
-    ck_assert_int_eq(kiln_device_info_get(d, &info), KILN_OK);
-    return info.fp64;
 }
 
 /* ---- references ---------------------------------------------------------------------------- */
@@ -313,11 +202,11 @@ START_TEST(test_binary_all_ops)
                     continue;
                 double *a, *b;
                 binary_inputs((kiln_binary_op)op, dt, n, &a, &b);
-                kiln_tensor *ta = make(d, dt, 1, &n, a), *tb = make(d, dt, 1, &n, b), *r = NULL;
+                kiln_tensor *ta = upload(d, dt, 1, &n, a), *tb = upload(d, dt, 1, &n, b), *r = NULL;
                 ck_assert_int_eq(kiln_binary((kiln_binary_op)op, ta, tb, &r), KILN_OK);
                 ck_assert_int_eq(kiln_tensor_dtype(r), is_cmp(op) ? KILN_U8 : dt);
                 ck_assert_ptr_eq(kiln_tensor_device(r), d);
-                double *got = read_all(r);
+                double *got = download(r);
                 for (int64_t i = 0; i < n; i++)
                     check_binary_result((kiln_binary_op)op, dt, a, b, got, i, i, i,
                                         kiln_device_spec(d));
@@ -380,15 +269,15 @@ START_TEST(test_broadcast)
         for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
             kiln_dtype dt = dts[k];
             double *a = values(dt, na, -9, 9, 3), *b = values(dt, nb, -9, 9, 4);
-            kiln_tensor *ta = make(dev, dt, bc->na, bc->a, a);
-            kiln_tensor *tb = make(dev, dt, bc->nb, bc->b, b);
+            kiln_tensor *ta = upload(dev, dt, bc->na, bc->a, a);
+            kiln_tensor *tb = upload(dev, dt, bc->nb, bc->b, b);
             for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
                 kiln_tensor *r = NULL;
                 ck_assert_int_eq(kiln_binary(ops[o], ta, tb, &r), KILN_OK);
                 ck_assert_int_eq(kiln_tensor_ndim(r), bc->nr);
                 for (int d = 0; d < bc->nr; d++)
                     ck_assert_int_eq(kiln_tensor_shape(r)[d], bc->r[d]);
-                double *got = read_all(r);
+                double *got = download(r);
                 for (int64_t i = 0; i < nr; i++)
                     check_binary_result(ops[o], dt, a, b, got, i,
                                         bcast_offset(bc->nr, bc->r, i, bc->na, bc->a),
@@ -402,7 +291,7 @@ START_TEST(test_broadcast)
             ck_assert_int_eq(kiln_tensor_empty(dev, dt, bc->nr, bc->r, &o), KILN_OK);
             ck_assert_int_eq(kiln_binary_out(KILN_OP_MUL, ta, tb, o), KILN_OK);
             ck_assert_int_eq(kiln_sub(tb, ta, &r2), KILN_OK);
-            double *got = read_all(o), *got2 = read_all(r2);
+            double *got = download(o), *got2 = download(r2);
             for (int64_t i = 0; i < nr; i++) {
                 int64_t ia = bcast_offset(bc->nr, bc->r, i, bc->na, bc->a);
                 int64_t ib = bcast_offset(bc->nr, bc->r, i, bc->nb, bc->b);
@@ -431,7 +320,7 @@ START_TEST(test_scalar)
     for (int k = 0; k < ndtypes; k++) {
         kiln_dtype dt = dtypes[k];
         double *a = values(dt, n, dt == KILN_U8 ? 0 : -20, 20, 5);
-        kiln_tensor *ta = make(dev, dt, 1, &n, a);
+        kiln_tensor *ta = upload(dev, dt, 1, &n, a);
         for (int op = KILN_OP_ADD; op <= KILN_OP_GE; op++) {
             if (op == KILN_OP_POW && !is_float(dt))
                 continue;
@@ -444,7 +333,7 @@ START_TEST(test_scalar)
                 b[i] = to_dtype(dt, s);
             kiln_tensor *r = NULL;
             ck_assert_int_eq(kiln_binary_scalar((kiln_binary_op)op, ta, s, &r), KILN_OK);
-            double *got = read_all(r);
+            double *got = download(r);
             for (int64_t i = 0; i < n; i++)
                 check_binary_result((kiln_binary_op)op, dt, a, b, got, i, i, i, "scalar");
             free(got);
@@ -510,12 +399,13 @@ START_TEST(test_where)
             int64_t nb = numel_of(w->nb, w->b), nr = numel_of(w->nr, w->r);
             double *cv = values(KILN_U8, nc, 0, 2, 8), *a = values(dt, na, 0, 99, 1);
             double *b = values(dt, nb, 0, 99, 2);
-            kiln_tensor *tc = make(dev, KILN_U8, cnd[c], cshape[c], cv);
-            kiln_tensor *ta = make(dev, dt, w->na, w->a, a), *tb = make(dev, dt, w->nb, w->b, b);
+            kiln_tensor *tc = upload(dev, KILN_U8, cnd[c], cshape[c], cv);
+            kiln_tensor *ta = upload(dev, dt, w->na, w->a, a);
+            kiln_tensor *tb = upload(dev, dt, w->nb, w->b, b);
             kiln_tensor *r = NULL;
             ck_assert_int_eq(kiln_where(tc, ta, tb, &r), KILN_OK);
             ck_assert_int_eq(kiln_tensor_dtype(r), dt);
-            double *got = read_all(r);
+            double *got = download(r);
             for (int64_t i = 0; i < nr; i++) {
                 int64_t ic = bcast_offset(w->nr, w->r, i, cnd[c], cshape[c]);
                 int64_t ia = bcast_offset(w->nr, w->r, i, w->na, w->a);
@@ -620,9 +510,9 @@ START_TEST(test_unary_and_backward)
                 if (!is_float(dt) && !int_ok)
                     continue;
                 double *x = unary_inputs((kiln_unary_op)op, dt, n);
-                kiln_tensor *tx = make(d, dt, 1, &n, x), *r = NULL;
+                kiln_tensor *tx = upload(d, dt, 1, &n, x), *r = NULL;
                 ck_assert_int_eq(kiln_unary((kiln_unary_op)op, tx, &r), KILN_OK);
-                double *got = read_all(r);
+                double *got = download(r);
                 for (int64_t i = 0; i < n; i++) {
                     double ref = ref_unary((kiln_unary_op)op, x[i]);
                     bool ok = is_float(dt) ? close_to(dt, got[i], ref, unary_ulps[op],
@@ -636,9 +526,9 @@ START_TEST(test_unary_and_backward)
                 kiln_tensor_release(r);
                 if (is_float(dt)) {
                     double *g = values(dt, n, -2, 2, 77);
-                    kiln_tensor *tg = make(d, dt, 1, &n, g);
+                    kiln_tensor *tg = upload(d, dt, 1, &n, g);
                     ck_assert_int_eq(kiln_unary_backward((kiln_unary_op)op, tx, tg, &r), KILN_OK);
-                    got = read_all(r);
+                    got = download(r);
                     for (int64_t i = 0; i < n; i++) {
                         double ref = g[i] * ref_derivative((kiln_unary_op)op, x[i]);
                         double scale = pow(1 + fabs(x[i]), 2) * (1 + fabs(g[i]));
@@ -718,13 +608,13 @@ START_TEST(test_cast_all_pairs)
             v[k] = to_dtype(from, src[k]);
         if (from == KILN_F16)
             v[8] = v[9] = v[15] = 1000; /* f16 has no 1e10 */
-        kiln_tensor *tx = make(dev, from, 1, &n, v);
+        kiln_tensor *tx = upload(dev, from, 1, &n, v);
         for (int j = 0; j < ndtypes; j++) {
             kiln_dtype to = dtypes[j];
             kiln_tensor *r = NULL;
             ck_assert_int_eq(kiln_cast(tx, to, &r), KILN_OK);
             ck_assert_int_eq(kiln_tensor_dtype(r), to);
-            double *got = read_all(r);
+            double *got = download(r);
             for (int k = 0; k < n; k++) {
                 double ref = ref_cast(from, to, v[k]);
                 ck_assert_msg(got[k] == ref || (isnan(got[k]) && isnan(ref)),
@@ -741,13 +631,6 @@ END_TEST
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
-#define ck_assert_error(call, status, text)                                                     \
-    do {                                                                                        \
-        ck_assert_int_eq((call), (status));                                                     \
-        ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL, "message '%s' lacks '%s'",     \
-                      kiln_last_error(), (text));                                               \
-    } while (0)
-
 START_TEST(test_errors)
 {
     int64_t s23[2] = {2, 3}, s4[1] = {4};
@@ -759,48 +642,48 @@ START_TEST(test_errors)
     ck_assert_int_eq(kiln_tensor_zeros(dev, KILN_F32, 1, s4, &b), KILN_OK);
     ck_assert_int_eq(kiln_tensor_zeros(dev, KILN_I32, 2, s23, &ai), KILN_OK);
     kiln_tensor *r = a;
-    ck_assert_error(kiln_add(a, b, &r), KILN_ERR_SHAPE_MISMATCH, "[2, 3] and [4]");
+    ASSERT_FAILS(kiln_add(a, b, &r), KILN_ERR_SHAPE_MISMATCH, "[2, 3] and [4]");
     ck_assert_ptr_null(r);
-    ck_assert_error(kiln_add(a, b, &r), KILN_ERR_SHAPE_MISMATCH, "kiln_add");
-    ck_assert_error(kiln_mul(a, ai, &r), KILN_ERR_DTYPE_MISMATCH, "f32 and i32");
-    ck_assert_error(kiln_sub(NULL, a, &r), KILN_ERR_INVALID_ARGUMENT, "argument 1");
-    ck_assert_error(kiln_div(a, NULL, &r), KILN_ERR_INVALID_ARGUMENT, "argument 2");
-    ck_assert_error(kiln_add(a, a, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
-    ck_assert_error(kiln_binary((kiln_binary_op)99, a, a, &r), KILN_ERR_INVALID_ARGUMENT,
-                    "unknown binary op");
-    ck_assert_error(kiln_binary(KILN_OP_POW, ai, ai, &r), KILN_ERR_UNSUPPORTED, "i32");
-    ck_assert_error(kiln_binary_scalar(KILN_OP_POW, ai, 2, &r), KILN_ERR_UNSUPPORTED, "pow");
-    ck_assert_error(kiln_binary_scalar(KILN_OP_ADD, ai, 1e12, &r), KILN_ERR_INVALID_ARGUMENT,
-                    "does not fit");
-    ck_assert_error(kiln_binary_scalar(KILN_OP_ADD, NULL, 1, &r), KILN_ERR_INVALID_ARGUMENT,
-                    "kiln_binary_scalar");
+    ASSERT_FAILS(kiln_add(a, b, &r), KILN_ERR_SHAPE_MISMATCH, "kiln_add");
+    ASSERT_FAILS(kiln_mul(a, ai, &r), KILN_ERR_DTYPE_MISMATCH, "f32 and i32");
+    ASSERT_FAILS(kiln_sub(NULL, a, &r), KILN_ERR_INVALID_ARGUMENT, "argument 1");
+    ASSERT_FAILS(kiln_div(a, NULL, &r), KILN_ERR_INVALID_ARGUMENT, "argument 2");
+    ASSERT_FAILS(kiln_add(a, a, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    ASSERT_FAILS(kiln_binary((kiln_binary_op)99, a, a, &r), KILN_ERR_INVALID_ARGUMENT,
+                 "unknown binary op");
+    ASSERT_FAILS(kiln_binary(KILN_OP_POW, ai, ai, &r), KILN_ERR_UNSUPPORTED, "i32");
+    ASSERT_FAILS(kiln_binary_scalar(KILN_OP_POW, ai, 2, &r), KILN_ERR_UNSUPPORTED, "pow");
+    ASSERT_FAILS(kiln_binary_scalar(KILN_OP_ADD, ai, 1e12, &r), KILN_ERR_INVALID_ARGUMENT,
+                 "does not fit");
+    ASSERT_FAILS(kiln_binary_scalar(KILN_OP_ADD, NULL, 1, &r), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_binary_scalar");
     /* _out: wrong shape, wrong dtype (a comparison gives u8), NULL */
     ck_assert_int_eq(kiln_tensor_zeros(dev, KILN_F32, 1, s4, &o), KILN_OK);
-    ck_assert_error(kiln_binary_out(KILN_OP_ADD, a, a, o), KILN_ERR_SHAPE_MISMATCH, "[4]");
-    ck_assert_error(kiln_binary_out(KILN_OP_LT, b, b, o), KILN_ERR_DTYPE_MISMATCH, "u8");
-    ck_assert_error(kiln_binary_out(KILN_OP_ADD, b, b, NULL), KILN_ERR_INVALID_ARGUMENT,
-                    "out is NULL");
-    ck_assert_error(kiln_unary_out(KILN_OP_EXP, a, o), KILN_ERR_SHAPE_MISMATCH, "[2, 3]");
+    ASSERT_FAILS(kiln_binary_out(KILN_OP_ADD, a, a, o), KILN_ERR_SHAPE_MISMATCH, "[4]");
+    ASSERT_FAILS(kiln_binary_out(KILN_OP_LT, b, b, o), KILN_ERR_DTYPE_MISMATCH, "u8");
+    ASSERT_FAILS(kiln_binary_out(KILN_OP_ADD, b, b, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "out is NULL");
+    ASSERT_FAILS(kiln_unary_out(KILN_OP_EXP, a, o), KILN_ERR_SHAPE_MISMATCH, "[2, 3]");
     /* unary */
-    ck_assert_error(kiln_unary(KILN_OP_EXP, ai, &r), KILN_ERR_UNSUPPORTED, "exp");
-    ck_assert_error(kiln_unary((kiln_unary_op)-1, a, &r), KILN_ERR_INVALID_ARGUMENT,
-                    "unknown unary op");
-    ck_assert_error(kiln_unary(KILN_OP_EXP, NULL, &r), KILN_ERR_INVALID_ARGUMENT, "kiln_unary");
-    ck_assert_error(kiln_unary_backward(KILN_OP_TANH, a, b, &r), KILN_ERR_SHAPE_MISMATCH,
-                    "[4]");
-    ck_assert_error(kiln_unary_backward(KILN_OP_RELU, ai, ai, &r), KILN_ERR_UNSUPPORTED,
-                    "relu");
-    ck_assert_error(kiln_unary_backward(KILN_OP_TANH, a, ai, &r), KILN_ERR_DTYPE_MISMATCH,
-                    "i32");
+    ASSERT_FAILS(kiln_unary(KILN_OP_EXP, ai, &r), KILN_ERR_UNSUPPORTED, "exp");
+    ASSERT_FAILS(kiln_unary((kiln_unary_op)-1, a, &r), KILN_ERR_INVALID_ARGUMENT,
+                 "unknown unary op");
+    ASSERT_FAILS(kiln_unary(KILN_OP_EXP, NULL, &r), KILN_ERR_INVALID_ARGUMENT, "kiln_unary");
+    ASSERT_FAILS(kiln_unary_backward(KILN_OP_TANH, a, b, &r), KILN_ERR_SHAPE_MISMATCH,
+                 "[4]");
+    ASSERT_FAILS(kiln_unary_backward(KILN_OP_RELU, ai, ai, &r), KILN_ERR_UNSUPPORTED,
+                 "relu");
+    ASSERT_FAILS(kiln_unary_backward(KILN_OP_TANH, a, ai, &r), KILN_ERR_DTYPE_MISMATCH,
+                 "i32");
     /* where */
-    ck_assert_error(kiln_where(a, a, a, &r), KILN_ERR_DTYPE_MISMATCH, "u8");
+    ASSERT_FAILS(kiln_where(a, a, a, &r), KILN_ERR_DTYPE_MISMATCH, "u8");
     ck_assert_int_eq(kiln_binary(KILN_OP_GT, a, a, &c), KILN_OK);
-    ck_assert_error(kiln_where(c, a, ai, &r), KILN_ERR_DTYPE_MISMATCH, "f32 and i32");
-    ck_assert_error(kiln_where(c, b, b, &r), KILN_ERR_SHAPE_MISMATCH, "[2, 3], [4] and [4]");
-    ck_assert_error(kiln_where(NULL, b, b, &r), KILN_ERR_INVALID_ARGUMENT, "argument 1");
+    ASSERT_FAILS(kiln_where(c, a, ai, &r), KILN_ERR_DTYPE_MISMATCH, "f32 and i32");
+    ASSERT_FAILS(kiln_where(c, b, b, &r), KILN_ERR_SHAPE_MISMATCH, "[2, 3], [4] and [4]");
+    ASSERT_FAILS(kiln_where(NULL, b, b, &r), KILN_ERR_INVALID_ARGUMENT, "argument 1");
     /* cast */
-    ck_assert_error(kiln_cast(a, (kiln_dtype)42, &r), KILN_ERR_INVALID_ARGUMENT, "dtype");
-    ck_assert_error(kiln_cast(NULL, KILN_F32, &r), KILN_ERR_INVALID_ARGUMENT, "kiln_cast");
+    ASSERT_FAILS(kiln_cast(a, (kiln_dtype)42, &r), KILN_ERR_INVALID_ARGUMENT, "dtype");
+    ASSERT_FAILS(kiln_cast(NULL, KILN_F32, &r), KILN_ERR_INVALID_ARGUMENT, "kiln_cast");
     ck_assert_ptr_null(r);
     kiln_tensor_release(a);
     kiln_tensor_release(b);
@@ -846,14 +729,14 @@ START_TEST(test_device_mismatch)
     ck_assert_int_eq(kiln_tensor_zeros(devs[1], KILN_F32, 1, &n, &b), KILN_OK);
     ck_assert_int_eq(kiln_tensor_zeros(devs[1], KILN_U8, 1, &n, &c), KILN_OK);
     const char *s0 = kiln_device_spec(devs[0]), *s1 = kiln_device_spec(devs[1]);
-    ck_assert_error(kiln_add(a, b, &r), KILN_ERR_DEVICE_MISMATCH, s0);
+    ASSERT_FAILS(kiln_add(a, b, &r), KILN_ERR_DEVICE_MISMATCH, s0);
     ck_assert_msg(strstr(kiln_last_error(), s1), "%s", kiln_last_error());
     ck_assert_ptr_null(r);
-    ck_assert_error(kiln_binary_out(KILN_OP_MUL, b, b, a), KILN_ERR_DEVICE_MISMATCH, s1);
+    ASSERT_FAILS(kiln_binary_out(KILN_OP_MUL, b, b, a), KILN_ERR_DEVICE_MISMATCH, s1);
     ck_assert_msg(strstr(kiln_last_error(), s0), "%s", kiln_last_error());
-    ck_assert_error(kiln_where(c, a, a, &r), KILN_ERR_DEVICE_MISMATCH, s0);
-    ck_assert_error(kiln_unary_out(KILN_OP_EXP, a, b), KILN_ERR_DEVICE_MISMATCH, s1);
-    ck_assert_error(kiln_unary_backward(KILN_OP_EXP, a, b, &r), KILN_ERR_DEVICE_MISMATCH, s1);
+    ASSERT_FAILS(kiln_where(c, a, a, &r), KILN_ERR_DEVICE_MISMATCH, s0);
+    ASSERT_FAILS(kiln_unary_out(KILN_OP_EXP, a, b), KILN_ERR_DEVICE_MISMATCH, s1);
+    ASSERT_FAILS(kiln_unary_backward(KILN_OP_EXP, a, b, &r), KILN_ERR_DEVICE_MISMATCH, s1);
     kiln_tensor_release(a);
     kiln_tensor_release(b);
     kiln_tensor_release(c);
@@ -864,7 +747,7 @@ Suite *elementwise_suite(void)
 {
     Suite *s = suite_create("elementwise");
     TCase *tc = tcase_create("ops");
-    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_add_unchecked_fixture(tc, setup, teardown_devices);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_binary_all_ops);
     tcase_add_test(tc, test_broadcast);

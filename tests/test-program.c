@@ -14,12 +14,9 @@
 #include "lib/clcall.h"
 #include "lib/diskcache.h"
 #include "kiln.h"
+#include "testutil.h"
 #include "lib/launch.h"
 #include "lib/program.h"
-
-#define ck_assert_err_contains(text)                                                          \
-    ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL, "message \"%s\" lacks \"%s\"",   \
-                  kiln_last_error(), (text))
 
 static const char *saxpy_source =
     "__kernel void saxpy(__global float *y, __global const float *x, float a, int n)\n"
@@ -165,11 +162,11 @@ START_TEST(local_memory_argument)
     args[2] = kiln_arg_local(0);
     ck_assert_int_eq(kiln_program_launch(prog, "reverse_blocks", 1, &global, &local, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("local memory");
+    ASSERT_ERROR_HAS("local memory");
     args[2] = kiln_arg_local((size_t)1 << 40);
     ck_assert_int_eq(kiln_program_launch(prog, "reverse_blocks", 1, &global, &local, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("local memory");
+    ASSERT_ERROR_HAS("local memory");
     kiln_tensor_release(tin);
     kiln_tensor_release(tout);
 }
@@ -209,17 +206,17 @@ START_TEST(scalars_of_each_dtype_arrive)
     args[1] = kiln_arg_f64(1.0);
     ck_assert_int_eq(kiln_program_launch(prog, "scalars", 1, &one, NULL, 5, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("argument 1 of kernel scalars");
+    ASSERT_ERROR_HAS("argument 1 of kernel scalars");
     /* A hand-made argument with a bad kind or dtype. */
     args[1] = kiln_arg_f32(1.0f);
     args[1].dtype = (kiln_dtype)99;
     ck_assert_int_eq(kiln_program_launch(prog, "scalars", 1, &one, NULL, 5, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("unknown dtype");
+    ASSERT_ERROR_HAS("unknown dtype");
     args[1].kind = (kiln_arg_kind)42;
     ck_assert_int_eq(kiln_program_launch(prog, "scalars", 1, &one, NULL, 5, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("unknown kind");
+    ASSERT_ERROR_HAS("unknown kind");
     kiln_tensor_release(out);
 }
 END_TEST
@@ -301,10 +298,10 @@ START_TEST(wrong_argument_count)
     size_t g = 2;
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, NULL, 3, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("saxpy takes 4 arguments, 3 given");
+    ASSERT_ERROR_HAS("saxpy takes 4 arguments, 3 given");
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, NULL, 4, NULL),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("args is NULL");
+    ASSERT_ERROR_HAS("args is NULL");
     kiln_tensor_release(t);
 }
 END_TEST
@@ -317,31 +314,31 @@ START_TEST(bad_sizes)
     size_t g = 60, l = 16;
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, &l, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("global size 60 in dimension 0 is not a multiple of the local size 16");
+    ASSERT_ERROR_HAS("global size 60 in dimension 0 is not a multiple of the local size 16");
     size_t big = (size_t)1 << 20;
     g = big;
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, &big, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("exceeds the device's limit");
+    ASSERT_ERROR_HAS("exceeds the device's limit");
     size_t g2[2] = {64, 128}, l2[2] = {64, 128}; /* each fits, the product does not */
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 2, g2, l2, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("exceeds kernel saxpy's limit");
+    ASSERT_ERROR_HAS("exceeds kernel saxpy's limit");
     l = 0;
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, &l, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 0, &g, NULL, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("work_dim is 0");
+    ASSERT_ERROR_HAS("work_dim is 0");
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 4, &g, NULL, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, NULL, NULL, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("global is NULL");
+    ASSERT_ERROR_HAS("global is NULL");
     g = (size_t)-1;
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, NULL, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("too large");
+    ASSERT_ERROR_HAS("too large");
     kiln_tensor_release(t);
 }
 END_TEST
@@ -368,8 +365,8 @@ START_TEST(zero_global_is_noop_and_enqueue_errors)
     g[0] = 4;
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, g, NULL, 4, args),
                      kiln__cl_status(CL_OUT_OF_RESOURCES));
-    ck_assert_err_contains("clEnqueueNDRangeKernel");
-    ck_assert_err_contains("CL_OUT_OF_RESOURCES");
+    ASSERT_ERROR_HAS("clEnqueueNDRangeKernel");
+    ASSERT_ERROR_HAS("CL_OUT_OF_RESOURCES");
     kiln__cl_reset();
     ck_assert_int_eq(kiln_tensor_read(t, got, sizeof got), KILN_OK);
     ck_assert_int_eq(memcmp(got, x, sizeof x), 0);
@@ -396,12 +393,12 @@ START_TEST(unknown_kernel_lists_kernels)
     size_t g = 1;
     ck_assert_int_eq(kiln_program_launch(prog, "saxpyy", 1, &g, NULL, 0, NULL),
                      KILN_ERR_NOT_FOUND);
-    ck_assert_err_contains("no kernel named \"saxpyy\"");
-    ck_assert_err_contains("saxpy");
-    ck_assert_err_contains("reverse_blocks");
+    ASSERT_ERROR_HAS("no kernel named \"saxpyy\"");
+    ASSERT_ERROR_HAS("saxpy");
+    ASSERT_ERROR_HAS("reverse_blocks");
     ck_assert_int_eq(kiln_program_launch(prog, NULL, 1, &g, NULL, 0, NULL),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("kernel name is NULL");
+    ASSERT_ERROR_HAS("kernel name is NULL");
     ck_assert_ptr_nonnull(strstr(kiln_program_kernel_names(prog), "grid2d"));
 }
 END_TEST
@@ -418,10 +415,10 @@ START_TEST(tensor_from_another_device)
     size_t g = 2;
     ck_assert_int_eq(kiln_program_launch(p, "saxpy", 1, &g, NULL, 4, args),
                      KILN_ERR_DEVICE_MISMATCH);
-    ck_assert_err_contains(kiln_device_spec(d0));
-    ck_assert_err_contains(kiln_device_spec(d1));
-    ck_assert_err_contains("kiln_tensor_to()");
-    ck_assert_err_contains("argument 1 of kernel saxpy");
+    ASSERT_ERROR_HAS(kiln_device_spec(d0));
+    ASSERT_ERROR_HAS(kiln_device_spec(d1));
+    ASSERT_ERROR_HAS("kiln_tensor_to()");
+    ASSERT_ERROR_HAS("argument 1 of kernel saxpy");
     kiln_tensor_release(a);
     kiln_tensor_release(b);
     kiln_program_release(p);
@@ -433,12 +430,12 @@ START_TEST(bad_handles)
     size_t g = 1;
     ck_assert_int_eq(kiln_program_launch(NULL, "saxpy", 1, &g, NULL, 0, NULL),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("prog is NULL");
+    ASSERT_ERROR_HAS("prog is NULL");
     kiln_arg args[] = {kiln_arg_tensor(NULL), kiln_arg_tensor(NULL), kiln_arg_f32(1),
                        kiln_arg_i32(2)};
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, NULL, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("argument 0 of kernel saxpy");
+    ASSERT_ERROR_HAS("argument 0 of kernel saxpy");
     ck_assert_str_eq(kiln_program_kernel_names(NULL), "");
     ck_assert_ptr_null(kiln_program_device(NULL));
     kiln_program_release(NULL);
@@ -456,9 +453,9 @@ START_TEST(syntax_error_gives_log)
                       "}\n";
     ck_assert_int_eq(kiln_program_build(dev, bad, NULL, &p), KILN_ERR_BUILD_FAILED);
     ck_assert_ptr_null(p);
-    ck_assert_err_contains("kiln_program_build");
-    ck_assert_err_contains("undeclared_thing_xyz"); /* the compiler's own words */
-    ck_assert_err_contains("error");
+    ASSERT_ERROR_HAS("kiln_program_build");
+    ASSERT_ERROR_HAS("undeclared_thing_xyz"); /* the compiler's own words */
+    ASSERT_ERROR_HAS("error");
 }
 END_TEST
 
@@ -468,18 +465,18 @@ START_TEST(bad_build_arguments)
     ck_assert_int_eq(kiln_program_build(NULL, saxpy_source, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_null(p);
     ck_assert_int_eq(kiln_program_build(dev, NULL, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("source is NULL");
+    ASSERT_ERROR_HAS("source is NULL");
     ck_assert_int_eq(kiln_program_build(dev, "", NULL, &p), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("source is empty");
+    ASSERT_ERROR_HAS("source is empty");
     ck_assert_int_eq(kiln_program_build(dev, saxpy_source, NULL, NULL), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("out is NULL");
+    ASSERT_ERROR_HAS("out is NULL");
     /* Malformed options are refused before the driver sees them. */
     ck_assert_int_eq(kiln_program_build(dev, saxpy_source, "-DA=1\n-DB=2", &p),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("control character");
+    ASSERT_ERROR_HAS("control character");
     ck_assert_int_eq(kiln_program_build(dev, saxpy_source, "-DA=1 B=2", &p),
                      KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("\"B=2\" does not start with '-'");
+    ASSERT_ERROR_HAS("\"B=2\" does not start with '-'");
     ck_assert_int_eq(kiln__check_options("-D A=1  -I /tmp -U B -cl-fast-relaxed-math", "t"),
                      KILN_OK);
     ck_assert_int_eq(kiln__check_options("-D A=1 B", "t"), KILN_ERR_INVALID_ARGUMENT);
@@ -487,7 +484,7 @@ START_TEST(bad_build_arguments)
     kiln_status s = kiln_program_build(dev, saxpy_source, "-no-such-option-xyz", &p);
     ck_assert_msg(s == KILN_ERR_INVALID_ARGUMENT || s == KILN_ERR_BUILD_FAILED, "%s",
                   kiln_last_error());
-    ck_assert_err_contains("-no-such-option-xyz");
+    ASSERT_ERROR_HAS("-no-such-option-xyz");
     ck_assert_ptr_null(p);
 }
 END_TEST
@@ -508,7 +505,7 @@ START_TEST(options_and_capability_macros)
     ck_assert_msg(s == KILN_OK, "%s", kiln_last_error());
     kiln_program_release(p);
     ck_assert_int_eq(kiln_program_build(dev, src, NULL, &p), KILN_ERR_BUILD_FAILED);
-    ck_assert_err_contains("USER_N missing");
+    ASSERT_ERROR_HAS("USER_N missing");
 }
 END_TEST
 
@@ -572,28 +569,28 @@ START_TEST(build_file_cases)
     snprintf(path, sizeof path, "%s/missing.cl", tmpdir);
     ck_assert_int_eq(kiln_program_build_file(dev, path, NULL, &p), KILN_ERR_IO);
     ck_assert_ptr_null(p);
-    ck_assert_err_contains(path);
-    ck_assert_err_contains("No such file");
+    ASSERT_ERROR_HAS(path);
+    ASSERT_ERROR_HAS("No such file");
 
     ck_assert_int_eq(kiln_program_build_file(dev, tmpdir, NULL, &p), KILN_ERR_IO);
-    ck_assert_err_contains("not a regular file");
+    ASSERT_ERROR_HAS("not a regular file");
 
     snprintf(path, sizeof path, "%s/empty.cl", tmpdir);
     write_file(path, "", 0);
     ck_assert_int_eq(kiln_program_build_file(dev, path, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("empty");
-    ck_assert_err_contains(path);
+    ASSERT_ERROR_HAS("empty");
+    ASSERT_ERROR_HAS(path);
 
     snprintf(path, sizeof path, "%s/nul.cl", tmpdir);
     write_file(path, "__kernel void k() {}\0junk", 25);
     ck_assert_int_eq(kiln_program_build_file(dev, path, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("NUL byte");
+    ASSERT_ERROR_HAS("NUL byte");
 
     snprintf(path, sizeof path, "%s/huge.cl", tmpdir);
     write_file(path, "//", 2);
     ck_assert_int_eq(truncate(path, (off_t)17 << 20), 0); /* sparse: no real 17 MiB written */
     ck_assert_int_eq(kiln_program_build_file(dev, path, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("too large");
+    ASSERT_ERROR_HAS("too large");
 
     snprintf(path, sizeof path, "%s/saxpy.cl", tmpdir);
     write_file(path, saxpy_source, strlen(saxpy_source));
@@ -603,7 +600,7 @@ START_TEST(build_file_cases)
     kiln_program_release(p);
 
     ck_assert_int_eq(kiln_program_build_file(dev, NULL, NULL, &p), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_err_contains("path is NULL");
+    ASSERT_ERROR_HAS("path is NULL");
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     ck_assert_int_eq(system(cmd), 0);
@@ -645,15 +642,15 @@ START_TEST(builtin_errors)
     ck_assert_int_eq(kiln__builtin_kernel(dev, "no_such_source", "", "x", "test", &k),
                      KILN_ERR_NOT_FOUND);
     ck_assert_ptr_null(k);
-    ck_assert_err_contains("no_such_source");
+    ASSERT_ERROR_HAS("no_such_source");
     ck_assert_int_eq(kiln__builtin_kernel(dev, "creation", ARANGE_DEFINES, "nope", "test", &k),
                      KILN_ERR_NOT_FOUND);
-    ck_assert_err_contains("kiln_arange");
+    ASSERT_ERROR_HAS("kiln_arange");
     /* A built-in source that does not build (its macros missing) is reported as a kiln bug. */
     ck_assert_int_eq(kiln__builtin_kernel(dev, "creation", "", "kiln_arange", "test", &k),
                      KILN_ERR_BUILD_FAILED);
-    ck_assert_err_contains("creation.cl");
-    ck_assert_err_contains("kiln bug");
+    ASSERT_ERROR_HAS("creation.cl");
+    ASSERT_ERROR_HAS("kiln bug");
     ck_assert_int_eq(kiln__builtin_kernel(NULL, "creation", "", "kiln_arange", "test", &k),
                      KILN_ERR_INVALID_ARGUMENT);
 }

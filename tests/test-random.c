@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kiln.h"
+#include "testutil.h"
 
 /* ---- reference: Philox4x32-10 (Salmon et al., Random123) in plain C ---------------------- */
 
@@ -137,15 +138,6 @@ static float ref_normal(int64_t i, uint64_t seed, float mean, float stddev)
     return mean + stddev * ref_normal_parts(i, seed, &u1, &u2);
 }
 
-/* IEEE half bits -> float (exact). */
-static float half_to_float(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY)
-                                                     : ldexpf((float)(m | 0x400), e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
 /* ---- fixtures ----------------------------------------------------------------------------- */
 
 static kiln_device *dev; /* "auto": Oclgrind's gpu:0 in the -oclgrind configuration */
@@ -153,24 +145,9 @@ static int64_t small_n;  /* sizes that Oclgrind simulates quickly */
 
 static void setup(void)
 {
+    setup_devices();
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_OK);
     small_n = kiln_device_count(KILN_DEVICE_GPU) > 0 ? 300 : 4099;
-}
-
-/* Wait for queued work before the process exits (PoCL compiles kernels lazily on its worker
- * thread). */
-static void teardown(void)
-{
-    for (int i = 0; i < kiln_device_count(KILN_DEVICE_ALL); i++)
-        kiln_device_synchronize(kiln_device_at(i));
-}
-
-static float *read_f32(kiln_tensor *t)
-{
-    float *h = malloc(kiln_tensor_nbytes(t) + 1);
-    ck_assert_ptr_nonnull(h);
-    ck_assert_int_eq(kiln_tensor_read(t, h, kiln_tensor_nbytes(t)), KILN_OK);
-    return h;
 }
 
 /* ---- tests --------------------------------------------------------------------------------- */
@@ -220,7 +197,7 @@ static void check_uniform_on(kiln_device *d, int64_t n, uint64_t seed, float low
     kiln_tensor *t = NULL;
     int64_t shape[2] = {n / 3, 3};
     ck_assert_int_eq(kiln_rand_uniform(d, KILN_F32, 2, shape, seed, low, high, &t), KILN_OK);
-    float *h = read_f32(t);
+    float *h = read_host(t);
     for (int64_t i = 0; i < kiln_tensor_numel(t); i++) {
         float want = ref_uniform(i, seed, low, high);
         ck_assert_msg(f2u(h[i]) == f2u(want), "%s element %lld: %.9g, reference %.9g",
@@ -235,7 +212,7 @@ static void check_normal_on(kiln_device *d, int64_t n, uint64_t seed, float mean
 {
     kiln_tensor *t = NULL;
     ck_assert_int_eq(kiln_rand_normal(d, KILN_F32, 1, &n, seed, mean, sd, &t), KILN_OK);
-    float *h = read_f32(t);
+    float *h = read_host(t);
     for (int64_t i = 0; i < n; i++) {
         float want = ref_normal(i, seed, mean, sd);
         ck_assert_msg(f2u(h[i]) == f2u(want), "%s element %lld: %.9g, reference %.9g",
@@ -268,7 +245,7 @@ START_TEST(test_counter_per_element)
     kiln_tensor *a = NULL, *b = NULL;
     ck_assert_int_eq(kiln_rand_normal(dev, KILN_F32, 1, &n, 99, 0, 1, &a), KILN_OK);
     ck_assert_int_eq(kiln_rand_normal(dev, KILN_F32, 3, shape, 99, 0, 1, &b), KILN_OK);
-    float *ha = read_f32(a), *hb = read_f32(b);
+    float *ha = read_host(a), *hb = read_host(b);
     ck_assert_int_eq(memcmp(ha, hb, 70 * sizeof(float)), 0);
     free(ha);
     free(hb);
@@ -319,7 +296,7 @@ START_TEST(test_statistics)
     int64_t n = 100000;
     kiln_tensor *t = NULL;
     ck_assert_int_eq(kiln_rand_normal(cpu, KILN_F32, 1, &n, 2024, 0, 1, &t), KILN_OK);
-    float *h = read_f32(t);
+    float *h = read_host(t);
     double sum = 0, sq = 0;
     for (int64_t i = 0; i < n; i++)
         sum += h[i];
@@ -341,7 +318,7 @@ START_TEST(test_statistics)
     free(h);
     kiln_tensor_release(t);
     ck_assert_int_eq(kiln_rand_uniform(cpu, KILN_F32, 1, &n, 2024, 0, 1, &t), KILN_OK);
-    h = read_f32(t);
+    h = read_host(t);
     sum = 0;
     for (int64_t i = 0; i < n; i++) {
         ck_assert(h[i] >= 0 && h[i] < 1);
@@ -367,36 +344,29 @@ START_TEST(test_zero_size)
 }
 END_TEST
 
-#define ck_assert_error(call, status, text)                                                     \
-    do {                                                                                        \
-        ck_assert_int_eq((call), (status));                                                     \
-        ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL, "message '%s' lacks '%s'",     \
-                      kiln_last_error(), (text));                                               \
-    } while (0)
-
 START_TEST(test_errors)
 {
     int64_t n = 4;
     kiln_tensor *t = (kiln_tensor *)&n;
-    ck_assert_error(kiln_rand_uniform(NULL, KILN_F32, 1, &n, 1, 0, 1, &t),
-                    KILN_ERR_INVALID_ARGUMENT, "kiln_rand_uniform");
+    ASSERT_FAILS(kiln_rand_uniform(NULL, KILN_F32, 1, &n, 1, 0, 1, &t),
+                 KILN_ERR_INVALID_ARGUMENT, "kiln_rand_uniform");
     ck_assert_ptr_null(t);
-    ck_assert_error(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1, 0, 1, NULL),
-                    KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    ASSERT_FAILS(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1, 0, 1, NULL),
+                 KILN_ERR_INVALID_ARGUMENT, "out is NULL");
     t = (kiln_tensor *)&n;
-    ck_assert_error(kiln_rand_uniform(dev, KILN_I32, 1, &n, 1, 0, 1, &t), KILN_ERR_UNSUPPORTED,
-                    "i32");
+    ASSERT_FAILS(kiln_rand_uniform(dev, KILN_I32, 1, &n, 1, 0, 1, &t), KILN_ERR_UNSUPPORTED,
+                 "i32");
     ck_assert_ptr_null(t);
-    ck_assert_error(kiln_rand_normal(dev, KILN_U8, 1, &n, 1, 0, 1, &t), KILN_ERR_UNSUPPORTED,
-                    "u8");
-    ck_assert_error(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1, 1, 1, &t),
-                    KILN_ERR_INVALID_ARGUMENT, "less than high");
-    ck_assert_error(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1, 0, INFINITY, &t),
-                    KILN_ERR_INVALID_ARGUMENT, "finite");
-    ck_assert_error(kiln_rand_normal(dev, KILN_F32, 1, &n, 1, 0, -1, &t),
-                    KILN_ERR_INVALID_ARGUMENT, "negative");
-    ck_assert_error(kiln_rand_normal(dev, KILN_F32, 0, &n, 1, 0, 1, &t),
-                    KILN_ERR_INVALID_ARGUMENT, "kiln_rand_normal");
+    ASSERT_FAILS(kiln_rand_normal(dev, KILN_U8, 1, &n, 1, 0, 1, &t), KILN_ERR_UNSUPPORTED,
+                 "u8");
+    ASSERT_FAILS(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1, 1, 1, &t),
+                 KILN_ERR_INVALID_ARGUMENT, "less than high");
+    ASSERT_FAILS(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1, 0, INFINITY, &t),
+                 KILN_ERR_INVALID_ARGUMENT, "finite");
+    ASSERT_FAILS(kiln_rand_normal(dev, KILN_F32, 1, &n, 1, 0, -1, &t),
+                 KILN_ERR_INVALID_ARGUMENT, "negative");
+    ASSERT_FAILS(kiln_rand_normal(dev, KILN_F32, 0, &n, 1, 0, 1, &t),
+                 KILN_ERR_INVALID_ARGUMENT, "kiln_rand_normal");
     ck_assert_ptr_null(t);
 }
 END_TEST
@@ -409,7 +379,7 @@ Suite *random_suite(void)
     tcase_add_test(ref, test_reference_math);
     suite_add_tcase(s, ref);
     TCase *tc = tcase_create("device");
-    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_add_unchecked_fixture(tc, setup, teardown_devices);
     tcase_add_test(tc, test_bit_identical_every_device);
     tcase_add_test(tc, test_counter_per_element);
     tcase_add_test(tc, test_other_float_dtypes);

@@ -14,10 +14,8 @@
 
 #include "lib/clcall.h"
 #include "lib/registry.h"
+#include "testutil.h"
 
-#define ck_assert_error_has(sub)                                                                   \
-    ck_assert_msg(strstr(kiln_last_error(), (sub)) != NULL, "message '%s' lacks '%s'",             \
-                  kiln_last_error(), (sub))
 #define ck_assert_has(str, sub)                                                                    \
     ck_assert_msg(strstr((str), (sub)) != NULL, "'%s' lacks '%s'", (str), (sub))
 
@@ -277,7 +275,7 @@ START_TEST(oclgrind_is_gpu0)
     kiln_device *c;
     ck_assert_int_eq(kiln_device_get("cuda:0", &c), KILN_ERR_NO_DEVICE);
     ck_assert_ptr_null(c);
-    ck_assert_error_has("NVIDIA");
+    ASSERT_ERROR_HAS("NVIDIA");
 }
 END_TEST
 
@@ -293,10 +291,10 @@ START_TEST(gpu_unavailable_explained)
     kiln_device *dev = (kiln_device *)1;
     ck_assert_int_eq(kiln_device_get("gpu:0", &dev), KILN_ERR_NO_DEVICE);
     ck_assert_ptr_null(dev);
-    ck_assert_error_has("no device 'gpu:0'; available: cpu:0");
-    ck_assert_error_has("no OpenCL platform has a gpu device");
+    ASSERT_ERROR_HAS("no device 'gpu:0'; available: cpu:0");
+    ASSERT_ERROR_HAS("no OpenCL platform has a gpu device");
     ck_assert_int_eq(kiln_device_get("cuda", &dev), KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("no NVIDIA GPU");
+    ASSERT_ERROR_HAS("no NVIDIA GPU");
 }
 END_TEST
 
@@ -321,24 +319,24 @@ START_TEST(null_and_forged_arguments)
     kiln_device_info info;
     ck_assert_int_eq(kiln_device_get(NULL, &dev), KILN_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_null(dev);
-    ck_assert_error_has("NULL");
+    ASSERT_ERROR_HAS("NULL");
     ck_assert_int_eq(kiln_device_get("auto", NULL), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("NULL");
+    ASSERT_ERROR_HAS("NULL");
     ck_assert_str_eq(kiln_device_name(NULL), "");
     ck_assert_str_eq(kiln_device_spec(NULL), "");
     ck_assert_str_eq(kiln_device_name(forged), "");
     ck_assert_str_eq(kiln_device_spec(forged), "");
     ck_assert_int_eq(kiln_device_info_get(NULL, &info), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("kiln_device_info_get: device is NULL");
+    ASSERT_ERROR_HAS("kiln_device_info_get: device is NULL");
     ck_assert_int_eq(kiln_device_info_get(forged, &info), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("not a device handle");
+    ASSERT_ERROR_HAS("not a device handle");
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_OK);
     ck_assert_int_eq(kiln_device_info_get(dev, NULL), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("info is NULL");
+    ASSERT_ERROR_HAS("info is NULL");
     ck_assert_int_eq(kiln_device_synchronize(NULL), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("kiln_device_synchronize");
+    ASSERT_ERROR_HAS("kiln_device_synchronize");
     ck_assert_int_eq(kiln_device_synchronize(forged), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("not a device handle");
+    ASSERT_ERROR_HAS("not a device handle");
     ck_assert_ptr_null(kiln_device_cl_context(NULL));
     ck_assert_ptr_null(kiln_device_cl_queue(forged));
     ck_assert_ptr_null(kiln_device_cl_device_id(forged));
@@ -349,7 +347,7 @@ START_TEST(null_and_forged_arguments)
     /* Malformed specs fail the same way through the registry. */
     ck_assert_int_eq(kiln_device_get("gpu:1x", &dev), KILN_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_null(dev);
-    ck_assert_error_has("unexpected 'x'");
+    ASSERT_ERROR_HAS("unexpected 'x'");
 }
 END_TEST
 
@@ -444,8 +442,8 @@ START_TEST(fault_no_platform)
     kiln_device *dev = (kiln_device *)1;
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_ERR_NO_PLATFORM);
     ck_assert_ptr_null(dev);
-    ck_assert_error_has("pocl-opencl-icd");
-    ck_assert_error_has("CL_PLATFORM_NOT_FOUND_KHR (-1001)");
+    ASSERT_ERROR_HAS("pocl-opencl-icd");
+    ASSERT_ERROR_HAS("CL_PLATFORM_NOT_FOUND_KHR (-1001)");
     ck_assert_int_eq(kiln_device_get("cpu:x", &dev), KILN_ERR_INVALID_ARGUMENT);
     ck_assert_has(kiln_unavailable_reason(KILN_DEVICE_GPU), "no OpenCL platform found");
     ck_assert_has(kiln_unavailable_reason(KILN_DEVICE_CPU), "pocl-opencl-icd");
@@ -548,8 +546,8 @@ START_TEST(fault_context_transient)
     kiln_device *dev;
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_OK);
     ck_assert_int_ne(kiln_device_synchronize(dev), KILN_OK);
-    ck_assert_error_has("clCreateContext");
-    ck_assert_error_has("CL_OUT_OF_RESOURCES");
+    ASSERT_ERROR_HAS("clCreateContext");
+    ASSERT_ERROR_HAS("CL_OUT_OF_RESOURCES");
     ck_assert_ptr_null(kiln_device_cl_context(dev));
     kiln__cl_reset();
     ck_assert_int_eq(kiln_device_synchronize(dev), KILN_OK);
@@ -630,8 +628,8 @@ START_TEST(fault_queue_transient)
     kiln_device *dev;
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_OK);
     ck_assert_int_ne(kiln_device_synchronize(dev), KILN_OK);
-    ck_assert_error_has("clCreateCommandQueue");
-    ck_assert_error_has("CL_OUT_OF_HOST_MEMORY (-6)");
+    ASSERT_ERROR_HAS("clCreateCommandQueue");
+    ASSERT_ERROR_HAS("CL_OUT_OF_HOST_MEMORY (-6)");
     ck_assert_ptr_null(kiln_device_cl_queue(dev));
     kiln__cl_reset();
     ck_assert_int_eq(kiln_device_synchronize(dev), KILN_OK);
@@ -657,7 +655,7 @@ START_TEST(env_visible_cpu1)
     ck_assert_str_eq(in.opencl, "0:1");
     ck_assert_ptr_eq(kiln_device_cl_device_id(dev), direct[1].id);
     ck_assert_int_eq(kiln_device_get("cpu:1", &dev), KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("available: cpu:0");
+    ASSERT_ERROR_HAS("available: cpu:0");
     ck_assert_int_eq(kiln_device_synchronize(kiln_device_at(0)), KILN_OK);
     restore();
 }
@@ -671,21 +669,21 @@ START_TEST(env_visible_empty_and_bad)
     ck_assert_has(kiln_unavailable_reason(KILN_DEVICE_CPU), "hidden by KILN_VISIBLE_DEVICES=''");
     kiln_device *dev;
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("available: none");
-    ck_assert_error_has("hidden by KILN_VISIBLE_DEVICES");
+    ASSERT_ERROR_HAS("available: none");
+    ASSERT_ERROR_HAS("hidden by KILN_VISIBLE_DEVICES");
 
     setenv("KILN_VISIBLE_DEVICES", "cpu:zero", 1);
     kiln__registry_reset();
     ck_assert_int_eq(kiln_device_count(KILN_DEVICE_ALL), 0);
     ck_assert_int_eq(kiln_device_get("cpu:0", &dev), KILN_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_null(dev);
-    ck_assert_error_has("KILN_VISIBLE_DEVICES='cpu:zero'");
+    ASSERT_ERROR_HAS("KILN_VISIBLE_DEVICES='cpu:zero'");
     ck_assert_has(kiln_unavailable_reason(KILN_DEVICE_CPU), "KILN_VISIBLE_DEVICES");
 
     setenv("KILN_VISIBLE_DEVICES", "cpu:7", 1);
     kiln__registry_reset();
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("no device 'cpu:7'");
+    ASSERT_ERROR_HAS("no device 'cpu:7'");
     restore();
 }
 END_TEST
@@ -703,12 +701,12 @@ START_TEST(env_kiln_device)
     setenv("KILN_DEVICE", "cpu:9", 1);
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_ERR_NO_DEVICE);
     ck_assert_ptr_null(dev);
-    ck_assert_error_has("KILN_DEVICE='cpu:9'");
-    ck_assert_error_has("available:");
+    ASSERT_ERROR_HAS("KILN_DEVICE='cpu:9'");
+    ASSERT_ERROR_HAS("available:");
 
     setenv("KILN_DEVICE", "cpu 0", 1);
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("KILN_DEVICE='cpu 0'");
+    ASSERT_ERROR_HAS("KILN_DEVICE='cpu 0'");
     /* Explicit specs do not read KILN_DEVICE. */
     ck_assert_int_eq(kiln_device_get("cpu", &dev), KILN_OK);
     restore();
@@ -780,7 +778,7 @@ START_TEST(pci_nvidia_nouveau)
     ck_assert_has(kiln_auto_reason(), "Nouveau");
     kiln_device *dev;
     ck_assert_int_eq(kiln_device_get("cuda:0", &dev), KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("Nouveau");
+    ASSERT_ERROR_HAS("Nouveau");
     remove_tree();
     restore();
 }
@@ -817,9 +815,9 @@ START_TEST(no_platform_process)
     kiln_device *dev = (kiln_device *)1;
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_ERR_NO_PLATFORM);
     ck_assert_ptr_null(dev);
-    ck_assert_error_has("no OpenCL platform found");
-    ck_assert_error_has("pocl-opencl-icd");
-    ck_assert_error_has("nvidia-opencl-icd");
+    ASSERT_ERROR_HAS("no OpenCL platform found");
+    ASSERT_ERROR_HAS("pocl-opencl-icd");
+    ASSERT_ERROR_HAS("nvidia-opencl-icd");
     ck_assert_int_eq(kiln_device_get("gpu:0", &dev), KILN_ERR_NO_PLATFORM);
     ck_assert_int_eq(kiln_device_get("gpu:zero", &dev), KILN_ERR_INVALID_ARGUMENT);
     ck_assert_has(kiln_unavailable_reason(KILN_DEVICE_GPU), "no OpenCL platform found");
@@ -838,8 +836,8 @@ START_TEST(no_device_process)
     kiln_device *dev = (kiln_device *)1;
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_ERR_NO_DEVICE);
     ck_assert_ptr_null(dev);
-    ck_assert_error_has("available: none");
-    ck_assert_error_has("0 device(s)");
+    ASSERT_ERROR_HAS("available: none");
+    ASSERT_ERROR_HAS("0 device(s)");
     ck_assert_has(kiln_unavailable_reason(KILN_DEVICE_CPU), "no OpenCL platform has a cpu device");
     ck_assert_str_eq(kiln_auto_reason(), "");
 }

@@ -6,172 +6,9 @@
 #include <string.h>
 
 #include "kiln.h"
+#include "testutil.h"
 
 /* Copies move elements bit for bit: every comparison is exact. */
-
-#define ASSERT_OK(expr)                                                                        \
-    do {                                                                                       \
-        kiln_status s_ = (expr);                                                               \
-        ck_assert_msg(s_ == KILN_OK, "%s failed: %s: %s", #expr, kiln_status_string(s_),       \
-                      kiln_last_error());                                                      \
-    } while (0)
-
-#define ASSERT_FAILS(expr, status, text)                                                       \
-    do {                                                                                       \
-        kiln_status s_ = (expr);                                                               \
-        ck_assert_msg(s_ == (status), "%s gave %s, expected %s", #expr, kiln_status_string(s_), \
-                      kiln_status_string(status));                                             \
-        ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL,                               \
-                      "message \"%s\" lacks \"%s\"", kiln_last_error(), (text));               \
-    } while (0)
-
-static kiln_device *devs[16];
-static int ndevs;
-
-static void setup_devices(void)
-{
-    ndevs = kiln_device_count(KILN_DEVICE_ALL);
-    ck_assert_int_gt(ndevs, 0);
-    if (ndevs > 16)
-        ndevs = 16;
-    for (int i = 0; i < ndevs; i++)
-        devs[i] = kiln_device_at(i);
-}
-
-/* Finish queued work (the error tests' fills) before exit: Oclgrind leaks unfinished commands. */
-static void teardown_devices(void)
-{
-    for (int i = 0; i < ndevs; i++)
-        ck_assert_int_eq(kiln_device_synchronize(devs[i]), KILN_OK);
-}
-
-/* Oclgrind simulates every work-item: keep its sizes tiny. */
-static bool simulated(const kiln_device *dev)
-{
-    kiln_device_info info;
-    if (kiln_device_info_get(dev, &info) != KILN_OK)
-        return false;
-    return strstr(info.platform, "Oclgrind") || strstr(info.name, "Oclgrind");
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static double rnd(void) /* uniform [0, 1), xorshift64* */
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
-}
-
-/* IEEE half bits of a value exactly representable as half (test data is chosen so). */
-static uint16_t to_half(double x)
-{
-    uint16_t sign = signbit(x) ? 0x8000 : 0;
-    x = fabs(x);
-    if (isnan(x))
-        return 0x7e00;
-    if (isinf(x))
-        return sign | 0x7c00;
-    if (x < 6.103515625e-05) /* subnormal */
-        return sign | (uint16_t)lround(x * 16777216.0);
-    int e;
-    double m = frexp(x, &e);
-    return sign | (uint16_t)((e + 14) << 10) | (uint16_t)lround((2 * m - 1) * 1024);
-}
-
-static double from_half(uint16_t h)
-{
-    double sign = h & 0x8000 ? -1 : 1;
-    int e = (h >> 10) & 31, m = h & 1023;
-    if (e == 0)
-        return sign * m / 16777216.0;
-    if (e == 31)
-        return m ? NAN : sign * INFINITY;
-    return sign * (1 + m / 1024.0) * ldexp(1, e - 15);
-}
-
-static void to_storage(kiln_dtype dt, const double *v, int64_t n, void *buf)
-{
-    for (int64_t i = 0; i < n; i++) {
-        switch (dt) {
-        case KILN_F32: ((float *)buf)[i] = (float)v[i]; break;
-        case KILN_F64: ((double *)buf)[i] = v[i]; break;
-        case KILN_F16: ((uint16_t *)buf)[i] = to_half(v[i]); break;
-        case KILN_I32: ((int32_t *)buf)[i] = (int32_t)v[i]; break;
-        case KILN_I64: ((int64_t *)buf)[i] = (int64_t)v[i]; break;
-        case KILN_U8: ((uint8_t *)buf)[i] = (uint8_t)v[i]; break;
-        }
-    }
-}
-
-static void from_storage(kiln_dtype dt, const void *buf, int64_t n, double *v)
-{
-    for (int64_t i = 0; i < n; i++) {
-        switch (dt) {
-        case KILN_F32: v[i] = ((const float *)buf)[i]; break;
-        case KILN_F64: v[i] = ((const double *)buf)[i]; break;
-        case KILN_F16: v[i] = from_half(((const uint16_t *)buf)[i]); break;
-        case KILN_I32: v[i] = ((const int32_t *)buf)[i]; break;
-        case KILN_I64: v[i] = (double)((const int64_t *)buf)[i]; break;
-        case KILN_U8: v[i] = ((const uint8_t *)buf)[i]; break;
-        }
-    }
-}
-
-/* Random values exactly representable in dt (the reference then sees what the device sees). */
-static void fill_values(kiln_dtype dt, double *v, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) {
-        double u = rnd();
-        switch (dt) {
-        case KILN_F32: v[i] = (float)(2 * u - 1); break;
-        case KILN_F64: v[i] = 2 * u - 1; break;
-        case KILN_F16: v[i] = floor(u * 129) / 16 - 4; break; /* k/16 in [-4, 4] */
-        case KILN_U8: v[i] = floor(u * 256); break;
-        default: v[i] = floor(u * 2001) - 1000; break; /* ties are likely: first-max rule */
-        }
-    }
-}
-
-static kiln_tensor *upload(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
-                           const double *v)
-{
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++)
-        n *= shape[d];
-    void *buf = malloc((size_t)(n ? n : 1) * 8);
-    ck_assert_ptr_nonnull(buf);
-    to_storage(dt, v, n, buf);
-    kiln_tensor *t = NULL;
-    ASSERT_OK(kiln_tensor_from_host(dev, dt, ndim, shape, buf, &t));
-    free(buf);
-    return t;
-}
-
-static double *download(const kiln_tensor *t)
-{
-    int64_t n = kiln_tensor_numel(t);
-    void *buf = malloc(kiln_tensor_nbytes(t) + 8);
-    double *v = malloc((size_t)(n ? n : 1) * sizeof(double));
-    ck_assert(buf && v);
-    ASSERT_OK(kiln_tensor_read(t, buf, kiln_tensor_nbytes(t)));
-    from_storage(kiln_tensor_dtype(t), buf, n, v);
-    free(buf);
-    return v;
-}
-
-static const kiln_dtype all_dtypes[] = {KILN_F32, KILN_F64, KILN_F16,
-                                        KILN_I32, KILN_I64, KILN_U8};
-#define NDTYPES (int)(sizeof all_dtypes / sizeof all_dtypes[0])
-
-static int64_t numel_of(int ndim, const int64_t *shape)
-{
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++)
-        n *= shape[d];
-    return n;
-}
 
 static void strides_of(int ndim, const int64_t *shape, int64_t *st)
 {
@@ -263,7 +100,7 @@ START_TEST(test_permute_dtypes)
     static const int64_t shape[] = {3, 4, 5};
     static const int perm[] = {2, 0, 1};
     for (int i = 0; i < ndevs; i++)
-        for (int k = 0; k < NDTYPES; k++)
+        for (int k = 0; k < KILN_DTYPE_COUNT; k++)
             check_permute(devs[i], all_dtypes[k], 3, shape, perm);
 }
 END_TEST
@@ -298,7 +135,7 @@ START_TEST(test_transpose)
     static const int64_t s2[] = {7, 61}, s3[] = {2, 3, 4}, s1[] = {5};
     static const int p3[] = {0, 2, 1};
     for (int i = 0; i < ndevs; i++) {
-        for (int k = 0; k < NDTYPES; k++) {
+        for (int k = 0; k < KILN_DTYPE_COUNT; k++) {
             /* kiln_transpose must equal the permute reference with the last two swapped. */
             kiln_dtype dt = all_dtypes[k];
             int64_t n = numel_of(2, s2);
@@ -396,7 +233,7 @@ START_TEST(test_cat)
         check_cat(devs[i], KILN_F32, 2, b2, -1, 1, l1);
         check_cat(devs[i], KILN_F32, 3, b3, 1, 4, l4);
         check_cat(devs[i], KILN_F32, 3, b3, -1, 3, l3);
-        for (int k = 0; k < NDTYPES; k++)
+        for (int k = 0; k < KILN_DTYPE_COUNT; k++)
             check_cat(devs[i], all_dtypes[k], 3, b3, 0, 3, l3);
     }
 }
@@ -478,7 +315,7 @@ START_TEST(test_slice)
         check_slice(devs[i], KILN_F32, 3, s3, 1, 2, 5);
         check_slice(devs[i], KILN_F32, 3, s3, 0, 1, 3);
         check_slice(devs[i], KILN_F32, 3, s3, -1, -3, 5);
-        for (int k = 0; k < NDTYPES; k++)
+        for (int k = 0; k < KILN_DTYPE_COUNT; k++)
             check_slice(devs[i], all_dtypes[k], 3, s3, 2, 1, 4);
     }
 }

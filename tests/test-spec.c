@@ -5,11 +5,8 @@
 #include <string.h>
 
 #include "lib/spec.h"
+#include "testutil.h"
 
-/* The message of the last failure contains sub. */
-#define ck_assert_error_has(sub)                                                                   \
-    ck_assert_msg(strstr(kiln_last_error(), (sub)) != NULL, "message '%s' lacks '%s'",             \
-                  kiln_last_error(), (sub))
 
 static kiln__devdesc fake(kiln_device_type type, int p, int d, bool nvidia, uint32_t cu,
                           uint32_t mhz)
@@ -121,18 +118,18 @@ END_TEST
 START_TEST(mixed_no_such_device)
 {
     resolve_fails("gpu:2", mixed, 3, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("no device 'gpu:2'");
-    ck_assert_error_has("available: gpu:0, gpu:1, cpu:0");
+    ASSERT_ERROR_HAS("no device 'gpu:2'");
+    ASSERT_ERROR_HAS("available: gpu:0, gpu:1, cpu:0");
     resolve_fails("cpu:1", mixed, 3, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("cpu:1");
+    ASSERT_ERROR_HAS("cpu:1");
     /* cuda:N counts NVIDIA GPUs only: the iGPU is gpu:1 but not cuda:1. */
     resolve_fails("cuda:1", mixed, 3, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("NVIDIA");
+    ASSERT_ERROR_HAS("NVIDIA");
     resolve_fails("accelerator:0", mixed, 3, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("available: gpu:0, gpu:1, cpu:0");
+    ASSERT_ERROR_HAS("available: gpu:0, gpu:1, cpu:0");
     resolve_fails("accelerator", mixed, 3, NULL, KILN_ERR_NO_DEVICE);
     resolve_fails("opencl:0:1", mixed, 3, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("opencl:0:1");
+    ASSERT_ERROR_HAS("opencl:0:1");
     resolve_fails("opencl:3:0", mixed, 3, NULL, KILN_ERR_NO_DEVICE);
     resolve_fails("gpu:999999", mixed, 3, NULL, KILN_ERR_NO_DEVICE);
 }
@@ -194,12 +191,12 @@ START_TEST(no_gpu)
     kiln__spec_number(d, 1, false);
     ck_assert_int_eq(resolve_ok("auto", d, 1, NULL), 0);
     resolve_fails("gpu", d, 1, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("available: cpu:0");
+    ASSERT_ERROR_HAS("available: cpu:0");
     resolve_fails("gpu:0", d, 1, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("no device 'gpu:0'; available: cpu:0");
+    ASSERT_ERROR_HAS("no device 'gpu:0'; available: cpu:0");
     resolve_fails("cuda:0", d, 1, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("no NVIDIA GPU");
-    ck_assert_error_has("gpu:N");
+    ASSERT_ERROR_HAS("no NVIDIA GPU");
+    ASSERT_ERROR_HAS("gpu:N");
     resolve_fails("cuda", d, 1, NULL, KILN_ERR_NO_DEVICE);
 }
 END_TEST
@@ -210,7 +207,7 @@ START_TEST(only_accelerator)
     kiln__spec_number(d, 1, false);
     ck_assert_int_eq(resolve_ok("auto", d, 1, NULL), 0);
     resolve_fails("cpu", d, 1, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("available: accelerator:0");
+    ASSERT_ERROR_HAS("available: accelerator:0");
 }
 END_TEST
 
@@ -219,7 +216,7 @@ START_TEST(no_devices)
     kiln__devdesc d[1];
     kiln__spec_number(d, 0, false);
     resolve_fails("auto", d, 0, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("available: none");
+    ASSERT_ERROR_HAS("available: none");
     resolve_fails("cpu:0", d, 0, NULL, KILN_ERR_NO_DEVICE);
     resolve_fails("opencl:0:0", d, 0, NULL, KILN_ERR_NO_DEVICE);
     /* Malformed is still malformed without devices. */
@@ -297,7 +294,7 @@ START_TEST(malformed_specs)
 {
     const char *spec = malformed[_i].spec;
     resolve_fails(spec, mixed, 3, NULL, KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has(malformed[_i].msg);
+    ASSERT_ERROR_HAS(malformed[_i].msg);
     /* Messages never carry raw control bytes. */
     for (const char *p = kiln_last_error(); *p; p++)
         ck_assert_msg((unsigned char)*p >= 0x20, "control byte in message for spec %d", _i);
@@ -307,10 +304,10 @@ END_TEST
 START_TEST(malformed_hints_usage)
 {
     resolve_fails("gpu:1x", mixed, 3, NULL, KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("gpu:1x");
-    ck_assert_error_has("use auto, cpu, cpu:N, gpu, gpu:N");
+    ASSERT_ERROR_HAS("gpu:1x");
+    ASSERT_ERROR_HAS("use auto, cpu, cpu:N, gpu, gpu:N");
     resolve_fails("bogus", mixed, 3, NULL, KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("opencl:P:D");
+    ASSERT_ERROR_HAS("opencl:P:D");
 }
 END_TEST
 
@@ -318,10 +315,10 @@ START_TEST(null_arguments)
 {
     int i = -7;
     ck_assert_int_eq(kiln__spec_resolve(NULL, mixed, 3, NULL, &i), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("NULL");
+    ASSERT_ERROR_HAS("NULL");
     ck_assert_int_eq(i, -7);
     ck_assert_int_eq(kiln__spec_resolve("auto", mixed, 3, NULL, NULL), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("NULL");
+    ASSERT_ERROR_HAS("NULL");
 }
 END_TEST
 
@@ -341,19 +338,19 @@ END_TEST
 START_TEST(kiln_device_env_bad)
 {
     resolve_fails("auto", mixed, 3, "gpu:x", KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("KILN_DEVICE='gpu:x'");
-    ck_assert_error_has("expected a device index");
+    ASSERT_ERROR_HAS("KILN_DEVICE='gpu:x'");
+    ASSERT_ERROR_HAS("expected a device index");
     resolve_fails("auto", mixed, 3, "GPU", KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("KILN_DEVICE");
+    ASSERT_ERROR_HAS("KILN_DEVICE");
     resolve_fails("auto", mixed, 3, "gpu:7", KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("KILN_DEVICE='gpu:7'");
-    ck_assert_error_has("available: gpu:0, gpu:1, cpu:0");
+    ASSERT_ERROR_HAS("KILN_DEVICE='gpu:7'");
+    ASSERT_ERROR_HAS("available: gpu:0, gpu:1, cpu:0");
     resolve_fails("auto", mixed, 3, "cuda:3", KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("KILN_DEVICE");
+    ASSERT_ERROR_HAS("KILN_DEVICE");
     resolve_fails("auto", mixed, 3, "gpu:0\x1b[31m", KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("KILN_DEVICE='gpu:0\\x1b[31m'");
+    ASSERT_ERROR_HAS("KILN_DEVICE='gpu:0\\x1b[31m'");
     resolve_fails("auto", mixed, 3, " ", KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_error_has("KILN_DEVICE");
+    ASSERT_ERROR_HAS("KILN_DEVICE");
 }
 END_TEST
 
@@ -374,7 +371,7 @@ START_TEST(visible_hide)
     ck_assert(d[2].visible);
     ck_assert_int_eq(resolve_ok("auto", d, 3, NULL), 2);
     resolve_fails("gpu:0", d, 3, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("available: cpu:0");
+    ASSERT_ERROR_HAS("available: cpu:0");
     resolve_fails("opencl:1:0", d, 3, NULL, KILN_ERR_NO_DEVICE);
 }
 END_TEST
@@ -426,7 +423,7 @@ START_TEST(visible_empty_hides_all)
     for (int i = 0; i < 3; i++)
         ck_assert(!d[i].visible);
     resolve_fails("auto", d, 3, NULL, KILN_ERR_NO_DEVICE);
-    ck_assert_error_has("available: none");
+    ASSERT_ERROR_HAS("available: none");
 }
 END_TEST
 
@@ -455,8 +452,8 @@ START_TEST(visible_malformed)
     kiln_status s = visible(bad_visible[_i].list, d);
     ck_assert_msg(s == bad_visible[_i].status, "'%s' gave %s", bad_visible[_i].list,
                   kiln_status_string(s));
-    ck_assert_error_has("KILN_VISIBLE_DEVICES");
-    ck_assert_error_has(bad_visible[_i].msg);
+    ASSERT_ERROR_HAS("KILN_VISIBLE_DEVICES");
+    ASSERT_ERROR_HAS(bad_visible[_i].msg);
     /* Nothing changed: the full numbering stands. */
     for (int i = 0; i < 3; i++) {
         ck_assert(d[i].visible);
