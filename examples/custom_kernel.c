@@ -62,8 +62,7 @@ int main(int argc, char **argv)
         return fail("kiln_tensor_from_host", s);
 
     /* Arguments in the kernel's order; local = NULL lets kiln pick the work-group size. */
-    kiln_arg args[] = {kiln_arg_tensor(ty), kiln_arg_tensor(tx), kiln_arg_f32(a),
-                       kiln_arg_i32(n)};
+    kiln_arg args[] = {kiln_arg_tensor(ty), kiln_arg_tensor(tx), kiln_arg_f32(a), kiln_arg_i32(n)};
     size_t global = (size_t)n;
     s = kiln_program_launch(prog, "saxpy", 1, &global, NULL, 4, args);
     if (s != KILN_OK)

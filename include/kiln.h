@@ -39,20 +39,20 @@ KILN_API const char *kiln_version(void);
  * one-line message for this thread that says what was wrong and what to do.
  * ---------------------------------------------------------------------------------------- */
 
-#define KILN_STATUS_MAP(X)                                                                     \
-    X(OK, 0, "success")                                                                        \
-    X(ERR_INVALID_ARGUMENT, -1, "invalid argument")                                            \
-    X(ERR_NO_DEVICE, -2, "no such device")                                                     \
-    X(ERR_DEVICE_MISMATCH, -3, "tensors are on different devices")                            \
-    X(ERR_SHAPE_MISMATCH, -4, "shape mismatch")                                                \
-    X(ERR_DTYPE_MISMATCH, -5, "dtype mismatch")                                                \
-    X(ERR_OUT_OF_MEMORY, -6, "out of memory")                                                  \
-    X(ERR_BUILD_FAILED, -7, "program build failed")                                            \
-    X(ERR_UNSUPPORTED, -8, "not supported on this device")                                     \
-    X(ERR_OPENCL, -9, "OpenCL error")                                                          \
-    X(ERR_IO, -10, "input/output error")                                                       \
-    X(ERR_NO_PLATFORM, -11, "no OpenCL platform")                                              \
-    X(ERR_NOT_FOUND, -12, "not found")                                                         \
+#define KILN_STATUS_MAP(X)                                                                         \
+    X(OK, 0, "success")                                                                            \
+    X(ERR_INVALID_ARGUMENT, -1, "invalid argument")                                                \
+    X(ERR_NO_DEVICE, -2, "no such device")                                                         \
+    X(ERR_DEVICE_MISMATCH, -3, "tensors are on different devices")                                 \
+    X(ERR_SHAPE_MISMATCH, -4, "shape mismatch")                                                    \
+    X(ERR_DTYPE_MISMATCH, -5, "dtype mismatch")                                                    \
+    X(ERR_OUT_OF_MEMORY, -6, "out of memory")                                                      \
+    X(ERR_BUILD_FAILED, -7, "program build failed")                                                \
+    X(ERR_UNSUPPORTED, -8, "not supported on this device")                                         \
+    X(ERR_OPENCL, -9, "OpenCL error")                                                              \
+    X(ERR_IO, -10, "input/output error")                                                           \
+    X(ERR_NO_PLATFORM, -11, "no OpenCL platform")                                                  \
+    X(ERR_NOT_FOUND, -12, "not found")                                                             \
     X(ERR_STATE, -13, "invalid state")
 
 typedef enum kiln_status {
@@ -132,11 +132,11 @@ KILN_API const char *kiln_auto_reason(void);
 KILN_API const char *kiln_device_notes(void);
 
 typedef struct kiln_device_info {
-    char spec[32];            /* "gpu:0" */
-    char opencl[32];          /* "P:D", the ICD loader's platform and device index */
+    char spec[32];   /* "gpu:0" */
+    char opencl[32]; /* "P:D", the ICD loader's platform and device index */
     char name[256];
     char vendor[256];
-    char platform[256];       /* platform name */
+    char platform[256]; /* platform name */
     char platform_version[256];
     char driver_version[256];
     char opencl_version[128];   /* CL_DEVICE_VERSION */
@@ -163,11 +163,11 @@ KILN_API kiln_status kiln_device_info_get(const kiln_device *dev, kiln_device_in
 KILN_API kiln_status kiln_device_synchronize(kiln_device *dev);
 
 typedef struct kiln_memory_stats {
-    uint64_t allocated_bytes;  /* bytes held by live tensors */
+    uint64_t allocated_bytes; /* bytes held by live tensors */
     uint64_t peak_allocated_bytes;
-    uint64_t cached_bytes;     /* bytes freed by tensors, kept for reuse */
+    uint64_t cached_bytes;       /* bytes freed by tensors, kept for reuse */
     uint64_t driver_allocations; /* clCreateBuffer calls so far */
-    uint64_t budget_bytes;     /* KILN_MEMORY_LIMIT or kiln_device_set_memory_limit; 0: none */
+    uint64_t budget_bytes;       /* KILN_MEMORY_LIMIT or kiln_device_set_memory_limit; 0: none */
 } kiln_memory_stats;
 
 /* Memory statistics of the device's caching allocator. */
@@ -372,11 +372,11 @@ KILN_API const char *kiln_program_kernel_names(const kiln_program *prog);
 KILN_API kiln_device *kiln_program_device(const kiln_program *prog);
 
 typedef struct kiln_cache_stats {
-    uint64_t hits;      /* programs loaded from the on-disk cache */
-    uint64_t misses;    /* programs built from source */
-    uint64_t saves;     /* entries written */
-    uint64_t corrupt;   /* entries found corrupt or foreign, and replaced */
-    uint64_t rejected;  /* entries the driver refused */
+    uint64_t hits;     /* programs loaded from the on-disk cache */
+    uint64_t misses;   /* programs built from source */
+    uint64_t saves;    /* entries written */
+    uint64_t corrupt;  /* entries found corrupt or foreign, and replaced */
+    uint64_t rejected; /* entries the driver refused */
     uint64_t write_errors;
 } kiln_cache_stats;
 
@@ -417,8 +417,8 @@ KILN_API kiln_status kiln_arange(kiln_device *dev, kiln_dtype dtype, double star
  * f64 and f16 tensors hold these f32 numbers converted (f16 may round up to high).
  * Floating dtypes only (else KILN_ERR_UNSUPPORTED). */
 KILN_API kiln_status kiln_rand_uniform(kiln_device *dev, kiln_dtype dtype, int ndim,
-                                       const int64_t *shape, uint64_t seed, double low,
-                                       double high, kiln_tensor **out);
+                                       const int64_t *shape, uint64_t seed, double low, double high,
+                                       kiln_tensor **out);
 KILN_API kiln_status kiln_rand_normal(kiln_device *dev, kiln_dtype dtype, int ndim,
                                       const int64_t *shape, uint64_t seed, double mean,
                                       double stddev, kiln_tensor **out);
@@ -447,8 +447,8 @@ typedef enum kiln_binary_op {
 
 KILN_API kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                                  kiln_tensor **out);
-KILN_API kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a,
-                                     const kiln_tensor *b, kiln_tensor *out);
+KILN_API kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
+                                     kiln_tensor *out);
 /* a op scalar; the scalar converts to a's compute type (f32 for f16; truncated toward zero
  * for integers, and one that does not fit is KILN_ERR_INVALID_ARGUMENT). */
 KILN_API kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
@@ -458,8 +458,8 @@ KILN_API kiln_status kiln_sub(const kiln_tensor *a, const kiln_tensor *b, kiln_t
 KILN_API kiln_status kiln_mul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
 KILN_API kiln_status kiln_div(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
 /* cond (u8) ? a : b, broadcast over all three. */
-KILN_API kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a,
-                                const kiln_tensor *b, kiln_tensor **out);
+KILN_API kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln_tensor *b,
+                                kiln_tensor **out);
 
 /* Elementwise unary ops (floating dtypes; NEG, ABS and RELU also on integers, wrapping; other
  * ops on integers are KILN_ERR_UNSUPPORTED). SIGMOID never overflows (exp of -|x| only);

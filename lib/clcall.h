@@ -25,8 +25,8 @@
       (cl_command_queue, cl_mem, cl_bool, size_t, size_t, void *, cl_uint, const cl_event *,       \
        cl_event *))                                                                                \
     X(cl_int, EnqueueWriteBuffer,                                                                  \
-      (cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void *, cl_uint,                   \
-       const cl_event *, cl_event *))                                                              \
+      (cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void *, cl_uint, const cl_event *, \
+       cl_event *))                                                                                \
     X(cl_int, EnqueueCopyBuffer,                                                                   \
       (cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint, const cl_event *,        \
        cl_event *))                                                                                \
@@ -34,8 +34,8 @@
       (cl_command_queue, cl_mem, const void *, size_t, size_t, size_t, cl_uint, const cl_event *,  \
        cl_event *))                                                                                \
     X(void *, EnqueueMapBuffer,                                                                    \
-      (cl_command_queue, cl_mem, cl_bool, cl_map_flags, size_t, size_t, cl_uint,                   \
-       const cl_event *, cl_event *, cl_int *))                                                    \
+      (cl_command_queue, cl_mem, cl_bool, cl_map_flags, size_t, size_t, cl_uint, const cl_event *, \
+       cl_event *, cl_int *))                                                                      \
     X(cl_int, EnqueueUnmapMemObject,                                                               \
       (cl_command_queue, cl_mem, void *, cl_uint, const cl_event *, cl_event *))                   \
     X(cl_int, EnqueueMarkerWithWaitList,                                                           \

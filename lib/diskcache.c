@@ -83,9 +83,9 @@ char *kiln__diskcache_key(const kiln_device_info *info, const char *source, size
                       "driver %zu:%s\nplatform %zu:%s\noptions %zu:%s\nsource %zu:";
     const char *ver = KILN_VERSION_STRING;
     options = options ? options : "";
-#define KILN__KEY_ARGS                                                                          \
-    strlen(ver), ver, strlen(info->name), info->name, strlen(info->vendor), info->vendor,       \
-        strlen(info->driver_version), info->driver_version, strlen(info->platform_version),     \
+#define KILN__KEY_ARGS                                                                             \
+    strlen(ver), ver, strlen(info->name), info->name, strlen(info->vendor), info->vendor,          \
+        strlen(info->driver_version), info->driver_version, strlen(info->platform_version),        \
         info->platform_version, strlen(options), options, srclen
     int head = snprintf(NULL, 0, fmt, KILN__KEY_ARGS);
     if (head < 0)
@@ -223,8 +223,8 @@ bool kiln__diskcache_entry_path(const char *key, size_t keylen, char *buf, size_
 static void corrupt(const char *path, const char *why)
 {
     atomic_fetch_add(&n_corrupt, 1);
-    kiln__log(KILN_LOG_WARN, "cache: entry %s is unusable (%s); removing it and rebuilding",
-              path, why);
+    kiln__log(KILN_LOG_WARN, "cache: entry %s is unusable (%s); removing it and rebuilding", path,
+              why);
     if (unlink(path) != 0 && errno != ENOENT)
         kiln__log(KILN_LOG_WARN, "cache: cannot remove %s: %s", path, strerror(errno));
 }
@@ -344,8 +344,7 @@ static void write_failed(const char *what, const char *path)
               strerror(errno));
 }
 
-void kiln__diskcache_store(const char *key, size_t keylen, const unsigned char *binary,
-                           size_t size)
+void kiln__diskcache_store(const char *key, size_t keylen, const unsigned char *binary, size_t size)
 {
     char path[sizeof cache.dir + 32], tmp[sizeof cache.dir + 96];
     if (size == 0 || !kiln__diskcache_entry_path(key, keylen, path, sizeof path))
@@ -382,8 +381,7 @@ void kiln__diskcache_rejected(const char *key, size_t keylen)
     char path[sizeof cache.dir + 32];
     atomic_fetch_add(&n_rejected, 1);
     if (kiln__diskcache_entry_path(key, keylen, path, sizeof path)) {
-        kiln__log(KILN_LOG_WARN, "cache: the driver refused %s; removing it and rebuilding",
-                  path);
+        kiln__log(KILN_LOG_WARN, "cache: the driver refused %s; removing it and rebuilding", path);
         unlink(path);
     }
 }

@@ -49,12 +49,18 @@ static size_t scalar_size(kiln_dtype dtype)
 static const void *scalar_ptr(const kiln_arg *a)
 {
     switch (a->dtype) {
-    case KILN_F32: return &a->value.f32;
-    case KILN_F64: return &a->value.f64;
-    case KILN_F16: return &a->value.f16_bits;
-    case KILN_I32: return &a->value.i32;
-    case KILN_I64: return &a->value.i64;
-    case KILN_U8: return &a->value.u8;
+    case KILN_F32:
+        return &a->value.f32;
+    case KILN_F64:
+        return &a->value.f64;
+    case KILN_F16:
+        return &a->value.f16_bits;
+    case KILN_I32:
+        return &a->value.i32;
+    case KILN_I64:
+        return &a->value.i64;
+    case KILN_U8:
+        return &a->value.u8;
     }
     return NULL;
 }
@@ -64,10 +70,9 @@ static kiln_status check_args(kiln_device *dev, const kiln__kernel *k, const cha
                               const kiln_arg *args)
 {
     if (nargs < 0 || (nargs > 0 && !args) || (cl_uint)nargs != k->nargs)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: kernel %s takes %u arguments, %d given%s", op, k->name,
-                           (unsigned)k->nargs, nargs,
-                           nargs > 0 && !args ? " (but args is NULL)" : "");
+        return kiln__error(
+            KILN_ERR_INVALID_ARGUMENT, "%s: kernel %s takes %u arguments, %d given%s", op, k->name,
+            (unsigned)k->nargs, nargs, nargs > 0 && !args ? " (but args is NULL)" : "");
     for (int i = 0; i < nargs; i++) {
         const kiln_arg *a = &args[i];
         /* The common case (all fine) formats nothing: this runs on every launch. */
@@ -207,8 +212,8 @@ static kiln_status set_args(kiln_device *dev, kiln__kernel *k, const char *op, i
             cl_mem m = t->storage ? t->storage->mem : NULL;
             err = kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, sizeof m, &m);
         } else if (a->kind == KILN_ARG_SCALAR) {
-            err = kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, scalar_size(a->dtype),
-                                        scalar_ptr(a));
+            err =
+                kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, scalar_size(a->dtype), scalar_ptr(a));
         } else {
             err = kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, a->size, NULL);
         }
@@ -218,7 +223,7 @@ static kiln_status set_args(kiln_device *dev, kiln__kernel *k, const char *op, i
                                "%s: argument %d of kernel %s does not match its parameter "
                                "(%s given; %s from clSetKernelArg); pass the parameter's type",
                                op, i, k->name,
-                               a->kind == KILN_ARG_TENSOR   ? "a tensor"
+                               a->kind == KILN_ARG_TENSOR  ? "a tensor"
                                : a->kind == KILN_ARG_LOCAL ? "local memory"
                                                            : kiln_dtype_name(a->dtype),
                                kiln__cl_error_name(err));

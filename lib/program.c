@@ -100,8 +100,8 @@ static unsigned char *program_binary(cl_program p, cl_device_id dev, size_t *siz
     if (kiln__cl.GetProgramInfo(p, CL_PROGRAM_NUM_DEVICES, sizeof ndev, &ndev, NULL) !=
             CL_SUCCESS ||
         ndev > 64 ||
-        kiln__cl.GetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, ndev * sizeof(size_t), sizes,
-                                NULL) != CL_SUCCESS ||
+        kiln__cl.GetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, ndev * sizeof(size_t), sizes, NULL) !=
+            CL_SUCCESS ||
         sizes[idx] == 0)
         return NULL;
     unsigned char *bin = malloc(sizes[idx]);
@@ -127,8 +127,7 @@ static char *build_log(cl_program p, cl_device_id dev)
     char *log = malloc(n + 1);
     if (!log)
         return NULL;
-    if (n && kiln__cl.GetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) !=
-                 CL_SUCCESS)
+    if (n && kiln__cl.GetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) != CL_SUCCESS)
         n = 0;
     log[n] = '\0';
     return log;
@@ -285,8 +284,8 @@ static kiln_status kernel_not_found(cl_program p, const char *name, const char *
     kiln__cl.GetProgramInfo(p, CL_PROGRAM_KERNEL_NAMES, sizeof names - 1, names, NULL);
     names[sizeof names - 1] = '\0';
     return kiln__error(KILN_ERR_NOT_FOUND,
-                       "%s: the program has no kernel named \"%s\"; its kernels are: %s", op,
-                       name, *names ? names : "(none)");
+                       "%s: the program has no kernel named \"%s\"; its kernels are: %s", op, name,
+                       *names ? names : "(none)");
 }
 
 static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name, const char *op,
@@ -328,8 +327,8 @@ static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
     cl_uint dims = 3;
     kiln__cl.GetDeviceInfo(dev->id, CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS, sizeof dims, &dims, NULL);
     if (dims < 3 || dims > 16 ||
-        kiln__cl.GetDeviceInfo(dev->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, dims * sizeof *items,
-                               items, NULL) != CL_SUCCESS)
+        kiln__cl.GetDeviceInfo(dev->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, dims * sizeof *items, items,
+                               NULL) != CL_SUCCESS)
         items[0] = items[1] = items[2] = n->k.wg_size;
     if (n->k.wg_size == 0)
         n->k.wg_size = 1;
@@ -343,8 +342,8 @@ static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
 }
 
 /* Find or create the kernel `name` in a list guarded by the caller's lock. */
-static kiln_status list_kernel(kiln_device *dev, cl_program p, kernel_node **list,
-                               const char *name, const char *op, kiln__kernel **out)
+static kiln_status list_kernel(kiln_device *dev, cl_program p, kernel_node **list, const char *name,
+                               const char *op, kiln__kernel **out)
 {
     for (kernel_node *n = *list; n; n = n->next) {
         if (strcmp(n->k.name, name) == 0) {
@@ -548,8 +547,9 @@ kiln_status kiln__check_options(const char *options, const char *op)
         if (!*p)
             break;
         size_t n = strcspn(p, " ");
-        bool value = prev && prevlen == 2 && (!strncmp(prev, "-D", 2) || !strncmp(prev, "-U", 2) ||
-                                              !strncmp(prev, "-I", 2));
+        bool value =
+            prev && prevlen == 2 &&
+            (!strncmp(prev, "-D", 2) || !strncmp(prev, "-U", 2) || !strncmp(prev, "-I", 2));
         if (*p != '-' && !value)
             return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                                "%s: build option \"%.*s\" does not start with '-' (options: "
@@ -617,8 +617,7 @@ static kiln_status read_source(const char *path, const char *op, char **out, siz
     kiln_status s = KILN_OK;
     char *buf = NULL;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        s = kiln__error(KILN_ERR_IO, "%s: \"%s\" is not a regular file; pass a .cl file", op,
-                        path);
+        s = kiln__error(KILN_ERR_IO, "%s: \"%s\" is not a regular file; pass a .cl file", op, path);
         goto done;
     }
     if (st.st_size == 0 || (uintmax_t)st.st_size > FILE_CAP) {

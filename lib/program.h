@@ -23,8 +23,8 @@ typedef struct kiln__kernel {
     cl_kernel kernel;
     char name[128];
     cl_uint nargs;
-    size_t wg_size;  /* CL_KERNEL_WORK_GROUP_SIZE on the device */
-    size_t wg_multiple; /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE */
+    size_t wg_size;      /* CL_KERNEL_WORK_GROUP_SIZE on the device */
+    size_t wg_multiple;  /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE */
     size_t max_items[3]; /* CL_DEVICE_MAX_WORK_ITEM_SIZES: local size limit per dimension */
     pthread_mutex_t lock;
 } kiln__kernel;

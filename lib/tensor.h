@@ -12,10 +12,10 @@
 typedef struct kiln__storage {
     atomic_int refs;
     kiln_device *dev;
-    cl_mem mem;       /* NULL for an empty (0-byte) tensor */
-    size_t bytes;     /* what was asked for */
-    size_t capacity;  /* the buffer's real size */
-    bool pooled;      /* from the caching allocator (else adopted with kiln_tensor_from_cl_mem) */
+    cl_mem mem;        /* NULL for an empty (0-byte) tensor */
+    size_t bytes;      /* what was asked for */
+    size_t capacity;   /* the buffer's real size */
+    bool pooled;       /* from the caching allocator (else adopted with kiln_tensor_from_cl_mem) */
     atomic_int mapped; /* a kiln_tensor_map is outstanding */
     void *map_ptr;
 } kiln__storage;

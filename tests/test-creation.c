@@ -50,8 +50,8 @@ START_TEST(test_full_every_dtype)
                 for (int64_t i = 0; i < 105; i++)
                     ck_assert_msg(load_value((kiln_dtype)dt, h, i) == fcases[c].want[dt],
                                   "%s %s full(%g)[%lld] = %.17g", kiln_device_spec(d),
-                                  kiln_dtype_name((kiln_dtype)dt), fcases[c].value,
-                                  (long long)i, load_value((kiln_dtype)dt, h, i));
+                                  kiln_dtype_name((kiln_dtype)dt), fcases[c].value, (long long)i,
+                                  load_value((kiln_dtype)dt, h, i));
                 free(h);
                 kiln_tensor_release(t);
             }
@@ -161,16 +161,14 @@ START_TEST(test_errors)
 {
     int64_t n = 4;
     kiln_tensor *t = (kiln_tensor *)&n;
-    ASSERT_FAILS(kiln_full(NULL, KILN_F32, 1, &n, 1, &t), KILN_ERR_INVALID_ARGUMENT,
-                 "kiln_full");
+    ASSERT_FAILS(kiln_full(NULL, KILN_F32, 1, &n, 1, &t), KILN_ERR_INVALID_ARGUMENT, "kiln_full");
     ck_assert_ptr_null(t);
     ASSERT_FAILS(kiln_full(dev, KILN_F32, 1, &n, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
                  "out is NULL");
     ASSERT_FAILS(kiln_full(dev, KILN_U8, 1, &n, 256, &t), KILN_ERR_INVALID_ARGUMENT,
                  "does not fit");
     ASSERT_FAILS(kiln_full(dev, KILN_I32, 1, &n, NAN, &t), KILN_ERR_INVALID_ARGUMENT, "i32");
-    ASSERT_FAILS(kiln_ones(dev, (kiln_dtype)9, 1, &n, &t), KILN_ERR_INVALID_ARGUMENT,
-                 "kiln_ones");
+    ASSERT_FAILS(kiln_ones(dev, (kiln_dtype)9, 1, &n, &t), KILN_ERR_INVALID_ARGUMENT, "kiln_ones");
     ASSERT_FAILS(kiln_ones(dev, KILN_F32, 0, &n, &t), KILN_ERR_INVALID_ARGUMENT, "kiln_ones");
     ASSERT_FAILS(kiln_fill(NULL, 1), KILN_ERR_INVALID_ARGUMENT, "kiln_fill");
     ASSERT_FAILS(kiln_arange(dev, KILN_F32, 0, 10, 0, &t), KILN_ERR_INVALID_ARGUMENT, "zero");
@@ -178,8 +176,7 @@ START_TEST(test_errors)
                  "wrong sign");
     ASSERT_FAILS(kiln_arange(dev, KILN_F32, 10, 0, 1, &t), KILN_ERR_INVALID_ARGUMENT,
                  "negative step");
-    ASSERT_FAILS(kiln_arange(dev, KILN_I32, 0, 1, 0.1, &t), KILN_ERR_INVALID_ARGUMENT,
-                 "integral");
+    ASSERT_FAILS(kiln_arange(dev, KILN_I32, 0, 1, 0.1, &t), KILN_ERR_INVALID_ARGUMENT, "integral");
     ASSERT_FAILS(kiln_arange(dev, KILN_F32, 0, INFINITY, 1, &t), KILN_ERR_INVALID_ARGUMENT,
                  "finite");
     ASSERT_FAILS(kiln_arange(NULL, KILN_F32, 0, 1, 1, &t), KILN_ERR_INVALID_ARGUMENT,

@@ -12,9 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kiln.h"
 #include "lib/clcall.h"
 #include "lib/diskcache.h"
-#include "kiln.h"
 #include "testutil.h"
 
 extern char **environ;
@@ -496,11 +496,10 @@ static void wait_helper(pid_t pid, const char *errfile, unsigned long long *c)
     if (!fgets(line, sizeof line, f))
         line[0] = '\0';
     fclose(f);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "helper failed (status %d), see %s",
-                  status, errfile);
-    ck_assert_int_eq(sscanf(line, "%llu %llu %llu %llu %llu %llu", &c[0], &c[1], &c[2], &c[3],
-                            &c[4], &c[5]),
-                     6);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "helper failed (status %d), see %s", status, errfile);
+    ck_assert_int_eq(
+        sscanf(line, "%llu %llu %llu %llu %llu %llu", &c[0], &c[1], &c[2], &c[3], &c[4], &c[5]), 6);
 }
 
 static int count_lines_with(const char *path, const char *text)

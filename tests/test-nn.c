@@ -69,8 +69,8 @@ static void ref_softmax(const double *x, int64_t outer, int64_t n, int64_t inner
     }
 }
 
-static void check_softmax(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
-                          int axis, bool logmode, const double *values)
+static void check_softmax(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, int axis,
+                          bool logmode, const double *values)
 {
     int a = axis < 0 ? axis + ndim : axis;
     int64_t outer = 1, inner = 1, n = 1;
@@ -157,8 +157,7 @@ START_TEST(test_softmax_errors)
     ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I32, 2, shape, &ti));
     ASSERT_FAILS(kiln_softmax(ti, 1, &y), KILN_ERR_DTYPE_MISMATCH, "i32");
     ck_assert_ptr_null(y);
-    ASSERT_FAILS(kiln_log_softmax(t, 2, &y), KILN_ERR_INVALID_ARGUMENT,
-                 "axis 2 is out of range");
+    ASSERT_FAILS(kiln_log_softmax(t, 2, &y), KILN_ERR_INVALID_ARGUMENT, "axis 2 is out of range");
     ASSERT_FAILS(kiln_softmax(t, -3, &y), KILN_ERR_INVALID_ARGUMENT, "axis -3");
     ASSERT_FAILS(kiln_softmax(NULL, 0, &y), KILN_ERR_INVALID_ARGUMENT, "NULL");
     ASSERT_FAILS(kiln_softmax(t, 0, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
@@ -186,8 +185,8 @@ static double ref_cross_entropy(const double *x, const int64_t *labels, int64_t 
     return total / (double)rows;
 }
 
-static void check_cross_entropy(kiln_device *dev, kiln_dtype dt, kiln_dtype label_dt,
-                                int64_t rows, int64_t classes, bool want_grad)
+static void check_cross_entropy(kiln_device *dev, kiln_dtype dt, kiln_dtype label_dt, int64_t rows,
+                                int64_t classes, bool want_grad)
 {
     int64_t n = rows * classes, shape[2] = {rows, classes};
     double *x = malloc((size_t)n * sizeof(double)), *g = malloc((size_t)n * sizeof(double));
@@ -276,15 +275,13 @@ START_TEST(test_cross_entropy_errors)
     ASSERT_FAILS(kiln_cross_entropy(x, lf, &loss, &grad), KILN_ERR_DTYPE_MISMATCH, "f32");
     ck_assert_ptr_null(loss);
     ck_assert_ptr_null(grad);
-    ASSERT_FAILS(kiln_cross_entropy(l, l, &loss, NULL), KILN_ERR_DTYPE_MISMATCH,
-                 "logits is i32");
+    ASSERT_FAILS(kiln_cross_entropy(l, l, &loss, NULL), KILN_ERR_DTYPE_MISMATCH, "logits is i32");
     ASSERT_FAILS(kiln_cross_entropy(x, l3, &loss, NULL), KILN_ERR_SHAPE_MISMATCH, "[2, 3]");
     ASSERT_FAILS(kiln_cross_entropy(x, l3, &loss, NULL), KILN_ERR_SHAPE_MISMATCH, "[3]");
     ASSERT_FAILS(kiln_cross_entropy(x1, l, &loss, NULL), KILN_ERR_SHAPE_MISMATCH, "[N, C]");
     ASSERT_FAILS(kiln_cross_entropy(NULL, l, &loss, NULL), KILN_ERR_INVALID_ARGUMENT, "NULL");
     ASSERT_FAILS(kiln_cross_entropy(x, NULL, &loss, NULL), KILN_ERR_INVALID_ARGUMENT, "labels");
-    ASSERT_FAILS(kiln_cross_entropy(x, l, NULL, NULL), KILN_ERR_INVALID_ARGUMENT,
-                 "loss is NULL");
+    ASSERT_FAILS(kiln_cross_entropy(x, l, NULL, NULL), KILN_ERR_INVALID_ARGUMENT, "loss is NULL");
     kiln_tensor_release(x);
     kiln_tensor_release(x1);
     kiln_tensor_release(l);
@@ -481,14 +478,14 @@ START_TEST(test_optimizer_errors)
     ASSERT_FAILS(kiln_sgd_step(pi, pi, NULL, 0.1, 0, 0), KILN_ERR_DTYPE_MISMATCH, "i32");
     ASSERT_FAILS(kiln_sgd_step(NULL, g, NULL, 0.1, 0, 0), KILN_ERR_INVALID_ARGUMENT, "param");
     ASSERT_FAILS(kiln_sgd_step(p, NULL, NULL, 0.1, 0, 0), KILN_ERR_INVALID_ARGUMENT, "grad");
-    ASSERT_FAILS(kiln_adam_step(p, g, g, g, 0, 0.1, 0.9, 0.999, 1e-8),
-                 KILN_ERR_INVALID_ARGUMENT, "step is 0");
-    ASSERT_FAILS(kiln_adam_step(p, g, g, g, 1, 0.1, 1.0, 0.999, 1e-8),
-                 KILN_ERR_INVALID_ARGUMENT, "beta1 = 1");
-    ASSERT_FAILS(kiln_adam_step(p, g, NULL, g, 1, 0.1, 0.9, 0.999, 1e-8),
-                 KILN_ERR_INVALID_ARGUMENT, "m");
-    ASSERT_FAILS(kiln_adam_step(p, g, g, g4, 1, 0.1, 0.9, 0.999, 1e-8),
-                 KILN_ERR_SHAPE_MISMATCH, "[4]");
+    ASSERT_FAILS(kiln_adam_step(p, g, g, g, 0, 0.1, 0.9, 0.999, 1e-8), KILN_ERR_INVALID_ARGUMENT,
+                 "step is 0");
+    ASSERT_FAILS(kiln_adam_step(p, g, g, g, 1, 0.1, 1.0, 0.999, 1e-8), KILN_ERR_INVALID_ARGUMENT,
+                 "beta1 = 1");
+    ASSERT_FAILS(kiln_adam_step(p, g, NULL, g, 1, 0.1, 0.9, 0.999, 1e-8), KILN_ERR_INVALID_ARGUMENT,
+                 "m");
+    ASSERT_FAILS(kiln_adam_step(p, g, g, g4, 1, 0.1, 0.9, 0.999, 1e-8), KILN_ERR_SHAPE_MISMATCH,
+                 "[4]");
     kiln_tensor_release(p);
     kiln_tensor_release(g);
     kiln_tensor_release(g4);

@@ -11,12 +11,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kiln.h"
 #include "lib/clcall.h"
 #include "lib/diskcache.h"
-#include "kiln.h"
-#include "testutil.h"
 #include "lib/launch.h"
 #include "lib/program.h"
+#include "testutil.h"
 
 static const char *saxpy_source =
     "__kernel void saxpy(__global float *y, __global const float *x, float a, int n)\n"
@@ -155,8 +155,7 @@ START_TEST(local_memory_argument)
     for (int i = 0; i < n; i++) {
         int block = i / 8 * 8, want = block + 7 - (i - block);
         float expect = want < n ? (float)want : 0.0f;
-        ck_assert_msg(out[i] == expect, "out[%d] = %g, want %g", i, (double)out[i],
-                      (double)expect);
+        ck_assert_msg(out[i] == expect, "out[%d] = %g, want %g", i, (double)out[i], (double)expect);
     }
     /* Local memory of 0 bytes or more than the device has. */
     args[2] = kiln_arg_local(0);
@@ -343,9 +342,9 @@ START_TEST(bad_sizes)
 }
 END_TEST
 
-static cl_int CL_API_CALL enqueue_fails(cl_command_queue q, cl_kernel k, cl_uint d,
-                                        const size_t *o, const size_t *g, const size_t *l,
-                                        cl_uint n, const cl_event *w, cl_event *e)
+static cl_int CL_API_CALL enqueue_fails(cl_command_queue q, cl_kernel k, cl_uint d, const size_t *o,
+                                        const size_t *g, const size_t *l, cl_uint n,
+                                        const cl_event *w, cl_event *e)
 {
     (void)q, (void)k, (void)d, (void)o, (void)g, (void)l, (void)n, (void)w, (void)e;
     return CL_OUT_OF_RESOURCES;
@@ -391,8 +390,7 @@ END_TEST
 START_TEST(unknown_kernel_lists_kernels)
 {
     size_t g = 1;
-    ck_assert_int_eq(kiln_program_launch(prog, "saxpyy", 1, &g, NULL, 0, NULL),
-                     KILN_ERR_NOT_FOUND);
+    ck_assert_int_eq(kiln_program_launch(prog, "saxpyy", 1, &g, NULL, 0, NULL), KILN_ERR_NOT_FOUND);
     ASSERT_ERROR_HAS("no kernel named \"saxpyy\"");
     ASSERT_ERROR_HAS("saxpy");
     ASSERT_ERROR_HAS("reverse_blocks");
@@ -492,10 +490,11 @@ END_TEST
 START_TEST(options_and_capability_macros)
 {
     /* User options come after kiln's; the capability macro matches the device. */
-    const char *src = "#ifndef USER_N\n#error USER_N missing\n#endif\n"
-                      "#if !defined(KILN_HAS_FP64) && WANT_FP64\n#error KILN_HAS_FP64 missing\n#endif\n"
-                      "#if defined(KILN_HAS_FP64) && !WANT_FP64\n#error KILN_HAS_FP64 set\n#endif\n"
-                      "__kernel void k(__global int *o) { o[0] = USER_N; }\n";
+    const char *src =
+        "#ifndef USER_N\n#error USER_N missing\n#endif\n"
+        "#if !defined(KILN_HAS_FP64) && WANT_FP64\n#error KILN_HAS_FP64 missing\n#endif\n"
+        "#if defined(KILN_HAS_FP64) && !WANT_FP64\n#error KILN_HAS_FP64 set\n#endif\n"
+        "__kernel void k(__global int *o) { o[0] = USER_N; }\n";
     kiln_device_info info;
     ck_assert_int_eq(kiln_device_info_get(dev, &info), KILN_OK);
     char opts[64];
@@ -614,11 +613,12 @@ END_TEST
 START_TEST(builtin_kernel_runs)
 {
     kiln__kernel *k = NULL, *again = NULL;
-    kiln_status s = kiln__builtin_kernel(dev, "creation", ARANGE_DEFINES, "kiln_arange", "test", &k);
+    kiln_status s =
+        kiln__builtin_kernel(dev, "creation", ARANGE_DEFINES, "kiln_arange", "test", &k);
     ck_assert_msg(s == KILN_OK, "%s", kiln_last_error());
-    ck_assert_int_eq(kiln__builtin_kernel(dev, "creation", ARANGE_DEFINES, "kiln_arange", "test",
-                                          &again),
-                     KILN_OK);
+    ck_assert_int_eq(
+        kiln__builtin_kernel(dev, "creation", ARANGE_DEFINES, "kiln_arange", "test", &again),
+        KILN_OK);
     ck_assert_ptr_eq(k, again); /* kept for the device's lifetime */
     ck_assert_uint_ge(k->wg_size, 1);
     int64_t n = small ? 29 : 300;

@@ -278,8 +278,8 @@ START_TEST(test_other_float_dtypes)
     for (int i = 0; i < n; i++) {
         float want = ref_uniform(i, 5, -1, 1), got = half_to_float(hh[i]);
         /* f16 keeps 11 significant bits: within half an ulp of the f32 number */
-        ck_assert_msg(fabsf(got - want) <= ldexpf(fabsf(want), -11) + 3e-8f, "%d: %g vs %g", i,
-                      got, want);
+        ck_assert_msg(fabsf(got - want) <= ldexpf(fabsf(want), -11) + 3e-8f, "%d: %g vs %g", i, got,
+                      want);
     }
     kiln_tensor_release(t);
 }
@@ -311,8 +311,8 @@ START_TEST(test_statistics)
         double u1, u2;
         float z = ref_normal_parts(i, 2024, &u1, &u2);
         double want = sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
-        ck_assert_msg(fabs(h[i] - want) <= 2e-6 + 2e-6 * fabs(want), "%lld: %g vs %g",
-                      (long long)i, h[i], want);
+        ck_assert_msg(fabs(h[i] - want) <= 2e-6 + 2e-6 * fabs(want), "%lld: %g vs %g", (long long)i,
+                      h[i], want);
         ck_assert_float_eq(h[i], z);
     }
     free(h);
@@ -348,25 +348,23 @@ START_TEST(test_errors)
 {
     int64_t n = 4;
     kiln_tensor *t = (kiln_tensor *)&n;
-    ASSERT_FAILS(kiln_rand_uniform(NULL, KILN_F32, 1, &n, 1, 0, 1, &t),
-                 KILN_ERR_INVALID_ARGUMENT, "kiln_rand_uniform");
+    ASSERT_FAILS(kiln_rand_uniform(NULL, KILN_F32, 1, &n, 1, 0, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_rand_uniform");
     ck_assert_ptr_null(t);
-    ASSERT_FAILS(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1, 0, 1, NULL),
-                 KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    ASSERT_FAILS(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1, 0, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "out is NULL");
     t = (kiln_tensor *)&n;
-    ASSERT_FAILS(kiln_rand_uniform(dev, KILN_I32, 1, &n, 1, 0, 1, &t), KILN_ERR_UNSUPPORTED,
-                 "i32");
+    ASSERT_FAILS(kiln_rand_uniform(dev, KILN_I32, 1, &n, 1, 0, 1, &t), KILN_ERR_UNSUPPORTED, "i32");
     ck_assert_ptr_null(t);
-    ASSERT_FAILS(kiln_rand_normal(dev, KILN_U8, 1, &n, 1, 0, 1, &t), KILN_ERR_UNSUPPORTED,
-                 "u8");
-    ASSERT_FAILS(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1, 1, 1, &t),
-                 KILN_ERR_INVALID_ARGUMENT, "less than high");
+    ASSERT_FAILS(kiln_rand_normal(dev, KILN_U8, 1, &n, 1, 0, 1, &t), KILN_ERR_UNSUPPORTED, "u8");
+    ASSERT_FAILS(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1, 1, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "less than high");
     ASSERT_FAILS(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1, 0, INFINITY, &t),
                  KILN_ERR_INVALID_ARGUMENT, "finite");
-    ASSERT_FAILS(kiln_rand_normal(dev, KILN_F32, 1, &n, 1, 0, -1, &t),
-                 KILN_ERR_INVALID_ARGUMENT, "negative");
-    ASSERT_FAILS(kiln_rand_normal(dev, KILN_F32, 0, &n, 1, 0, 1, &t),
-                 KILN_ERR_INVALID_ARGUMENT, "kiln_rand_normal");
+    ASSERT_FAILS(kiln_rand_normal(dev, KILN_F32, 1, &n, 1, 0, -1, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "negative");
+    ASSERT_FAILS(kiln_rand_normal(dev, KILN_F32, 0, &n, 1, 0, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_rand_normal");
     ck_assert_ptr_null(t);
 }
 END_TEST

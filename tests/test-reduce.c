@@ -15,8 +15,8 @@
  */
 
 /* Reference: reduce x viewed as [outer, n, inner] over n, in double. */
-static void ref_reduce(kiln_reduce_op op, const double *x, int64_t outer, int64_t n,
-                       int64_t inner, double *out, double *abs_sum)
+static void ref_reduce(kiln_reduce_op op, const double *x, int64_t outer, int64_t n, int64_t inner,
+                       double *out, double *abs_sum)
 {
     for (int64_t r = 0; r < outer * inner; r++) {
         const double *row = x + (r / inner) * n * inner + r % inner;
@@ -41,10 +41,14 @@ static void ref_reduce(kiln_reduce_op op, const double *x, int64_t outer, int64_
 static double sum_tolerance(kiln_dtype dt)
 {
     switch (dt) {
-    case KILN_F32: return ldexp(1, -20);
-    case KILN_F64: return ldexp(1, -44);
-    case KILN_F16: return ldexp(1, -10);
-    default: return 0;
+    case KILN_F32:
+        return ldexp(1, -20);
+    case KILN_F64:
+        return ldexp(1, -44);
+    case KILN_F16:
+        return ldexp(1, -10);
+    default:
+        return 0;
     }
 }
 
@@ -124,7 +128,6 @@ static void check_shape(kiln_device *dev, kiln_reduce_op op, kiln_dtype dt, int 
         check_case(dev, op, dt, ndim, shape, a, a % 2 == 1);
     check_case(dev, op, dt, ndim, shape, -1, true);
 }
-
 
 static bool dtype_ok(kiln_device *dev, kiln_reduce_op op, kiln_dtype dt)
 {
@@ -254,8 +257,8 @@ START_TEST(test_special_values)
         kiln_device *dev = devs[i];
         const int64_t n4 = 4;
         const float withnan[] = {1, NAN, 3, NAN}, ties[] = {3, 1, 3, 2},
-                    infs[] = {INFINITY, 1, 2, 3}, neg[] = {-INFINITY, -INFINITY, -INFINITY,
-                                                            -INFINITY};
+                    infs[] = {INFINITY, 1, 2, 3},
+                    neg[] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
         kiln_tensor *t = NULL, *y = NULL;
         float f;
         int64_t idx;
@@ -420,8 +423,8 @@ START_TEST(test_reduce_out)
                      "[6]");
         ASSERT_FAILS(kiln_reduce_out(KILN_REDUCE_SUM, t, 1, true, y), KILN_ERR_SHAPE_MISMATCH,
                      "[7, 1]");
-        ASSERT_FAILS(kiln_reduce_out(KILN_REDUCE_SUM, t, 1, false, NULL),
-                     KILN_ERR_INVALID_ARGUMENT, "out");
+        ASSERT_FAILS(kiln_reduce_out(KILN_REDUCE_SUM, t, 1, false, NULL), KILN_ERR_INVALID_ARGUMENT,
+                     "out");
         kiln_tensor_release(bad);
         ASSERT_OK(kiln_tensor_empty(devs[i], KILN_F32, 1, s1, &bad));
         ASSERT_FAILS(kiln_reduce_out(KILN_REDUCE_SUM, bad, 0, false, bad),

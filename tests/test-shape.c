@@ -274,8 +274,8 @@ START_TEST(test_cat_errors)
 }
 END_TEST
 
-static void check_slice(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
-                        int axis, int64_t start, int64_t end)
+static void check_slice(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, int axis,
+                        int64_t start, int64_t end)
 {
     int a = axis < 0 ? axis + ndim : axis;
     int64_t len = shape[a], b = start < 0 ? start + len : start, e = end < 0 ? end + len : end;
@@ -330,8 +330,7 @@ START_TEST(test_slice_errors)
     ck_assert_ptr_null(y);
     ASSERT_FAILS(kiln_slice(t, 1, 3, 2, &y), KILN_ERR_INVALID_ARGUMENT, "[3, 2)");
     ASSERT_FAILS(kiln_slice(t, 1, -6, 2, &y), KILN_ERR_INVALID_ARGUMENT, "no clamping");
-    ASSERT_FAILS(kiln_slice(t, 2, 0, 1, &y), KILN_ERR_INVALID_ARGUMENT,
-                 "axis 2 is out of range");
+    ASSERT_FAILS(kiln_slice(t, 2, 0, 1, &y), KILN_ERR_INVALID_ARGUMENT, "axis 2 is out of range");
     ASSERT_FAILS(kiln_slice(t, -3, 0, 1, &y), KILN_ERR_INVALID_ARGUMENT, "axis -3");
     ASSERT_FAILS(kiln_slice(NULL, 0, 0, 1, &y), KILN_ERR_INVALID_ARGUMENT, "NULL");
     ASSERT_FAILS(kiln_slice(t, 0, 0, 1, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");

@@ -7,7 +7,6 @@
 #include "lib/spec.h"
 #include "testutil.h"
 
-
 static kiln__devdesc fake(kiln_device_type type, int p, int d, bool nvidia, uint32_t cu,
                           uint32_t mhz)
 {

@@ -51,8 +51,9 @@ int64_t numel_of(int ndim, const int64_t *shape)
 float half_to_float(uint16_t h)
 {
     int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY)
-                                                     : ldexpf((float)(m | 0x400), e - 25);
+    float v = e == 0    ? ldexpf((float)m, -24)
+              : e == 31 ? (m ? NAN : INFINITY)
+                        : ldexpf((float)(m | 0x400), e - 25);
     return (h & 0x8000) ? -v : v;
 }
 
@@ -81,24 +82,42 @@ uint16_t float_to_half(float f)
 void store_value(kiln_dtype dt, void *buf, int64_t i, double v)
 {
     switch (dt) {
-    case KILN_F32: ((float *)buf)[i] = (float)v; break;
-    case KILN_F64: ((double *)buf)[i] = v; break;
-    case KILN_F16: ((uint16_t *)buf)[i] = float_to_half((float)v); break;
-    case KILN_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case KILN_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case KILN_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case KILN_F32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case KILN_F64:
+        ((double *)buf)[i] = v;
+        break;
+    case KILN_F16:
+        ((uint16_t *)buf)[i] = float_to_half((float)v);
+        break;
+    case KILN_I32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case KILN_I64:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
+    case KILN_U8:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
     }
 }
 
 double load_value(kiln_dtype dt, const void *buf, int64_t i)
 {
     switch (dt) {
-    case KILN_F32: return ((const float *)buf)[i];
-    case KILN_F64: return ((const double *)buf)[i];
-    case KILN_F16: return half_to_float(((const uint16_t *)buf)[i]);
-    case KILN_I32: return ((const int32_t *)buf)[i];
-    case KILN_I64: return (double)((const int64_t *)buf)[i];
-    case KILN_U8: return ((const uint8_t *)buf)[i];
+    case KILN_F32:
+        return ((const float *)buf)[i];
+    case KILN_F64:
+        return ((const double *)buf)[i];
+    case KILN_F16:
+        return half_to_float(((const uint16_t *)buf)[i]);
+    case KILN_I32:
+        return ((const int32_t *)buf)[i];
+    case KILN_I64:
+        return (double)((const int64_t *)buf)[i];
+    case KILN_U8:
+        return ((const uint8_t *)buf)[i];
     }
     return NAN;
 }
@@ -152,11 +171,21 @@ void fill_values(kiln_dtype dt, double *v, int64_t n)
     for (int64_t i = 0; i < n; i++) {
         double u = rnd();
         switch (dt) {
-        case KILN_F32: v[i] = (float)(2 * u - 1); break;
-        case KILN_F64: v[i] = 2 * u - 1; break;
-        case KILN_F16: v[i] = floor(u * 129) / 16 - 4; break; /* k/16 in [-4, 4] */
-        case KILN_U8: v[i] = floor(u * 256); break;
-        default: v[i] = floor(u * 2001) - 1000; break;
+        case KILN_F32:
+            v[i] = (float)(2 * u - 1);
+            break;
+        case KILN_F64:
+            v[i] = 2 * u - 1;
+            break;
+        case KILN_F16:
+            v[i] = floor(u * 129) / 16 - 4;
+            break; /* k/16 in [-4, 4] */
+        case KILN_U8:
+            v[i] = floor(u * 256);
+            break;
+        default:
+            v[i] = floor(u * 2001) - 1000;
+            break;
         }
     }
 }

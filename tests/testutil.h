@@ -12,25 +12,25 @@
 /* ---- status and message assertions ---------------------------------------------------------- */
 
 /* expr (a kiln call) returns KILN_OK; on failure, the status and kiln_last_error() are shown. */
-#define ASSERT_OK(expr)                                                                        \
-    do {                                                                                       \
-        kiln_status s_ = (expr);                                                               \
-        ck_assert_msg(s_ == KILN_OK, "%s failed: %s: %s", #expr, kiln_status_string(s_),       \
-                      kiln_last_error());                                                      \
+#define ASSERT_OK(expr)                                                                            \
+    do {                                                                                           \
+        kiln_status s_ = (expr);                                                                   \
+        ck_assert_msg(s_ == KILN_OK, "%s failed: %s: %s", #expr, kiln_status_string(s_),           \
+                      kiln_last_error());                                                          \
     } while (0)
 
 /* kiln_last_error() contains the string text. */
-#define ASSERT_ERROR_HAS(text)                                                                 \
-    ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL, "message \"%s\" lacks \"%s\"",    \
+#define ASSERT_ERROR_HAS(text)                                                                     \
+    ck_assert_msg(strstr(kiln_last_error(), (text)) != NULL, "message \"%s\" lacks \"%s\"",        \
                   kiln_last_error(), (text))
 
 /* expr returns status, and the message it leaves in kiln_last_error() contains text. */
-#define ASSERT_FAILS(expr, status, text)                                                       \
-    do {                                                                                       \
-        kiln_status s_ = (expr);                                                               \
-        ck_assert_msg(s_ == (status), "%s gave %s, expected %s", #expr, kiln_status_string(s_), \
-                      kiln_status_string(status));                                             \
-        ASSERT_ERROR_HAS(text);                                                                \
+#define ASSERT_FAILS(expr, status, text)                                                           \
+    do {                                                                                           \
+        kiln_status s_ = (expr);                                                                   \
+        ck_assert_msg(s_ == (status), "%s gave %s, expected %s", #expr, kiln_status_string(s_),    \
+                      kiln_status_string(status));                                                 \
+        ASSERT_ERROR_HAS(text);                                                                    \
     } while (0)
 
 /* ---- device fixture ------------------------------------------------------------------------- */

@@ -12,7 +12,7 @@
 const char *kiln__cl_type(kiln_dtype dtype)
 {
     static const char *const names[KILN_DTYPE_COUNT] = {"float", "double", "half",
-                                                         "int",   "long",   "uchar"};
+                                                        "int",   "long",   "uchar"};
     return kiln__dtype_valid(dtype) ? names[dtype] : "?";
 }
 
@@ -110,8 +110,8 @@ char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
 {
     size_t used = (size_t)snprintf(buf, size, "[");
     for (int d = 0; d < ndim && used < size; d++)
-        used += (size_t)snprintf(buf + used, size - used, "%s%lld", d ? ", " : "",
-                                 (long long)shape[d]);
+        used +=
+            (size_t)snprintf(buf + used, size - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
     if (used < size)
         snprintf(buf + used, size - used, "]");
     return buf;

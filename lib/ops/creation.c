@@ -23,8 +23,8 @@ static kiln_status check_value(const char *op, kiln_dtype dtype, double value)
  * with the driver's pattern fill. */
 static kiln_status pattern_fill(kiln_tensor *t, double value, const char *op)
 {
-    cl_int err = kiln__cl.EnqueueFillBuffer(t->dev->queue, t->storage->mem, &value,
-                                            sizeof value, 0, t->nbytes, 0, NULL, NULL);
+    cl_int err = kiln__cl.EnqueueFillBuffer(t->dev->queue, t->storage->mem, &value, sizeof value, 0,
+                                            t->nbytes, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return kiln__cl_fail(err, op, "clEnqueueFillBuffer", t->dev->info.spec);
     return KILN_OK;
@@ -102,9 +102,8 @@ static int64_t arange_count(kiln_dtype dtype, double start, double end, double s
         return -1;
     }
     if (step == 0 || (end - start) * step < 0) {
-        kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                    "%s: step %g %s; the range [%g, %g) needs a %s step", op, step,
-                    step == 0 ? "is zero" : "has the wrong sign", start, end,
+        kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: step %g %s; the range [%g, %g) needs a %s step",
+                    op, step, step == 0 ? "is zero" : "has the wrong sign", start, end,
                     end >= start ? "positive" : "negative");
         return -1;
     }
@@ -127,8 +126,8 @@ static int64_t arange_count(kiln_dtype dtype, double start, double end, double s
     return (int64_t)count;
 }
 
-kiln_status kiln_arange(kiln_device *dev, kiln_dtype dtype, double start, double end,
-                        double step, kiln_tensor **out)
+kiln_status kiln_arange(kiln_device *dev, kiln_dtype dtype, double start, double end, double step,
+                        kiln_tensor **out)
 {
     const char *op = "kiln_arange";
     if (!out)

@@ -23,8 +23,8 @@ static bool is_comparison(kiln_binary_op op)
 }
 
 /* One program per dtype holds every elementwise kernel of that dtype. */
-static kiln_status get_kernel(kiln_device *dev, kiln_dtype dtype, const char *name,
-                              const char *op, kiln__kernel **k)
+static kiln_status get_kernel(kiln_device *dev, kiln_dtype dtype, const char *name, const char *op,
+                              kiln__kernel **k)
 {
     char defines[192] = "";
     kiln__dtype_defines(defines, sizeof defines, "T", dtype);
@@ -33,7 +33,9 @@ static kiln_status get_kernel(kiln_device *dev, kiln_dtype dtype, const char *na
         snprintf(defines + used, sizeof defines - used, " -DKILN_IS_FLOAT=1");
     else
         snprintf(defines + used, sizeof defines - used, " -DKILN_IS_INT=1 -DKILN_UT=%s%s",
-                 dtype == KILN_I32 ? "uint" : dtype == KILN_I64 ? "ulong" : "uchar",
+                 dtype == KILN_I32   ? "uint"
+                 : dtype == KILN_I64 ? "ulong"
+                                     : "uchar",
                  dtype == KILN_U8 ? "" : " -DKILN_IS_SIGNED=1");
     return kiln__builtin_kernel(dev, "elementwise", defines, name, op, k);
 }
@@ -55,14 +57,14 @@ static kiln_status result(const char *op, kiln_device *dev, kiln_dtype dtype, in
     if (!given)
         return kiln__tensor_new(dev, dtype, ndim, shape, op, res);
     if (given->dtype != dtype)
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: out has dtype %s, the result is %s",
-                           op, kiln_dtype_name(given->dtype), kiln_dtype_name(dtype));
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: out has dtype %s, the result is %s", op,
+                           kiln_dtype_name(given->dtype), kiln_dtype_name(dtype));
     if (!same_shape(ndim, shape, given)) {
         char want[160], got[160];
         kiln__shape_str(want, sizeof want, ndim, shape);
         kiln__shape_str(got, sizeof got, given->ndim, given->shape);
-        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: out has shape %s, the result has %s",
-                           op, got, want);
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: out has shape %s, the result has %s", op,
+                           got, want);
     }
     *res = given;
     return KILN_OK;
@@ -121,7 +123,7 @@ static kiln_status launch_1d(kiln_device *dev, kiln__kernel *k, const char *fn,
                              kiln_tensor *res)
 {
     kiln_arg args[4 + 3 * KILN_MAX_DIMS] = {kiln_arg_tensor(a), kiln_arg_tensor(b),
-                                             kiln_arg_tensor(res), kiln_arg_i64(bc->numel)};
+                                            kiln_arg_tensor(res), kiln_arg_i64(bc->numel)};
     int nargs = 4 + (kiln__bcast_flat(bc) ? 0 : kiln__bcast_args(bc, args + 4));
     size_t global = (size_t)bc->numel;
     return kiln__kernel_launch(dev, k, fn, 1, &global, NULL, nargs, args);
@@ -195,11 +197,11 @@ kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_
     return binary("kiln_binary_out", op, a, b, out, NULL);
 }
 
-#define KILN__BINARY_WRAPPER(fn, OP)                                                              \
-    kiln_status fn(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out)                \
-    {                                                                                            \
-        kiln_status s = check_out_ptr(#fn, out);                                                 \
-        return s != KILN_OK ? s : binary(#fn, OP, a, b, NULL, out);                              \
+#define KILN__BINARY_WRAPPER(fn, OP)                                                               \
+    kiln_status fn(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out)                  \
+    {                                                                                              \
+        kiln_status s = check_out_ptr(#fn, out);                                                   \
+        return s != KILN_OK ? s : binary(#fn, OP, a, b, NULL, out);                                \
     }
 KILN__BINARY_WRAPPER(kiln_add, KILN_OP_ADD)
 KILN__BINARY_WRAPPER(kiln_sub, KILN_OP_SUB)
@@ -254,8 +256,8 @@ kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln
                            fn, kiln_dtype_name(cond->dtype));
     if (a->dtype != b->dtype)
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
-                           "%s: dtypes %s and %s of a and b differ; cast one with kiln_cast()",
-                           fn, kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
+                           "%s: dtypes %s and %s of a and b differ; cast one with kiln_cast()", fn,
+                           kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
     if ((s = kiln__check_dtype_on(dev, a->dtype, fn)) != KILN_OK)
         return s;
     kiln__bcast bc;
@@ -267,11 +269,10 @@ kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln
         return finish(s, res, NULL, out);
     bool flat = kiln__bcast_flat(&bc);
     kiln__kernel *k;
-    if ((s = get_kernel(dev, a->dtype, flat ? "kiln_where" : "kiln_where_bb", fn, &k)) ==
-        KILN_OK) {
+    if ((s = get_kernel(dev, a->dtype, flat ? "kiln_where" : "kiln_where_bb", fn, &k)) == KILN_OK) {
         kiln_arg args[5 + 4 * KILN_MAX_DIMS] = {kiln_arg_tensor(cond), kiln_arg_tensor(a),
-                                                 kiln_arg_tensor(b), kiln_arg_tensor(res),
-                                                 kiln_arg_i64(bc.numel)};
+                                                kiln_arg_tensor(b), kiln_arg_tensor(res),
+                                                kiln_arg_i64(bc.numel)};
         int nargs = 5 + (flat ? 0 : kiln__bcast_args(&bc, args + 5));
         size_t global = (size_t)bc.numel;
         s = kiln__kernel_launch(dev, k, fn, 1, &global, NULL, nargs, args);
@@ -279,8 +280,7 @@ kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln
     return finish(s, res, NULL, out);
 }
 
-static kiln_status check_unary_op(const char *fn, kiln_unary_op op, kiln_dtype dtype,
-                                  bool backward)
+static kiln_status check_unary_op(const char *fn, kiln_unary_op op, kiln_dtype dtype, bool backward)
 {
     if ((int)op < 0 || (int)op >= N_UNARY)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown unary op %d", fn, (int)op);
@@ -293,8 +293,8 @@ static kiln_status check_unary_op(const char *fn, kiln_unary_op op, kiln_dtype d
     return KILN_OK;
 }
 
-static kiln_status unary(const char *fn, kiln_unary_op op, const kiln_tensor *x,
-                         kiln_tensor *given, kiln_tensor **out)
+static kiln_status unary(const char *fn, kiln_unary_op op, const kiln_tensor *x, kiln_tensor *given,
+                         kiln_tensor **out)
 {
     kiln_device *dev;
     kiln_status s = check_args(fn, 2, given ? 2 : 1, (const kiln_tensor *[]){x, given}, &dev);
@@ -331,8 +331,8 @@ kiln_status kiln_unary_out(kiln_unary_op op, const kiln_tensor *x, kiln_tensor *
     return unary("kiln_unary_out", op, x, out, NULL);
 }
 
-kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x,
-                                const kiln_tensor *grad_out, kiln_tensor **grad_in)
+kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x, const kiln_tensor *grad_out,
+                                kiln_tensor **grad_in)
 {
     const char *fn = "kiln_unary_backward";
     kiln_device *dev;
@@ -350,8 +350,8 @@ kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x,
         char xs[160], gs[160];
         kiln__shape_str(xs, sizeof xs, x->ndim, x->shape);
         kiln__shape_str(gs, sizeof gs, grad_out->ndim, grad_out->shape);
-        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: x has shape %s but grad_out has %s",
-                           fn, xs, gs);
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: x has shape %s but grad_out has %s", fn,
+                           xs, gs);
     }
     kiln_tensor *res = NULL;
     s = result(fn, dev, x->dtype, x->ndim, x->shape, NULL, &res);
@@ -371,8 +371,7 @@ kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x,
 
 kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out)
 {
-    static const char *const to_names[KILN_DTYPE_COUNT] = {"f32", "f64", "f16",
-                                                           "i32", "i64", "u8"};
+    static const char *const to_names[KILN_DTYPE_COUNT] = {"f32", "f64", "f16", "i32", "i64", "u8"};
     const char *fn = "kiln_cast";
     kiln_device *dev;
     kiln_status s = check_out_ptr(fn, out);

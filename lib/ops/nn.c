@@ -48,8 +48,8 @@ static kiln_status check_float(const kiln_tensor *t, const char *op, const char 
                                bool allow_f16)
 {
     if (t->dtype != KILN_F32 && t->dtype != KILN_F64 && (!allow_f16 || t->dtype != KILN_F16))
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s is %s; %s takes f32%s or f64", op,
-                           arg, kiln_dtype_name(t->dtype), op, allow_f16 ? ", f16" : "");
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s is %s; %s takes f32%s or f64", op, arg,
+                           kiln_dtype_name(t->dtype), op, allow_f16 ? ", f16" : "");
     return kiln__check_dtype_on(t->dev, t->dtype, op);
 }
 
@@ -57,9 +57,8 @@ static kiln_status check_same_dtype(const kiln_tensor *a, const kiln_tensor *b, 
                                     const char *aname, const char *bname)
 {
     if (a->dtype != b->dtype)
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s is %s but %s is %s; use one dtype",
-                           op, aname, kiln_dtype_name(a->dtype), bname,
-                           kiln_dtype_name(b->dtype));
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s is %s but %s is %s; use one dtype", op,
+                           aname, kiln_dtype_name(a->dtype), bname, kiln_dtype_name(b->dtype));
     return KILN_OK;
 }
 
@@ -74,8 +73,10 @@ static kiln_status check_same_shape(const kiln_tensor *a, const kiln_tensor *b, 
     char sa[160], sb[160];
     kiln__shape_str(sa, sizeof sa, a->ndim, a->shape);
     kiln__shape_str(sb, sizeof sb, b->ndim, b->shape);
-    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: %s has shape %s but %s has shape %s; they "
-                       "must be equal", op, aname, sa, bname, sb);
+    return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                       "%s: %s has shape %s but %s has shape %s; they "
+                       "must be equal",
+                       op, aname, sa, bname, sb);
 }
 
 static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor **out, int logmode,
@@ -110,9 +111,8 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor **out, in
         for (int64_t o0 = 0; s == KILN_OK && o0 < outer; o0 += KILN__MAX_GROUPS_YZ) {
             int64_t rows = outer - o0 < KILN__MAX_GROUPS_YZ ? outer - o0 : KILN__MAX_GROUPS_YZ;
             size_t global[2] = {(size_t)inner, (size_t)rows};
-            kiln_arg args[] = {kiln_arg_tensor(x),  kiln_arg_tensor(y),
-                               kiln_arg_i64(o0),    kiln_arg_i64(outer),
-                               kiln_arg_i64(x->shape[a]), kiln_arg_i64(inner),
+            kiln_arg args[] = {kiln_arg_tensor(x),   kiln_arg_tensor(y),        kiln_arg_i64(o0),
+                               kiln_arg_i64(outer),  kiln_arg_i64(x->shape[a]), kiln_arg_i64(inner),
                                kiln_arg_i32(logmode)};
             s = launch2(x->dev, k, op, global, 7, args);
         }
@@ -197,8 +197,8 @@ kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *lab
     if (s == KILN_OK && grad)
         s = kiln__tensor_new(logits->dev, logits->dtype, 2, logits->shape, op, &g);
     if (s == KILN_OK && rows > 0) {
-        const char *name = labels->dtype == KILN_I32 ? "kiln_cross_entropy_i32"
-                                                     : "kiln_cross_entropy_i64";
+        const char *name =
+            labels->dtype == KILN_I32 ? "kiln_cross_entropy_i32" : "kiln_cross_entropy_i64";
         s = nn_kernel(logits->dev, logits->dtype, name, op, &k);
         size_t global = (size_t)rows;
         /* Without a gradient the kernel never touches its grad argument: pass terms there. */
@@ -242,9 +242,12 @@ kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, ki
     if (s == KILN_OK && pred->numel > 0) {
         s = nn_kernel(pred->dev, pred->dtype, "kiln_mse", op, &k);
         size_t global = (size_t)pred->numel;
-        kiln_arg args[] = {kiln_arg_tensor(pred),     kiln_arg_tensor(target),
-                           kiln_arg_tensor(terms),    kiln_arg_tensor(g ? g : terms),
-                           kiln_arg_i64(pred->numel), kiln_arg_i32(g != NULL),
+        kiln_arg args[] = {kiln_arg_tensor(pred),
+                           kiln_arg_tensor(target),
+                           kiln_arg_tensor(terms),
+                           kiln_arg_tensor(g ? g : terms),
+                           kiln_arg_i64(pred->numel),
+                           kiln_arg_i32(g != NULL),
                            arg_real(pred->dtype, 2.0 / (double)pred->numel)};
         if (s == KILN_OK)
             s = launch1(pred->dev, k, op, global, 7, args);
@@ -293,10 +296,14 @@ kiln_status kiln_sgd_step(kiln_tensor *param, const kiln_tensor *grad, kiln_tens
     size_t global = (size_t)param->numel;
     kiln_dtype dt = param->dtype;
     /* Without velocity the kernel never touches its v argument: pass param there. */
-    kiln_arg args[] = {kiln_arg_tensor(param),      kiln_arg_tensor(grad),
-                       kiln_arg_tensor(velocity ? velocity : param), kiln_arg_i64(param->numel),
-                       arg_real(dt, lr),            arg_real(dt, momentum),
-                       arg_real(dt, weight_decay),  kiln_arg_i32(velocity != NULL)};
+    kiln_arg args[] = {kiln_arg_tensor(param),
+                       kiln_arg_tensor(grad),
+                       kiln_arg_tensor(velocity ? velocity : param),
+                       kiln_arg_i64(param->numel),
+                       arg_real(dt, lr),
+                       arg_real(dt, momentum),
+                       arg_real(dt, weight_decay),
+                       kiln_arg_i32(velocity != NULL)};
     return launch1(param->dev, k, op, global, 8, args);
 }
 
@@ -335,9 +342,9 @@ kiln_status kiln_adam_step(kiln_tensor *param, const kiln_tensor *grad, kiln_ten
     size_t global = (size_t)param->numel;
     kiln_dtype dt = param->dtype;
     double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
-    kiln_arg args[] = {kiln_arg_tensor(param), kiln_arg_tensor(grad), kiln_arg_tensor(m),
-                       kiln_arg_tensor(v),     kiln_arg_i64(param->numel),
-                       arg_real(dt, lr),       arg_real(dt, beta1),   arg_real(dt, beta2),
-                       arg_real(dt, eps),      arg_real(dt, bc1),     arg_real(dt, bc2)};
+    kiln_arg args[] = {kiln_arg_tensor(param), kiln_arg_tensor(grad),      kiln_arg_tensor(m),
+                       kiln_arg_tensor(v),     kiln_arg_i64(param->numel), arg_real(dt, lr),
+                       arg_real(dt, beta1),    arg_real(dt, beta2),        arg_real(dt, eps),
+                       arg_real(dt, bc1),      arg_real(dt, bc2)};
     return launch1(param->dev, k, op, global, 11, args);
 }

@@ -8,8 +8,7 @@
 #include "status.h"
 #include "tensor.h"
 
-static kiln_status check_params(const char *op, kiln_dtype dtype, double a, double b,
-                                bool uniform)
+static kiln_status check_params(const char *op, kiln_dtype dtype, double a, double b, bool uniform)
 {
     if (kiln__dtype_valid(dtype) && !kiln__dtype_is_float(dtype))
         return kiln__error(KILN_ERR_UNSUPPORTED,
@@ -28,9 +27,9 @@ static kiln_status check_params(const char *op, kiln_dtype dtype, double a, doub
     return KILN_OK;
 }
 
-static kiln_status generate(const char *op, bool uniform, kiln_device *dev,
-                            kiln_dtype dtype, int ndim, const int64_t *shape, uint64_t seed,
-                            double a, double b, kiln_tensor **out)
+static kiln_status generate(const char *op, bool uniform, kiln_device *dev, kiln_dtype dtype,
+                            int ndim, const int64_t *shape, uint64_t seed, double a, double b,
+                            kiln_tensor **out)
 {
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
@@ -53,9 +52,11 @@ static kiln_status generate(const char *op, bool uniform, kiln_device *dev,
     if (s != KILN_OK)
         goto done;
     /* The key words travel as i32 bit patterns: kiln_arg has no unsigned kind. */
-    kiln_arg args[6] = {kiln_arg_tensor(t), kiln_arg_i64(t->numel),
+    kiln_arg args[6] = {kiln_arg_tensor(t),
+                        kiln_arg_i64(t->numel),
                         kiln_arg_i32((int32_t)(uint32_t)(seed & 0xffffffffu)),
-                        kiln_arg_i32((int32_t)(uint32_t)(seed >> 32)), kiln_arg_f32((float)a),
+                        kiln_arg_i32((int32_t)(uint32_t)(seed >> 32)),
+                        kiln_arg_f32((float)a),
                         kiln_arg_f32((float)b)};
     size_t global = (size_t)t->numel;
     s = kiln__kernel_launch(dev, k, op, 1, &global, NULL, 6, args);
@@ -71,13 +72,11 @@ done:
 kiln_status kiln_rand_uniform(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                               uint64_t seed, double low, double high, kiln_tensor **out)
 {
-    return generate("kiln_rand_uniform", true, dev, dtype, ndim, shape, seed, low,
-                    high, out);
+    return generate("kiln_rand_uniform", true, dev, dtype, ndim, shape, seed, low, high, out);
 }
 
 kiln_status kiln_rand_normal(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                              uint64_t seed, double mean, double stddev, kiln_tensor **out)
 {
-    return generate("kiln_rand_normal", false, dev, dtype, ndim, shape, seed, mean,
-                    stddev, out);
+    return generate("kiln_rand_normal", false, dev, dtype, ndim, shape, seed, mean, stddev, out);
 }

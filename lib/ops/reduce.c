@@ -150,9 +150,12 @@ static kiln_status launch_rows(kiln_device *dev, kiln_reduce_op op, const kiln_t
     for (int64_t o0 = 0; s == KILN_OK && o0 < p->outer; o0 += KILN__MAX_GROUPS_YZ) {
         int64_t rows = p->outer - o0 < KILN__MAX_GROUPS_YZ ? p->outer - o0 : KILN__MAX_GROUPS_YZ;
         size_t global[2] = {items, (size_t)rows}, local[2];
-        kiln_arg args[] = {kiln_arg_tensor(x),     kiln_arg_tensor(y),
-                           kiln_arg_i64(o0),       kiln_arg_i64(p->outer),
-                           kiln_arg_i64(p->n),     kiln_arg_i64(p->inner),
+        kiln_arg args[] = {kiln_arg_tensor(x),
+                           kiln_arg_tensor(y),
+                           kiln_arg_i64(o0),
+                           kiln_arg_i64(p->outer),
+                           kiln_arg_i64(p->n),
+                           kiln_arg_i64(p->inner),
                            kiln_arg_i32(op == KILN_REDUCE_MIN),
                            kiln_arg_i32(op == KILN_REDUCE_MEAN)};
         kiln__fixed_ndrange(k->wg_size, 2, global, local);
@@ -204,22 +207,31 @@ static kiln_status launch_wg(kiln_device *dev, kiln_reduce_op op, const kiln_ten
         goto done;
     size_t global[3] = {(size_t)nchunks * local, (size_t)p->inner, (size_t)p->outer};
     size_t local3[3] = {local, 1, 1};
-    kiln_arg wargs[] = {kiln_arg_tensor(x),     kiln_arg_tensor(ps),
-                        kiln_arg_tensor(pc),    kiln_arg_tensor(pi),
-                        kiln_arg_i64(p->n),     kiln_arg_i64(p->inner),
-                        kiln_arg_i64(chunk),    kiln_arg_i64(nchunks),
+    kiln_arg wargs[] = {kiln_arg_tensor(x),
+                        kiln_arg_tensor(ps),
+                        kiln_arg_tensor(pc),
+                        kiln_arg_tensor(pi),
+                        kiln_arg_i64(p->n),
+                        kiln_arg_i64(p->inner),
+                        kiln_arg_i64(chunk),
+                        kiln_arg_i64(nchunks),
                         kiln_arg_i32(op == KILN_REDUCE_MIN),
                         kiln_arg_i32(dev->info.type == KILN_DEVICE_CPU),
-                        kiln_arg_local(local * accsz), kiln_arg_local(local * accsz),
+                        kiln_arg_local(local * accsz),
+                        kiln_arg_local(local * accsz),
                         kiln_arg_local(local * sizeof(int64_t))};
     s = kiln__kernel_launch(dev, kw, OP, 3, global, local3, 13, wargs);
     if (s != KILN_OK)
         goto done;
     size_t cglobal = (size_t)p->outputs;
-    kiln_arg cargs[] = {kiln_arg_tensor(ps),     kiln_arg_tensor(pc),
-                        kiln_arg_tensor(pi),     kiln_arg_tensor(y),
-                        kiln_arg_i64(p->outputs), kiln_arg_i64(nchunks),
-                        kiln_arg_i64(p->n),      kiln_arg_i32(op == KILN_REDUCE_MIN),
+    kiln_arg cargs[] = {kiln_arg_tensor(ps),
+                        kiln_arg_tensor(pc),
+                        kiln_arg_tensor(pi),
+                        kiln_arg_tensor(y),
+                        kiln_arg_i64(p->outputs),
+                        kiln_arg_i64(nchunks),
+                        kiln_arg_i64(p->n),
+                        kiln_arg_i32(op == KILN_REDUCE_MIN),
                         kiln_arg_i32(op == KILN_REDUCE_MEAN)};
     size_t clocal;
     kiln__fixed_ndrange(kc->wg_size, 1, &cglobal, &clocal);
@@ -307,8 +319,8 @@ static kiln_status check_out(const kiln_tensor *x, const kiln_tensor *out, const
         char want[160], got[160];
         kiln__shape_str(want, sizeof want, p->ndim, p->shape);
         kiln__shape_str(got, sizeof got, out->ndim, out->shape);
-        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: out has shape %s but the result is %s",
-                           OP, got, want);
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: out has shape %s but the result is %s", OP,
+                           got, want);
     }
     if (out->storage == x->storage && x->numel > 0)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,

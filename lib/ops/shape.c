@@ -84,10 +84,10 @@ static kiln_status launch_tiles(kiln__kernel *k, const kiln_tensor *in, kiln_ten
     size_t global[3] = {(size_t)(c->dims[a] + TILE - 1) / TILE * TILE,
                         (size_t)(c->dims[b] + TILE - 1) / TILE * TILE, (size_t)d0};
     size_t local[3] = {TILE, TILE, 1};
-    kiln_arg args[] = {kiln_arg_tensor(in), kiln_arg_tensor(out), kiln_arg_i64(ioff),
-                       kiln_arg_i64(ooff),  kiln_arg_i64(d0),     kiln_arg_i64(c->dims[a]),
-                       kiln_arg_i64(c->dims[b]), kiln_arg_i64(is0), kiln_arg_i64(c->istr[b]),
-                       kiln_arg_i64(os0),   kiln_arg_i64(c->ostr[a])};
+    kiln_arg args[] = {kiln_arg_tensor(in),      kiln_arg_tensor(out),    kiln_arg_i64(ioff),
+                       kiln_arg_i64(ooff),       kiln_arg_i64(d0),        kiln_arg_i64(c->dims[a]),
+                       kiln_arg_i64(c->dims[b]), kiln_arg_i64(is0),       kiln_arg_i64(c->istr[b]),
+                       kiln_arg_i64(os0),        kiln_arg_i64(c->ostr[a])};
     return kiln__kernel_launch(in->dev, k, op, 3, global, local, 11, args);
 }
 
@@ -121,8 +121,8 @@ static int64_t min64(int64_t a, int64_t b)
  * KILN__MAX_GROUPS_YZ groups: dimension 1 is b (ndim - 1) for tiles, ndim - 2 otherwise;
  * dimension 2 is ndim - 3. */
 static kiln_status launch_pieces(kiln__kernel *k, bool tiles, const kiln_tensor *in,
-                                 kiln_tensor *out, const copy_desc *c, int64_t ioff,
-                                 int64_t ooff, const char *op)
+                                 kiln_tensor *out, const copy_desc *c, int64_t ioff, int64_t ooff,
+                                 const char *op)
 {
     int yd = tiles ? c->ndim - 1 : c->ndim - 2, zd = c->ndim - 3;
     int64_t ylim = tiles ? (int64_t)KILN__MAX_GROUPS_YZ * TILE : KILN__MAX_GROUPS_YZ;
@@ -209,8 +209,7 @@ static kiln_status start(const kiln_tensor *x, kiln_tensor **out, const char *op
     return kiln__check_tensor(x, op, "x");
 }
 
-static kiln_status permute(const kiln_tensor *x, const int *perm, kiln_tensor **out,
-                           const char *op)
+static kiln_status permute(const kiln_tensor *x, const int *perm, kiln_tensor **out, const char *op)
 {
     kiln_status s = start(x, out, op);
     if (s != KILN_OK)

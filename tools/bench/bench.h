@@ -11,8 +11,8 @@ typedef struct bench_ctx {
     kiln_device *dev;
     const char *spec;
     bool json;
-    bool quick;   /* --quick: fewer sizes and repetitions (smoke runs in tests) */
-    int repeats;  /* samples per measurement (median reported) */
+    bool quick;        /* --quick: fewer sizes and repetitions (smoke runs in tests) */
+    int repeats;       /* samples per measurement (median reported) */
     const char *argv0; /* path of kiln-bench itself, for sections that start fresh processes */
 } bench_ctx;
 
@@ -27,14 +27,14 @@ typedef struct bench_section {
  * higher_is_better: true for GB/s, GFLOP/s; false for times. ratio = kiln/baseline, inverted
  * for times, so that >= 1 always means kiln is at least as good. */
 typedef struct bench_result {
-    char name[96];     /* "h2d 64 MiB" */
-    const char *unit;  /* "GB/s", "us", "GFLOP/s", "ms" */
+    char name[96];    /* "h2d 64 MiB" */
+    const char *unit; /* "GB/s", "us", "GFLOP/s", "ms" */
     bool higher_is_better;
-    const char *baseline; /* what the baseline is: "raw OpenCL", "cblas_sgemm", "C loop" */
-    double kiln;       /* median */
+    const char *baseline;  /* what the baseline is: "raw OpenCL", "cblas_sgemm", "C loop" */
+    double kiln;           /* median */
     double baseline_value; /* median; 0 when there is no baseline */
     int samples;
-    double min, max;   /* of kiln's samples */
+    double min, max; /* of kiln's samples */
 } bench_result;
 
 /* Monotonic seconds. */

@@ -83,8 +83,8 @@ void bench_report(bench_ctx *ctx, const bench_result *r)
         return;
     static bool header;
     if (!header) {
-        printf("%-36s %12s %12s %8s  %-8s %s\n", "measurement", "kiln", "baseline", "ratio",
-               "unit", "baseline is");
+        printf("%-36s %12s %12s %8s  %-8s %s\n", "measurement", "kiln", "baseline", "ratio", "unit",
+               "baseline is");
         header = true;
     }
     if (r->baseline_value > 0)
@@ -146,8 +146,8 @@ void bench_print_json(bench_ctx *ctx)
     json_string(info.platform);
     printf(", \"driver_version\": ");
     json_string(info.driver_version);
-    printf(", \"compute_units\": %u, \"unified_memory\": %s},\n \"results\": [",
-           info.compute_units, info.unified_memory ? "true" : "false");
+    printf(", \"compute_units\": %u, \"unified_memory\": %s},\n \"results\": [", info.compute_units,
+           info.unified_memory ? "true" : "false");
     for (int i = 0; i < nresults; i++) {
         const bench_result *r = &results[i];
         printf("%s\n  {\"name\": ", i ? "," : "");

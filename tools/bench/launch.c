@@ -15,7 +15,7 @@ static const char *tiny_source = "__kernel void tiny(__global float *x, int n)\n
 
 typedef struct launcher {
     bench_ctx *ctx;
-    int n;            /* elements: tiny, so the launch itself dominates */
+    int n; /* elements: tiny, so the launch itself dominates */
     kiln_program *prog;
     kiln_tensor *x;
     cl_command_queue q;
@@ -84,8 +84,8 @@ static int measure(launcher *l, bool wait)
         r[i] = sample(l, false, wait, iters);
     }
     char name[96];
-    snprintf(name, sizeof name, "%s, n=%d", wait ? "enqueue+wait per launch" : "enqueue-only per launch",
-             l->n);
+    snprintf(name, sizeof name, "%s, n=%d",
+             wait ? "enqueue+wait per launch" : "enqueue-only per launch", l->n);
     bench_result res;
     bench_result_set(&res, name, "us", false, "raw OpenCL", k, r, ctx->repeats);
     free(k);
@@ -113,8 +113,7 @@ static int setup_raw(launcher *l)
     if (err == CL_SUCCESS)
         l->rawx = clCreateBuffer(c, CL_MEM_READ_WRITE, sizeof(float) * (size_t)l->n, NULL, &err);
     if (err != CL_SUCCESS) {
-        fprintf(stderr, "kiln-bench: building the raw OpenCL baseline failed with %d\n",
-                (int)err);
+        fprintf(stderr, "kiln-bench: building the raw OpenCL baseline failed with %d\n", (int)err);
         return 1;
     }
     return 0;
@@ -154,8 +153,9 @@ int bench_launch(bench_ctx *ctx)
     rc = measure(&l, false);
     if (rc == 0)
         rc = measure(&l, true);
-    bench_note(ctx, "launch: a %d-element kernel; the baseline sets its 2 arguments and calls "
-                    "clEnqueueNDRangeKernel on kiln's queue; goal: kiln adds < 20%%",
+    bench_note(ctx,
+               "launch: a %d-element kernel; the baseline sets its 2 arguments and calls "
+               "clEnqueueNDRangeKernel on kiln's queue; goal: kiln adds < 20%%",
                l.n);
 done:
     teardown(&l);

@@ -106,8 +106,8 @@ static double run_child(startup *st, bool *ok)
     env[m++] = pvar;
     env[m++] = CHILD_VAR "=1";
     env[m] = NULL;
-    char *argv[] = {(char *)st->ctx->argv0, "-d", (char *)kiln_device_spec(st->ctx->dev),
-                    "startup", NULL};
+    char *argv[] = {(char *)st->ctx->argv0, "-d", (char *)kiln_device_spec(st->ctx->dev), "startup",
+                    NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
@@ -198,8 +198,10 @@ int bench_startup(bench_ctx *ctx)
             rc = row(&st, "warm kiln + warm PoCL cache", "both empty", false, false, true, true);
     } else {
         rc = row(&st, "warm kiln cache", "empty kiln cache", false, false, true, false);
-        bench_note(ctx, "startup: %s has no driver cache kiln can point elsewhere; only kiln's "
-                        "cache is varied", info.platform);
+        bench_note(ctx,
+                   "startup: %s has no driver cache kiln can point elsewhere; only kiln's "
+                   "cache is varied",
+                   info.platform);
     }
     bench_note(ctx, "startup: each sample is a fresh process (kiln-bench itself) from spawn to "
                     "exit after reading its first kernel result; ratio = baseline / kiln");

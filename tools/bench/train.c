@@ -19,8 +19,8 @@
 static void gemm(bool ta, bool tb, int m, int n, int k, const float *a, const float *b, float *c)
 {
 #ifdef KILN_HAVE_CBLAS
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-                n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n);
 #else
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
