@@ -133,9 +133,12 @@ static size_t size_class(size_t bytes, uint64_t max_alloc)
 }
 
 /* Oclgrind, kiln's kernel sanitizer in the tests, allocates eagerly, and its
- * uninitialised-memory checker misreports kernel writes to a buffer that had a host write or
- * fill of less than the whole buffer (reproduced with raw OpenCL). So on Oclgrind there is no
- * touch and no size-class rounding: every host write covers its whole buffer. */
+ * uninitialised-value checker (21.10) sizes its record of a buffer by the last host write or
+ * fill: after one of less than the whole buffer, kernel writes past that size are lost and
+ * reads there are reported (reproduced with raw OpenCL). So on Oclgrind there is no touch and
+ * no size-class rounding: every host write covers its whole buffer. The record also outlives
+ * clReleaseMemObject and passes to the next buffer in the same slot, so releasing buffers on
+ * Oclgrind (kiln_device_empty_cache) can bring such reports back; reuse from the cache does not. */
 static bool is_oclgrind(const kiln_device *dev)
 {
     return strncmp(dev->info.platform, "Oclgrind", 8) == 0;
