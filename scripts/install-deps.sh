@@ -8,4 +8,4 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update
 # shellcheck disable=SC2046
-$SUDO apt-get install -y --no-install-recommends $(cat debian-packages.txt)
+$SUDO apt-get install -y $(cat debian-packages.txt)
