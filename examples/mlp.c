@@ -13,7 +13,7 @@ kiln_status mlp_forward(mlp *m, const kiln_tensor *x, kiln_tensor **z1, kiln_ten
     *z1 = *h = *pred = NULL;
     if ((s = kiln_matmul(x, m->p[0], &xw)) == KILN_OK &&
         (s = kiln_add(xw, m->p[1], z1)) == KILN_OK &&
-        (s = kiln_unary(KILN_OP_RELU, *z1, h)) == KILN_OK &&
+        (s = kiln_unary(KILN_UNARY_RELU, *z1, h)) == KILN_OK &&
         (s = kiln_matmul(*h, m->p[2], &hw)) == KILN_OK)
         s = kiln_add(hw, m->p[3], pred);
     kiln_tensor_release(xw);
@@ -31,15 +31,15 @@ kiln_status mlp_train_step(mlp *m, const kiln_tensor *x, const kiln_tensor *y, i
     if (s == KILN_OK)
         s = kiln_mse_loss(pred, y, loss, &dpred);
     if (s == KILN_OK)
-        s = kiln_matmul_ex(h, dpred, KILN_TRANS_A, &g[2]); /* dw2 = h^T dpred */
+        s = kiln_matmul_trans(h, dpred, KILN_MATMUL_TRANS_A, &g[2]); /* dw2 = h^T dpred */
     if (s == KILN_OK)
         s = kiln_reduce(KILN_REDUCE_SUM, dpred, 0, false, &g[3]); /* db2 */
     if (s == KILN_OK)
-        s = kiln_matmul_ex(dpred, m->p[2], KILN_TRANS_B, &dh); /* dh = dpred w2^T */
+        s = kiln_matmul_trans(dpred, m->p[2], KILN_MATMUL_TRANS_B, &dh); /* dh = dpred w2^T */
     if (s == KILN_OK)
-        s = kiln_unary_backward(KILN_OP_RELU, z1, dh, &dz1);
+        s = kiln_unary_backward(KILN_UNARY_RELU, z1, dh, &dz1);
     if (s == KILN_OK)
-        s = kiln_matmul_ex(x, dz1, KILN_TRANS_A, &g[0]); /* dw1 = x^T dz1 */
+        s = kiln_matmul_trans(x, dz1, KILN_MATMUL_TRANS_A, &g[0]); /* dw1 = x^T dz1 */
     if (s == KILN_OK)
         s = kiln_reduce(KILN_REDUCE_SUM, dz1, 0, false, &g[1]); /* db1 */
     for (int i = 0; i < 4 && s == KILN_OK; i++)

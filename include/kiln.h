@@ -6,16 +6,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifndef CL_TARGET_OPENCL_VERSION
-#define CL_TARGET_OPENCL_VERSION 120
-#endif
-#include <CL/cl.h>
-
 #include "kiln_version.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* API conventions (kiln 1.0; the same for every function below):
+ * - Names are kiln_<object>_<verb>; constants KILN_<ENUM>_<NAME>, each enum with its own prefix
+ *   and explicit values (dtypes keep the short KILN_F32 ... names); flags are enums. The
+ *   enumerations of dtypes and ops come from one X-macro table each (KILN_DTYPE_MAP,
+ *   KILN_BINARY_OP_MAP, ...), which programs may expand too.
+ * - Every call that can fail returns kiln_status and writes its handle last: on failure every
+ *   out-parameter is NULL (or untouched where a function says so) and nothing leaks.
+ * - Every op has an allocating form (kiln_x(..., kiln_tensor **out)) and an _out form
+ *   (kiln_x_out(..., kiln_tensor *out)) writing into an existing tensor of the exact shape and
+ *   dtype. Options beyond the operands are parameters, flags or a params struct; there are no
+ *   _ex variants. Integer scalars have _i64 entry points where a double would round.
+ * - Tensors and programs are reference counted (_retain / _release; release of NULL is a no-op);
+ *   devices belong to kiln. Structs kiln fills in carry reserved fields so they can grow.
+ * - kiln.h needs no OpenCL header; the raw OpenCL handles are in kiln_cl.h. */
 
 #if defined(__GNUC__)
 #define KILN_API __attribute__((visibility("default")))
@@ -152,6 +162,7 @@ typedef struct kiln_device_info {
     bool fp16;
     bool fp64;
     bool unified_memory; /* CL_DEVICE_HOST_UNIFIED_MEMORY */
+    uint64_t reserved[16]; /* zero: room for fields added later without changing the size */
 } kiln_device_info;
 
 /* Fill *info for the device. KILN_ERR_INVALID_ARGUMENT for NULL arguments. */
@@ -168,6 +179,7 @@ typedef struct kiln_memory_stats {
     uint64_t cached_bytes;       /* bytes freed by tensors, kept for reuse */
     uint64_t driver_allocations; /* clCreateBuffer calls so far */
     uint64_t budget_bytes;       /* KILN_MEMORY_LIMIT or kiln_device_set_memory_limit; 0: none */
+    uint64_t reserved[8];        /* zero: room for fields added later */
 } kiln_memory_stats;
 
 /* Memory statistics of the device's caching allocator. */
@@ -185,13 +197,6 @@ KILN_API kiln_status kiln_device_empty_cache(kiln_device *dev);
  * suffix) sets the initial cap of every device. */
 KILN_API kiln_status kiln_device_set_memory_limit(kiln_device *dev, uint64_t bytes);
 
-/* Raw OpenCL handles for programs that already use OpenCL; NULL for a NULL device or when the
- * device's context could not be created (kiln_last_error says why). Owned by kiln: do not
- * release them; retain them if you keep them. Devices of one platform share one context. */
-KILN_API cl_context kiln_device_cl_context(kiln_device *dev);
-KILN_API cl_command_queue kiln_device_cl_queue(kiln_device *dev);
-KILN_API cl_device_id kiln_device_cl_device_id(kiln_device *dev);
-
 /* ------------------------------------------------------------------------------------------
  * Tensors
  *
@@ -207,16 +212,28 @@ KILN_API cl_device_id kiln_device_cl_device_id(kiln_device *dev);
 
 typedef struct kiln_tensor kiln_tensor;
 
+/* The dtypes: X(NAME, value, name, bytes, OpenCL C storage type, OpenCL C compute type,
+ * floating, signed). f16 is storage only: ops load it as float and compute in f32. Adding a
+ * dtype starts with a line here (see CONTRIBUTING.md). */
+#define KILN_DTYPE_MAP(X)                                                                          \
+    X(F32, 0, f32, 4, float, float, 1, 1)                                                          \
+    X(F64, 1, f64, 8, double, double, 1, 1)                                                        \
+    X(F16, 2, f16, 2, half, float, 1, 1)                                                           \
+    X(I32, 3, i32, 4, int, int, 0, 1)                                                              \
+    X(I64, 4, i64, 8, long, long, 0, 1)                                                            \
+    X(U8, 5, u8, 1, uchar, uchar, 0, 0)
+
 typedef enum kiln_dtype {
-    KILN_F32 = 0,
-    KILN_F64 = 1,
-    KILN_F16 = 2, /* storage only: ops compute in f32 */
-    KILN_I32 = 3,
-    KILN_I64 = 4,
-    KILN_U8 = 5,
+#define KILN__DTYPE_ENUM(NAME, num, name, size, cl, clc, fl, sg) KILN_##NAME = num,
+    KILN_DTYPE_MAP(KILN__DTYPE_ENUM)
+#undef KILN__DTYPE_ENUM
 } kiln_dtype;
 
-#define KILN_DTYPE_COUNT 6
+enum {
+#define KILN__DTYPE_COUNT(NAME, num, name, size, cl, clc, fl, sg) +1
+    KILN_DTYPE_COUNT = 0 KILN_DTYPE_MAP(KILN__DTYPE_COUNT)
+#undef KILN__DTYPE_COUNT
+};
 
 /* Bytes per element (0 for an unknown dtype) and the dtype's name ("f32"; "?" if unknown). */
 KILN_API size_t kiln_dtype_size(kiln_dtype dtype);
@@ -294,18 +311,6 @@ typedef enum kiln_map_flags {
 KILN_API kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr);
 KILN_API kiln_status kiln_tensor_unmap(kiln_tensor *t);
 
-/* The tensor's OpenCL buffer (NULL for an empty tensor). The buffer may be larger than the
- * tensor, and the tensor starts kiln_tensor_cl_offset() bytes into it. Owned by the tensor. */
-KILN_API cl_mem kiln_tensor_cl_mem(const kiln_tensor *t);
-KILN_API size_t kiln_tensor_cl_offset(const kiln_tensor *t);
-
-/* Wrap an existing cl_mem created in dev's context as a tensor. kiln retains the
- * buffer and releases its reference when the tensor dies; the caller keeps its own reference
- * and releases it as usual. The buffer must hold at least numel * dtype_size bytes. Such a
- * tensor's memory is not counted in the device's memory stats. */
-KILN_API kiln_status kiln_tensor_from_cl_mem(kiln_device *dev, cl_mem mem, kiln_dtype dtype,
-                                             int ndim, const int64_t *shape, kiln_tensor **out);
-
 /* ------------------------------------------------------------------------------------------
  * Programs and launch
  * ---------------------------------------------------------------------------------------- */
@@ -315,7 +320,7 @@ typedef struct kiln_program kiln_program;
 /* Build an OpenCL C program for dev. options are passed to the compiler after kiln's own
  * (-cl-std=CL1.2 and capability macros KILN_HAS_FP64 / KILN_HAS_FP16); NULL means none.
  * Binaries are cached on disk (see README). A compile error gives KILN_ERR_BUILD_FAILED with
- * the compiler's log in kiln_last_error(). The program is owned by the caller. */
+ * the compiler's log in kiln_last_error(). The caller owns one reference to *out. */
 KILN_API kiln_status kiln_program_build(kiln_device *dev, const char *source, const char *options,
                                         kiln_program **out);
 
@@ -323,13 +328,16 @@ KILN_API kiln_status kiln_program_build(kiln_device *dev, const char *source, co
 KILN_API kiln_status kiln_program_build_file(kiln_device *dev, const char *path,
                                              const char *options, kiln_program **out);
 
-/* NULL is a no-op. */
+/* Programs are reference counted like tensors: retain adds a reference (returns prog; NULL is a
+ * no-op returning NULL), release drops one and frees the program at the last (NULL is a no-op).
+ * Launches already queued keep what they need alive. */
+KILN_API kiln_program *kiln_program_retain(kiln_program *prog);
 KILN_API void kiln_program_release(kiln_program *prog);
 
 typedef enum kiln_arg_kind {
     KILN_ARG_TENSOR = 1,
-    KILN_ARG_SCALAR,
-    KILN_ARG_LOCAL,
+    KILN_ARG_SCALAR = 2,
+    KILN_ARG_LOCAL = 3,
 } kiln_arg_kind;
 
 /* One kernel argument; build them with the constructors below. */
@@ -378,6 +386,7 @@ typedef struct kiln_cache_stats {
     uint64_t corrupt;  /* entries found corrupt or foreign, and replaced */
     uint64_t rejected; /* entries the driver refused */
     uint64_t write_errors;
+    uint64_t reserved[8]; /* zero: room for fields added later */
 } kiln_cache_stats;
 
 /* Counters of this process's on-disk cache use. Never fails for non-NULL stats. */
@@ -403,12 +412,23 @@ KILN_API kiln_status kiln_full(kiln_device *dev, kiln_dtype dtype, int ndim, con
                                double value, kiln_tensor **out);
 KILN_API kiln_status kiln_ones(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                                kiln_tensor **out);
+/* The same with an exact 64-bit integer value (a double holds integers exactly only up to 2^53):
+ * floating dtypes get the value rounded to nearest; a value outside an integer dtype's range is
+ * KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_fill_i64(kiln_tensor *t, int64_t value);
+KILN_API kiln_status kiln_full_i64(kiln_device *dev, kiln_dtype dtype, int ndim,
+                                   const int64_t *shape, int64_t value, kiln_tensor **out);
 /* 1-D tensor start, start+step, ... < end (> end for a negative step): ceil((end - start) /
  * step) elements, element i = start + i * step computed in the dtype's compute type. A step of
  * 0 or of the wrong sign is KILN_ERR_INVALID_ARGUMENT; integer dtypes need integral start and
  * step. An empty range gives a [0] tensor. */
 KILN_API kiln_status kiln_arange(kiln_device *dev, kiln_dtype dtype, double start, double end,
                                  double step, kiln_tensor **out);
+/* Exact integer forms: element i = start + i * step over an integer (or floating) dtype, with
+ * the same rules. kiln_arange_out writes start + i * step into every element of a 1-D out. */
+KILN_API kiln_status kiln_arange_i64(kiln_device *dev, kiln_dtype dtype, int64_t start, int64_t end,
+                                     int64_t step, kiln_tensor **out);
+KILN_API kiln_status kiln_arange_out(double start, double step, kiln_tensor *out);
 /* Philox4x32-10: the same seed and shape give bit-identical numbers on every device. Element i
  * uses counter (i, 0) and key seed, so a tensor's numbers do not depend on the device's
  * work-group size. Numbers are made in f32 with exactly rounded operations only: uniform =
@@ -422,27 +442,38 @@ KILN_API kiln_status kiln_rand_uniform(kiln_device *dev, kiln_dtype dtype, int n
 KILN_API kiln_status kiln_rand_normal(kiln_device *dev, kiln_dtype dtype, int ndim,
                                       const int64_t *shape, uint64_t seed, double mean,
                                       double stddev, kiln_tensor **out);
+/* Refill an existing tensor with the numbers the allocating forms would give for its shape. */
+KILN_API kiln_status kiln_rand_uniform_out(uint64_t seed, double low, double high, kiln_tensor *out);
+KILN_API kiln_status kiln_rand_normal_out(uint64_t seed, double mean, double stddev,
+                                          kiln_tensor *out);
 
-/* Elementwise binary ops with NumPy broadcasting (dimensions align from the right; size-1
+/* Elementwise binary ops, X(NAME, value, name, kind) in KILN_BINARY_OP_MAP: kind ARITH works on
+ * every dtype, FLOAT needs a floating dtype (KILN_ERR_UNSUPPORTED on integers), COMPARE gives a
+ * KILN_U8 mask. All broadcast as NumPy does (dimensions align from the right; size-1
  * axes stretch; else KILN_ERR_SHAPE_MISMATCH naming both shapes). Both inputs must have one
  * dtype (else KILN_ERR_DTYPE_MISMATCH; cast first); the result has it too, and comparisons
  * give KILN_U8 masks (0/1). f16 computes in f32. Integers (i32, i64, u8) wrap on overflow;
  * integer division truncates toward zero, x / 0 gives 0 and MIN / -1 gives MIN. POW needs a
  * floating dtype (KILN_ERR_UNSUPPORTED on integers). MINIMUM/MAXIMUM propagate NaN. */
+#define KILN_BINARY_OP_MAP(X)                                                                      \
+    X(ADD, 0, add, ARITH)                                                                          \
+    X(SUB, 1, sub, ARITH)                                                                          \
+    X(MUL, 2, mul, ARITH)                                                                          \
+    X(DIV, 3, div, ARITH)                                                                          \
+    X(POW, 4, pow, FLOAT)                                                                          \
+    X(MINIMUM, 5, minimum, ARITH)                                                                  \
+    X(MAXIMUM, 6, maximum, ARITH)                                                                  \
+    X(EQ, 7, eq, COMPARE)                                                                          \
+    X(NE, 8, ne, COMPARE)                                                                          \
+    X(LT, 9, lt, COMPARE)                                                                          \
+    X(LE, 10, le, COMPARE)                                                                         \
+    X(GT, 11, gt, COMPARE)                                                                         \
+    X(GE, 12, ge, COMPARE)
+
 typedef enum kiln_binary_op {
-    KILN_OP_ADD,
-    KILN_OP_SUB,
-    KILN_OP_MUL,
-    KILN_OP_DIV,
-    KILN_OP_POW,
-    KILN_OP_MINIMUM,
-    KILN_OP_MAXIMUM,
-    KILN_OP_EQ,
-    KILN_OP_NE,
-    KILN_OP_LT,
-    KILN_OP_LE,
-    KILN_OP_GT,
-    KILN_OP_GE,
+#define KILN__BINARY_ENUM(NAME, num, name, kind) KILN_BINARY_##NAME = num,
+    KILN_BINARY_OP_MAP(KILN__BINARY_ENUM)
+#undef KILN__BINARY_ENUM
 } kiln_binary_op;
 
 KILN_API kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
@@ -450,34 +481,53 @@ KILN_API kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const 
 KILN_API kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                                      kiln_tensor *out);
 /* a op scalar; the scalar converts to a's compute type (f32 for f16; truncated toward zero
- * for integers, and one that does not fit is KILN_ERR_INVALID_ARGUMENT). */
+ * for integers, and one that does not fit is KILN_ERR_INVALID_ARGUMENT). The _i64 forms take an
+ * exact 64-bit integer scalar (rounded to nearest for floating dtypes). */
 KILN_API kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
                                         kiln_tensor **out);
+KILN_API kiln_status kiln_binary_scalar_out(kiln_binary_op op, const kiln_tensor *a, double scalar,
+                                            kiln_tensor *out);
+KILN_API kiln_status kiln_binary_scalar_i64(kiln_binary_op op, const kiln_tensor *a,
+                                            int64_t scalar, kiln_tensor **out);
+KILN_API kiln_status kiln_binary_scalar_i64_out(kiln_binary_op op, const kiln_tensor *a,
+                                                int64_t scalar, kiln_tensor *out);
+/* Shorthands for kiln_binary with ADD, SUB, MUL and DIV. */
 KILN_API kiln_status kiln_add(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
+KILN_API kiln_status kiln_add_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out);
 KILN_API kiln_status kiln_sub(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
+KILN_API kiln_status kiln_sub_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out);
 KILN_API kiln_status kiln_mul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
+KILN_API kiln_status kiln_mul_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out);
 KILN_API kiln_status kiln_div(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
+KILN_API kiln_status kiln_div_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out);
 /* cond (u8) ? a : b, broadcast over all three. */
 KILN_API kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln_tensor *b,
                                 kiln_tensor **out);
+KILN_API kiln_status kiln_where_out(const kiln_tensor *cond, const kiln_tensor *a,
+                                    const kiln_tensor *b, kiln_tensor *out);
 
 /* Elementwise unary ops (floating dtypes; NEG, ABS and RELU also on integers, wrapping; other
  * ops on integers are KILN_ERR_UNSUPPORTED). SIGMOID never overflows (exp of -|x| only);
  * RELU keeps NaN; GELU is the tanh approximation
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). kiln_unary_out may write in place. */
+#define KILN_UNARY_OP_MAP(X)                                                                       \
+    X(NEG, 0, neg, ANY)                                                                            \
+    X(ABS, 1, abs, ANY)                                                                            \
+    X(EXP, 2, exp, FLOAT)                                                                          \
+    X(LOG, 3, log, FLOAT)                                                                          \
+    X(SQRT, 4, sqrt, FLOAT)                                                                        \
+    X(RSQRT, 5, rsqrt, FLOAT)                                                                      \
+    X(SIN, 6, sin, FLOAT)                                                                          \
+    X(COS, 7, cos, FLOAT)                                                                          \
+    X(TANH, 8, tanh, FLOAT)                                                                        \
+    X(SIGMOID, 9, sigmoid, FLOAT)                                                                  \
+    X(RELU, 10, relu, ANY)                                                                         \
+    X(GELU, 11, gelu, FLOAT)
+
 typedef enum kiln_unary_op {
-    KILN_OP_NEG,
-    KILN_OP_ABS,
-    KILN_OP_EXP,
-    KILN_OP_LOG,
-    KILN_OP_SQRT,
-    KILN_OP_RSQRT,
-    KILN_OP_SIN,
-    KILN_OP_COS,
-    KILN_OP_TANH,
-    KILN_OP_SIGMOID,
-    KILN_OP_RELU,
-    KILN_OP_GELU,
+#define KILN__UNARY_ENUM(NAME, num, name, kind) KILN_UNARY_##NAME = num,
+    KILN_UNARY_OP_MAP(KILN__UNARY_ENUM)
+#undef KILN__UNARY_ENUM
 } kiln_unary_op;
 
 KILN_API kiln_status kiln_unary(kiln_unary_op op, const kiln_tensor *x, kiln_tensor **out);
@@ -486,6 +536,8 @@ KILN_API kiln_status kiln_unary_out(kiln_unary_op op, const kiln_tensor *x, kiln
  * floating dtypes only). ABS' and RELU' are 0 at 0. */
 KILN_API kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x,
                                          const kiln_tensor *grad_out, kiln_tensor **grad_in);
+KILN_API kiln_status kiln_unary_backward_out(kiln_unary_op op, const kiln_tensor *x,
+                                             const kiln_tensor *grad_out, kiln_tensor *grad_in);
 
 /* Reductions over all elements (axis = KILN_ALL_AXES, giving a 1-element tensor of shape [1])
  * or one axis (negative counts from the end); keepdim keeps the reduced axes as size 1. Float
@@ -493,13 +545,19 @@ KILN_API kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x,
  * MEAN of integers is KILN_ERR_UNSUPPORTED. NaN propagates through SUM/MEAN/MAX/MIN. ARGMAX
  * gives KILN_I64 indices (the first maximum; a NaN counts as the maximum). MAX/MIN/ARGMAX of
  * an empty axis: KILN_ERR_INVALID_ARGUMENT; SUM of nothing is 0, MEAN NaN. */
-#define KILN_ALL_AXES INT32_MIN
+/* The axis value that reduces over every element. */
+enum { KILN_ALL_AXES = -2147483647 - 1 };
+#define KILN_REDUCE_OP_MAP(X)                                                                      \
+    X(SUM, 0, sum)                                                                                 \
+    X(MEAN, 1, mean)                                                                               \
+    X(MAX, 2, max)                                                                                 \
+    X(MIN, 3, min)                                                                                 \
+    X(ARGMAX, 4, argmax)
+
 typedef enum kiln_reduce_op {
-    KILN_REDUCE_SUM,
-    KILN_REDUCE_MEAN,
-    KILN_REDUCE_MAX,
-    KILN_REDUCE_MIN,
-    KILN_REDUCE_ARGMAX,
+#define KILN__REDUCE_ENUM(NAME, num, name) KILN_REDUCE_##NAME = num,
+    KILN_REDUCE_OP_MAP(KILN__REDUCE_ENUM)
+#undef KILN__REDUCE_ENUM
 } kiln_reduce_op;
 
 KILN_API kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
@@ -511,22 +569,27 @@ KILN_API kiln_status kiln_reduce_out(kiln_reduce_op op, const kiln_tensor *x, in
                                      bool keepdim, kiln_tensor *out);
 
 /* Matrix product of the last two dimensions, batched over the leading ones (a batch of 1
- * broadcasts). a: [..., M, K] (or [..., K, M] with KILN_TRANS_A), b: [..., K, N]
- * (or [..., N, K] with KILN_TRANS_B); out: [..., M, N]. f32 and f64 (f64 needs fp64 on the
+ * broadcasts). a: [..., M, K] (or [..., K, M] with KILN_MATMUL_TRANS_A), b: [..., K, N]
+ * (or [..., N, K] with KILN_MATMUL_TRANS_B); out: [..., M, N]. f32 and f64 (f64 needs fp64 on the
  * device); other dtypes are KILN_ERR_UNSUPPORTED (cast f16 to f32). Operands need >= 2 dims; a
  * batch of 1 (or none) broadcasts, other batch shapes must be equal (KILN_ERR_SHAPE_MISMATCH
  * naming both shapes). M or N of 0 gives an empty result, K of 0 zeros. Everything is checked
  * before anything is queued; asynchronous. _out writes into out (exact shape and dtype, on
- * the same device, not sharing memory with a or b). The path (CLBlast, host CBLAS, built-in
+ * the same device, not sharing memory with a or b). kiln_matmul_trans takes transpose flags;
+ * unknown flag bits are KILN_ERR_INVALID_ARGUMENT. The path (CLBlast, host CBLAS, built-in
  * kernel) is chosen per device; KILN_MATMUL=clblast|cblas|builtin forces one (read per call;
  * unknown: KILN_ERR_INVALID_ARGUMENT, unavailable on the device: KILN_ERR_UNSUPPORTED). */
-#define KILN_TRANS_A 1u
-#define KILN_TRANS_B 2u
+typedef enum kiln_matmul_flags {
+    KILN_MATMUL_TRANS_A = 1 << 0,
+    KILN_MATMUL_TRANS_B = 1 << 1,
+} kiln_matmul_flags;
+
 KILN_API kiln_status kiln_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
-KILN_API kiln_status kiln_matmul_ex(const kiln_tensor *a, const kiln_tensor *b, unsigned flags,
-                                    kiln_tensor **out);
-KILN_API kiln_status kiln_matmul_out(const kiln_tensor *a, const kiln_tensor *b, unsigned flags,
-                                     kiln_tensor *out);
+KILN_API kiln_status kiln_matmul_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out);
+KILN_API kiln_status kiln_matmul_trans(const kiln_tensor *a, const kiln_tensor *b,
+                                       kiln_matmul_flags flags, kiln_tensor **out);
+KILN_API kiln_status kiln_matmul_trans_out(const kiln_tensor *a, const kiln_tensor *b,
+                                           kiln_matmul_flags flags, kiln_tensor *out);
 /* The path kiln_matmul takes on dev now: "clblast", "cblas" or "builtin" (a static string).
  * NULL for an invalid device or a KILN_MATMUL value that cannot apply (kiln_last_error says
  * why). */
@@ -537,19 +600,28 @@ KILN_API const char *kiln_matmul_path(kiln_device *dev);
  * and equal shapes outside axis, slice [start, end) along an axis (negative bounds count from
  * the end; no clamping: bounds outside the axis are KILN_ERR_INVALID_ARGUMENT). */
 KILN_API kiln_status kiln_permute(const kiln_tensor *x, const int *perm, kiln_tensor **out);
+KILN_API kiln_status kiln_permute_out(const kiln_tensor *x, const int *perm, kiln_tensor *out);
 KILN_API kiln_status kiln_transpose(const kiln_tensor *x, kiln_tensor **out);
+KILN_API kiln_status kiln_transpose_out(const kiln_tensor *x, kiln_tensor *out);
 /* kiln_cast: any dtype pair (f64 on both sides needs fp64). Float -> integer truncates toward
  * zero and saturates to the target range, NaN gives 0; integer -> integer wraps (two's
  * complement); anything -> float rounds to nearest (f16: nearest even). */
 KILN_API kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out);
+/* kiln_cast_out converts into out's dtype (same shape as x). */
+KILN_API kiln_status kiln_cast_out(const kiln_tensor *x, kiln_tensor *out);
 KILN_API kiln_status kiln_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out);
+KILN_API kiln_status kiln_cat_out(const kiln_tensor *const *xs, int n, int axis, kiln_tensor *out);
 KILN_API kiln_status kiln_slice(const kiln_tensor *x, int axis, int64_t start, int64_t end,
                                 kiln_tensor **out);
+KILN_API kiln_status kiln_slice_out(const kiln_tensor *x, int axis, int64_t start, int64_t end,
+                                    kiln_tensor *out);
 
 /* Neural-network helpers (f32, f64; softmax also f16). softmax/log_softmax are max-subtracted
  * (stable). */
 KILN_API kiln_status kiln_softmax(const kiln_tensor *x, int axis, kiln_tensor **out);
+KILN_API kiln_status kiln_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out);
 KILN_API kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tensor **out);
+KILN_API kiln_status kiln_log_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out);
 /* Mean cross-entropy of logits [N, C] against class labels [N] (i32 or i64). *loss is a [1]
  * tensor; *grad (optional, may be NULL) is d loss / d logits = (softmax - onehot) / N. Labels
  * are not read back (that would block): a label outside [0, C) makes the loss NaN. */
@@ -558,6 +630,12 @@ KILN_API kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_te
 /* Mean squared error over all elements; *grad (optional) is d loss / d pred. */
 KILN_API kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target,
                                    kiln_tensor **loss, kiln_tensor **grad);
+/* The _out forms of the losses write the [1] loss into loss and, when grad is not NULL, the
+ * gradient into grad (shaped like logits / pred). */
+KILN_API kiln_status kiln_cross_entropy_out(const kiln_tensor *logits, const kiln_tensor *labels,
+                                            kiln_tensor *loss, kiln_tensor *grad);
+KILN_API kiln_status kiln_mse_loss_out(const kiln_tensor *pred, const kiln_tensor *target,
+                                       kiln_tensor *loss, kiln_tensor *grad);
 
 /* In-place optimizer steps. SGD: v = momentum * v + (grad + wd * p); p -= lr * v (velocity
  * may be NULL when momentum is 0). Adam (step counts from 1): the usual bias-corrected update. */

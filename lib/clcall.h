@@ -3,7 +3,7 @@
 #ifndef KILN_CLCALL_H
 #define KILN_CLCALL_H
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 #define KILN__CL_FUNCS(X)                                                                          \
     X(cl_int, GetPlatformIDs, (cl_uint, cl_platform_id *, cl_uint *))                              \

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 #define KILN__FNV_OFFSET 0xcbf29ce484222325ull
 

@@ -2,7 +2,7 @@
 #ifndef KILN_LAUNCH_H
 #define KILN_LAUNCH_H
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 /* The same-device rule: all n tensors (NULL entries are skipped) must be valid and on one
  * device, checked before anything is enqueued. On a mismatch: KILN_ERR_DEVICE_MISMATCH with

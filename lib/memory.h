@@ -2,7 +2,7 @@
 #ifndef KILN_MEMORY_H
 #define KILN_MEMORY_H
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 /* A device buffer of at least `bytes` (> 0) from dev's cache, or a new one from the driver,
  * made real before returning (touched once, so lazy drivers fail here, not at first use). On

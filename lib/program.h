@@ -5,7 +5,7 @@
 
 #include <pthread.h>
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 /* One embedded lib/kernels/<name>.cl (generated table, see lib/kernels/embed.py). */
 typedef struct kiln__kernel_source {

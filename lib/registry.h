@@ -4,7 +4,7 @@
 
 #include <pthread.h>
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 #define KILN__DEVICE_MAGIC 0x6b646576u /* "kdev" */
 

@@ -3,7 +3,7 @@
 #ifndef KILN_SPEC_H
 #define KILN_SPEC_H
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 /* What selection needs to know of one device. */
 typedef struct kiln__devdesc {

@@ -2,7 +2,7 @@
 #ifndef KILN_STATUS_H
 #define KILN_STATUS_H
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 #define KILN__PRINTF(a, b) __attribute__((format(printf, a, b)))
 

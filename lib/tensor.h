@@ -4,7 +4,7 @@
 
 #include <stdatomic.h>
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 #define KILN__TENSOR_MAGIC 0x6b74656eu /* "kten" */
 

@@ -116,18 +116,18 @@ static double ref_binary(kiln_binary_op op, kiln_dtype dt, double x, double y)
 {
     bool fl = is_float(dt);
     switch (op) {
-    case KILN_OP_ADD:
+    case KILN_BINARY_ADD:
         return fl ? x + y : wrap(dt, x + y);
-    case KILN_OP_SUB:
+    case KILN_BINARY_SUB:
         return fl ? x - y : wrap(dt, x - y);
-    case KILN_OP_MUL: {
+    case KILN_BINARY_MUL: {
         if (fl)
             return x * y;
         if (dt == KILN_I64) /* exact 64-bit wrap */
             return (double)(int64_t)((uint64_t)(int64_t)x * (uint64_t)(int64_t)y);
         return wrap(dt, x * y);
     }
-    case KILN_OP_DIV:
+    case KILN_BINARY_DIV:
         if (fl)
             return x / y;
         if (y == 0)
@@ -135,23 +135,23 @@ static double ref_binary(kiln_binary_op op, kiln_dtype dt, double x, double y)
         if (y == -1)
             return wrap(dt, -x);
         return trunc(x / y);
-    case KILN_OP_POW:
+    case KILN_BINARY_POW:
         return pow(x, y);
-    case KILN_OP_MINIMUM:
+    case KILN_BINARY_MINIMUM:
         return isnan(x) || isnan(y) ? NAN : fmin(x, y);
-    case KILN_OP_MAXIMUM:
+    case KILN_BINARY_MAXIMUM:
         return isnan(x) || isnan(y) ? NAN : fmax(x, y);
-    case KILN_OP_EQ:
+    case KILN_BINARY_EQ:
         return x == y;
-    case KILN_OP_NE:
+    case KILN_BINARY_NE:
         return x != y;
-    case KILN_OP_LT:
+    case KILN_BINARY_LT:
         return x < y;
-    case KILN_OP_LE:
+    case KILN_BINARY_LE:
         return x <= y;
-    case KILN_OP_GT:
+    case KILN_BINARY_GT:
         return x > y;
-    case KILN_OP_GE:
+    case KILN_BINARY_GE:
         return x >= y;
     }
     return NAN;
@@ -161,16 +161,16 @@ static double ref_binary(kiln_binary_op op, kiln_dtype dt, double x, double y)
  * correctly rounded (0.5 ulp) or exact. */
 static double binary_ulps(kiln_binary_op op, kiln_dtype dt)
 {
-    if (op == KILN_OP_DIV)
+    if (op == KILN_BINARY_DIV)
         return dt == KILN_F64 ? 0.5 : 3;
-    if (op == KILN_OP_POW)
+    if (op == KILN_BINARY_POW)
         return 16;
     return 0.5;
 }
 
 static bool is_cmp(kiln_binary_op op)
 {
-    return op >= KILN_OP_EQ;
+    return op >= KILN_BINARY_EQ;
 }
 
 /* Inputs per op: positive bases for pow, no zero divisors except where tested. */
@@ -179,9 +179,9 @@ static void binary_inputs(kiln_binary_op op, kiln_dtype dt, int64_t n, double **
     double lo = dt == KILN_U8 ? 0 : -40, hi = dt == KILN_U8 ? 250 : 40;
     if (is_float(dt))
         lo = -4, hi = 4;
-    *a = values(dt, n, op == KILN_OP_POW ? 0.1 : lo, hi, 11u + (uint32_t)op);
-    *b = values(dt, n, op == KILN_OP_POW ? -3 : lo, op == KILN_OP_POW ? 3 : hi, 97u);
-    if (op == KILN_OP_DIV)
+    *a = values(dt, n, op == KILN_BINARY_POW ? 0.1 : lo, hi, 11u + (uint32_t)op);
+    *b = values(dt, n, op == KILN_BINARY_POW ? -3 : lo, op == KILN_BINARY_POW ? 3 : hi, 97u);
+    if (op == KILN_BINARY_DIV)
         for (int64_t i = 0; i < n; i++)
             if ((*b)[i] == 0)
                 (*b)[i] = 3;
@@ -213,8 +213,8 @@ START_TEST(test_binary_all_ops)
             kiln_dtype dt = dtypes[k];
             if (dt == KILN_F64 && !has_fp64(d))
                 continue;
-            for (int op = KILN_OP_ADD; op <= KILN_OP_GE; op++) {
-                if (op == KILN_OP_POW && !is_float(dt))
+            for (int op = KILN_BINARY_ADD; op <= KILN_BINARY_GE; op++) {
+                if (op == KILN_BINARY_POW && !is_float(dt))
                     continue;
                 double *a, *b;
                 binary_inputs((kiln_binary_op)op, dt, n, &a, &b);
@@ -276,7 +276,7 @@ static const bcase bcases[] = {
 
 START_TEST(test_broadcast)
 {
-    static const kiln_binary_op ops[] = {KILN_OP_ADD, KILN_OP_SUB, KILN_OP_LT, KILN_OP_MAXIMUM};
+    static const kiln_binary_op ops[] = {KILN_BINARY_ADD, KILN_BINARY_SUB, KILN_BINARY_LT, KILN_BINARY_MAXIMUM};
     static const kiln_dtype dts[] = {KILN_F32, KILN_I32, KILN_F16, KILN_I64};
     for (size_t c = 0; c < sizeof bcases / sizeof bcases[0]; c++) {
         const bcase *bc = &bcases[c];
@@ -304,14 +304,14 @@ START_TEST(test_broadcast)
             /* _out into a preallocated result, and the reverse operand order */
             kiln_tensor *o = NULL, *r2 = NULL;
             ck_assert_int_eq(kiln_tensor_empty(dev, dt, bc->nr, bc->r, &o), KILN_OK);
-            ck_assert_int_eq(kiln_binary_out(KILN_OP_MUL, ta, tb, o), KILN_OK);
+            ck_assert_int_eq(kiln_binary_out(KILN_BINARY_MUL, ta, tb, o), KILN_OK);
             ck_assert_int_eq(kiln_sub(tb, ta, &r2), KILN_OK);
             double *got = download(o), *got2 = download(r2);
             for (int64_t i = 0; i < nr; i++) {
                 int64_t ia = bcast_offset(bc->nr, bc->r, i, bc->na, bc->a);
                 int64_t ib = bcast_offset(bc->nr, bc->r, i, bc->nb, bc->b);
-                check_binary_result(KILN_OP_MUL, dt, a, b, got, i, ia, ib, "binary_out");
-                check_binary_result(KILN_OP_SUB, dt, b, a, got2, i, ib, ia, "reversed");
+                check_binary_result(KILN_BINARY_MUL, dt, a, b, got, i, ia, ib, "binary_out");
+                check_binary_result(KILN_BINARY_SUB, dt, b, a, got2, i, ib, ia, "reversed");
             }
             free(got);
             free(got2);
@@ -336,13 +336,13 @@ START_TEST(test_scalar)
         kiln_dtype dt = dtypes[k];
         double *a = values(dt, n, dt == KILN_U8 ? 0 : -20, 20, 5);
         kiln_tensor *ta = upload(dev, dt, 1, &n, a);
-        for (int op = KILN_OP_ADD; op <= KILN_OP_GE; op++) {
-            if (op == KILN_OP_POW && !is_float(dt))
+        for (int op = KILN_BINARY_ADD; op <= KILN_BINARY_GE; op++) {
+            if (op == KILN_BINARY_POW && !is_float(dt))
                 continue;
-            if (dt != KILN_F32 && dt != KILN_I32 && op != KILN_OP_MUL && op != KILN_OP_GE &&
-                op != KILN_OP_SUB)
+            if (dt != KILN_F32 && dt != KILN_I32 && op != KILN_BINARY_MUL && op != KILN_BINARY_GE &&
+                op != KILN_BINARY_SUB)
                 continue;
-            double s = op == KILN_OP_POW ? 2.0 : is_float(dt) ? 1.25 : 3.0;
+            double s = op == KILN_BINARY_POW ? 2.0 : is_float(dt) ? 1.25 : 3.0;
             double *b = malloc((size_t)n * sizeof(double));
             for (int64_t i = 0; i < n; i++)
                 b[i] = to_dtype(dt, s);
@@ -456,29 +456,29 @@ static const double GK = 0.7978845608028654, GC = 0.044715;
 static double ref_unary(kiln_unary_op op, double x)
 {
     switch (op) {
-    case KILN_OP_NEG:
+    case KILN_UNARY_NEG:
         return -x;
-    case KILN_OP_ABS:
+    case KILN_UNARY_ABS:
         return fabs(x);
-    case KILN_OP_EXP:
+    case KILN_UNARY_EXP:
         return exp(x);
-    case KILN_OP_LOG:
+    case KILN_UNARY_LOG:
         return log(x);
-    case KILN_OP_SQRT:
+    case KILN_UNARY_SQRT:
         return sqrt(x);
-    case KILN_OP_RSQRT:
+    case KILN_UNARY_RSQRT:
         return 1 / sqrt(x);
-    case KILN_OP_SIN:
+    case KILN_UNARY_SIN:
         return sin(x);
-    case KILN_OP_COS:
+    case KILN_UNARY_COS:
         return cos(x);
-    case KILN_OP_TANH:
+    case KILN_UNARY_TANH:
         return tanh(x);
-    case KILN_OP_SIGMOID:
+    case KILN_UNARY_SIGMOID:
         return sigmoid(x);
-    case KILN_OP_RELU:
+    case KILN_UNARY_RELU:
         return x < 0 ? 0 : x;
-    case KILN_OP_GELU:
+    case KILN_UNARY_GELU:
         return 0.5 * x * (1 + tanh(GK * (x + GC * x * x * x)));
     }
     return NAN;
@@ -488,29 +488,29 @@ static double ref_derivative(kiln_unary_op op, double x)
 {
     double t;
     switch (op) {
-    case KILN_OP_NEG:
+    case KILN_UNARY_NEG:
         return -1;
-    case KILN_OP_ABS:
+    case KILN_UNARY_ABS:
         return x > 0 ? 1 : x < 0 ? -1 : 0;
-    case KILN_OP_EXP:
+    case KILN_UNARY_EXP:
         return exp(x);
-    case KILN_OP_LOG:
+    case KILN_UNARY_LOG:
         return 1 / x;
-    case KILN_OP_SQRT:
+    case KILN_UNARY_SQRT:
         return 0.5 / sqrt(x);
-    case KILN_OP_RSQRT:
+    case KILN_UNARY_RSQRT:
         return -0.5 * pow(x, -1.5);
-    case KILN_OP_SIN:
+    case KILN_UNARY_SIN:
         return cos(x);
-    case KILN_OP_COS:
+    case KILN_UNARY_COS:
         return -sin(x);
-    case KILN_OP_TANH:
+    case KILN_UNARY_TANH:
         return 1 - tanh(x) * tanh(x);
-    case KILN_OP_SIGMOID:
+    case KILN_UNARY_SIGMOID:
         return sigmoid(x) * (1 - sigmoid(x));
-    case KILN_OP_RELU:
+    case KILN_UNARY_RELU:
         return x > 0 ? 1 : 0;
-    case KILN_OP_GELU:
+    case KILN_UNARY_GELU:
         t = tanh(GK * (x + GC * x * x * x));
         return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GK * (1 + 3 * GC * x * x);
     }
@@ -525,12 +525,12 @@ static const double unary_abs[] = {0, 0, 0, 0, 0, 0, 2, 2, 4, 4, 0, 16};
 
 static double *unary_inputs(kiln_unary_op op, kiln_dtype dt, int64_t n)
 {
-    bool positive = op == KILN_OP_LOG || op == KILN_OP_SQRT || op == KILN_OP_RSQRT;
+    bool positive = op == KILN_UNARY_LOG || op == KILN_UNARY_SQRT || op == KILN_UNARY_RSQRT;
     if (!is_float(dt))
         return values(dt, n, dt == KILN_U8 ? 0 : -100, 100, 21);
     double *v = values(dt, n, positive ? 0.01 : -6, positive ? 20 : 6, 21u + (uint32_t)op);
     if (!positive && n > 3)
-        v[0] = 0, v[1] = -0.0, v[2] = to_dtype(dt, op == KILN_OP_EXP ? 11 : -30);
+        v[0] = 0, v[1] = -0.0, v[2] = to_dtype(dt, op == KILN_UNARY_EXP ? 11 : -30);
     return v;
 }
 
@@ -543,8 +543,8 @@ START_TEST(test_unary_and_backward)
             kiln_dtype dt = dtypes[k];
             if (dt == KILN_F64 && !has_fp64(d))
                 continue;
-            for (int op = KILN_OP_NEG; op <= KILN_OP_GELU; op++) {
-                bool int_ok = op == KILN_OP_NEG || op == KILN_OP_ABS || op == KILN_OP_RELU;
+            for (int op = KILN_UNARY_NEG; op <= KILN_UNARY_GELU; op++) {
+                bool int_ok = op == KILN_UNARY_NEG || op == KILN_UNARY_ABS || op == KILN_UNARY_RELU;
                 if (!is_float(dt) && !int_ok)
                     continue;
                 double *x = unary_inputs((kiln_unary_op)op, dt, n);
@@ -596,7 +596,7 @@ START_TEST(test_unary_edges)
     int64_t n = 6;
     kiln_tensor *tx = NULL, *r = NULL;
     ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_F32, 1, &n, x, &tx), KILN_OK);
-    ck_assert_int_eq(kiln_unary(KILN_OP_SIGMOID, tx, &r), KILN_OK);
+    ck_assert_int_eq(kiln_unary(KILN_UNARY_SIGMOID, tx, &r), KILN_OK);
     ck_assert_int_eq(kiln_tensor_read(r, got, sizeof got), KILN_OK);
     for (int i = 0; i < 5; i++)
         ck_assert_msg(fabs(got[i] - sigmoid(x[i])) <= 1e-7 + 4 * FLT_EPSILON * sigmoid(x[i]),
@@ -604,7 +604,7 @@ START_TEST(test_unary_edges)
     ck_assert_float_eq(got[4], 1.0f);
     ck_assert(got[0] >= 0 && got[0] < 1e-30);
     kiln_tensor_release(r);
-    ck_assert_int_eq(kiln_unary_out(KILN_OP_RELU, tx, tx), KILN_OK); /* in place */
+    ck_assert_int_eq(kiln_unary_out(KILN_UNARY_RELU, tx, tx), KILN_OK); /* in place */
     ck_assert_int_eq(kiln_tensor_read(tx, got, sizeof got), KILN_OK);
     ck_assert_float_eq(got[0], 0.0f);
     ck_assert_float_eq(got[3], 30.0f);
@@ -689,30 +689,30 @@ START_TEST(test_errors)
     ASSERT_FAILS(kiln_add(a, a, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
     ASSERT_FAILS(kiln_binary((kiln_binary_op)99, a, a, &r), KILN_ERR_INVALID_ARGUMENT,
                  "unknown binary op");
-    ASSERT_FAILS(kiln_binary(KILN_OP_POW, ai, ai, &r), KILN_ERR_UNSUPPORTED, "i32");
-    ASSERT_FAILS(kiln_binary_scalar(KILN_OP_POW, ai, 2, &r), KILN_ERR_UNSUPPORTED, "pow");
-    ASSERT_FAILS(kiln_binary_scalar(KILN_OP_ADD, ai, 1e12, &r), KILN_ERR_INVALID_ARGUMENT,
+    ASSERT_FAILS(kiln_binary(KILN_BINARY_POW, ai, ai, &r), KILN_ERR_UNSUPPORTED, "i32");
+    ASSERT_FAILS(kiln_binary_scalar(KILN_BINARY_POW, ai, 2, &r), KILN_ERR_UNSUPPORTED, "pow");
+    ASSERT_FAILS(kiln_binary_scalar(KILN_BINARY_ADD, ai, 1e12, &r), KILN_ERR_INVALID_ARGUMENT,
                  "does not fit");
-    ASSERT_FAILS(kiln_binary_scalar(KILN_OP_ADD, NULL, 1, &r), KILN_ERR_INVALID_ARGUMENT,
+    ASSERT_FAILS(kiln_binary_scalar(KILN_BINARY_ADD, NULL, 1, &r), KILN_ERR_INVALID_ARGUMENT,
                  "kiln_binary_scalar");
     /* _out: wrong shape, wrong dtype (a comparison gives u8), NULL */
     ck_assert_int_eq(kiln_tensor_zeros(dev, KILN_F32, 1, s4, &o), KILN_OK);
-    ASSERT_FAILS(kiln_binary_out(KILN_OP_ADD, a, a, o), KILN_ERR_SHAPE_MISMATCH, "[4]");
-    ASSERT_FAILS(kiln_binary_out(KILN_OP_LT, b, b, o), KILN_ERR_DTYPE_MISMATCH, "u8");
-    ASSERT_FAILS(kiln_binary_out(KILN_OP_ADD, b, b, NULL), KILN_ERR_INVALID_ARGUMENT,
+    ASSERT_FAILS(kiln_binary_out(KILN_BINARY_ADD, a, a, o), KILN_ERR_SHAPE_MISMATCH, "[4]");
+    ASSERT_FAILS(kiln_binary_out(KILN_BINARY_LT, b, b, o), KILN_ERR_DTYPE_MISMATCH, "u8");
+    ASSERT_FAILS(kiln_binary_out(KILN_BINARY_ADD, b, b, NULL), KILN_ERR_INVALID_ARGUMENT,
                  "out is NULL");
-    ASSERT_FAILS(kiln_unary_out(KILN_OP_EXP, a, o), KILN_ERR_SHAPE_MISMATCH, "[2, 3]");
+    ASSERT_FAILS(kiln_unary_out(KILN_UNARY_EXP, a, o), KILN_ERR_SHAPE_MISMATCH, "[2, 3]");
     /* unary */
-    ASSERT_FAILS(kiln_unary(KILN_OP_EXP, ai, &r), KILN_ERR_UNSUPPORTED, "exp");
+    ASSERT_FAILS(kiln_unary(KILN_UNARY_EXP, ai, &r), KILN_ERR_UNSUPPORTED, "exp");
     ASSERT_FAILS(kiln_unary((kiln_unary_op)-1, a, &r), KILN_ERR_INVALID_ARGUMENT,
                  "unknown unary op");
-    ASSERT_FAILS(kiln_unary(KILN_OP_EXP, NULL, &r), KILN_ERR_INVALID_ARGUMENT, "kiln_unary");
-    ASSERT_FAILS(kiln_unary_backward(KILN_OP_TANH, a, b, &r), KILN_ERR_SHAPE_MISMATCH, "[4]");
-    ASSERT_FAILS(kiln_unary_backward(KILN_OP_RELU, ai, ai, &r), KILN_ERR_UNSUPPORTED, "relu");
-    ASSERT_FAILS(kiln_unary_backward(KILN_OP_TANH, a, ai, &r), KILN_ERR_DTYPE_MISMATCH, "i32");
+    ASSERT_FAILS(kiln_unary(KILN_UNARY_EXP, NULL, &r), KILN_ERR_INVALID_ARGUMENT, "kiln_unary");
+    ASSERT_FAILS(kiln_unary_backward(KILN_UNARY_TANH, a, b, &r), KILN_ERR_SHAPE_MISMATCH, "[4]");
+    ASSERT_FAILS(kiln_unary_backward(KILN_UNARY_RELU, ai, ai, &r), KILN_ERR_UNSUPPORTED, "relu");
+    ASSERT_FAILS(kiln_unary_backward(KILN_UNARY_TANH, a, ai, &r), KILN_ERR_DTYPE_MISMATCH, "i32");
     /* where */
     ASSERT_FAILS(kiln_where(a, a, a, &r), KILN_ERR_DTYPE_MISMATCH, "u8");
-    ck_assert_int_eq(kiln_binary(KILN_OP_GT, a, a, &c), KILN_OK);
+    ck_assert_int_eq(kiln_binary(KILN_BINARY_GT, a, a, &c), KILN_OK);
     ASSERT_FAILS(kiln_where(c, a, ai, &r), KILN_ERR_DTYPE_MISMATCH, "f32 and i32");
     ASSERT_FAILS(kiln_where(c, b, b, &r), KILN_ERR_SHAPE_MISMATCH, "[2, 3], [4] and [4]");
     ASSERT_FAILS(kiln_where(NULL, b, b, &r), KILN_ERR_INVALID_ARGUMENT, "argument 1");
@@ -740,12 +740,12 @@ START_TEST(test_zero_size)
     ck_assert_int_eq(kiln_tensor_shape(r)[0], 0);
     ck_assert_int_eq(kiln_tensor_shape(r)[1], 3);
     kiln_tensor_release(r);
-    ck_assert_int_eq(kiln_unary(KILN_OP_TANH, a, &r), KILN_OK);
+    ck_assert_int_eq(kiln_unary(KILN_UNARY_TANH, a, &r), KILN_OK);
     kiln_tensor_release(r);
     ck_assert_int_eq(kiln_cast(a, KILN_I64, &r), KILN_OK);
     ck_assert_int_eq(kiln_tensor_numel(r), 0);
     kiln_tensor_release(r);
-    ck_assert_int_eq(kiln_binary_scalar(KILN_OP_MUL, a, 2, &r), KILN_OK);
+    ck_assert_int_eq(kiln_binary_scalar(KILN_BINARY_MUL, a, 2, &r), KILN_OK);
     kiln_tensor_release(r);
     kiln_tensor_release(a);
     kiln_tensor_release(b);
@@ -767,11 +767,11 @@ START_TEST(test_device_mismatch)
     ASSERT_FAILS(kiln_add(a, b, &r), KILN_ERR_DEVICE_MISMATCH, s0);
     ck_assert_msg(strstr(kiln_last_error(), s1), "%s", kiln_last_error());
     ck_assert_ptr_null(r);
-    ASSERT_FAILS(kiln_binary_out(KILN_OP_MUL, b, b, a), KILN_ERR_DEVICE_MISMATCH, s1);
+    ASSERT_FAILS(kiln_binary_out(KILN_BINARY_MUL, b, b, a), KILN_ERR_DEVICE_MISMATCH, s1);
     ck_assert_msg(strstr(kiln_last_error(), s0), "%s", kiln_last_error());
     ASSERT_FAILS(kiln_where(c, a, a, &r), KILN_ERR_DEVICE_MISMATCH, s0);
-    ASSERT_FAILS(kiln_unary_out(KILN_OP_EXP, a, b), KILN_ERR_DEVICE_MISMATCH, s1);
-    ASSERT_FAILS(kiln_unary_backward(KILN_OP_EXP, a, b, &r), KILN_ERR_DEVICE_MISMATCH, s1);
+    ASSERT_FAILS(kiln_unary_out(KILN_UNARY_EXP, a, b), KILN_ERR_DEVICE_MISMATCH, s1);
+    ASSERT_FAILS(kiln_unary_backward(KILN_UNARY_EXP, a, b, &r), KILN_ERR_DEVICE_MISMATCH, s1);
     kiln_tensor_release(a);
     kiln_tensor_release(b);
     kiln_tensor_release(c);

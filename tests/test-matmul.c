@@ -93,7 +93,7 @@ typedef struct operand {
 static double *reference(const double *a, const double *b, const operand *oa, const operand *ob,
                          unsigned flags, int64_t *batch_out, int64_t *m_out, int64_t *n_out)
 {
-    bool ta = flags & KILN_TRANS_A, tb = flags & KILN_TRANS_B;
+    bool ta = flags & KILN_MATMUL_TRANS_A, tb = flags & KILN_MATMUL_TRANS_B;
     int64_t ar = oa->shape[oa->ndim - 2], ac = oa->shape[oa->ndim - 1];
     int64_t br = ob->shape[ob->ndim - 2], bc = ob->shape[ob->ndim - 1];
     int64_t m = ta ? ac : ar, k = ta ? ar : ac, n = tb ? br : bc;
@@ -161,10 +161,10 @@ static void check_product(kiln_device *dev, const char *path, kiln_dtype dt, ope
         a[i] = next_value(&state);
     for (int64_t i = 0; i < cb; i++)
         b[i] = next_value(&state);
-    int64_t batch, m, n, k = (flags & KILN_TRANS_A) ? oa.shape[oa.ndim - 2] : oa.shape[oa.ndim - 1];
+    int64_t batch, m, n, k = (flags & KILN_MATMUL_TRANS_A) ? oa.shape[oa.ndim - 2] : oa.shape[oa.ndim - 1];
     double *ref = reference(a, b, &oa, &ob, flags, &batch, &m, &n);
     kiln_tensor *ta = upload(dev, dt, &oa, a, ca), *tb = upload(dev, dt, &ob, b, cb), *tc = NULL;
-    kiln_status s = kiln_matmul_ex(ta, tb, flags, &tc);
+    kiln_status s = kiln_matmul_trans(ta, tb, flags, &tc);
     ck_assert_msg(s == KILN_OK, "%s on %s: %s", path ? path : "default", kiln_device_spec(dev),
                   kiln_last_error());
     ck_assert_int_eq(kiln_tensor_numel(tc), batch * m * n);
@@ -229,8 +229,8 @@ START_TEST(test_transposes)
             if (!path_runs(devs[d], path_names[p]))
                 continue;
             for (unsigned f = 0; f < 4; f++) {
-                operand a = (f & KILN_TRANS_A) ? mat(k, m) : mat(m, k);
-                operand b = (f & KILN_TRANS_B) ? mat(n, k) : mat(k, n);
+                operand a = (f & KILN_MATMUL_TRANS_A) ? mat(k, m) : mat(m, k);
+                operand b = (f & KILN_MATMUL_TRANS_B) ? mat(n, k) : mat(k, n);
                 check_product(devs[d], path_names[p], KILN_F32, a, b, f);
             }
         }
@@ -256,7 +256,7 @@ START_TEST(test_batches)
                 check_product(devs[d], path_names[p], KILN_F32, cases[c][0], cases[c][1], 0);
             /* A transposed batch against a shared B: no folding into one tall product. */
             check_product(devs[d], path_names[p], KILN_F32, (operand){3, {3, k, m}}, mat(n, k),
-                          KILN_TRANS_A | KILN_TRANS_B);
+                          KILN_MATMUL_TRANS_A | KILN_MATMUL_TRANS_B);
         }
     }
 }
@@ -274,7 +274,7 @@ START_TEST(test_f64)
                 continue;
             check_product(devs[d], path_names[p], KILN_F64, mat(m, k), mat(k, n), 0);
             check_product(devs[d], path_names[p], KILN_F64, mat(k, m), mat(n, k),
-                          KILN_TRANS_A | KILN_TRANS_B);
+                          KILN_MATMUL_TRANS_A | KILN_MATMUL_TRANS_B);
             check_product(devs[d], path_names[p], KILN_F64, (operand){3, {2, m, k}},
                           (operand){3, {2, k, n}}, 0);
         }
@@ -405,7 +405,7 @@ START_TEST(test_empty)
                 junk[i] = 7.0f;
             ck_assert_int_eq(
                 kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){5, 3}, junk, &c), KILN_OK);
-            ck_assert_int_eq(kiln_matmul_out(a, b, 0, c), KILN_OK);
+            ck_assert_int_eq(kiln_matmul_trans_out(a, b, 0, c), KILN_OK);
             float got[15];
             ck_assert_int_eq(kiln_tensor_read(c, got, sizeof got), KILN_OK);
             for (int i = 0; i < 15; i++)
@@ -438,7 +438,7 @@ START_TEST(test_empty)
 }
 END_TEST
 
-/* kiln_matmul_out writes into an existing tensor, again and again. */
+/* kiln_matmul_trans_out writes into an existing tensor, again and again. */
 START_TEST(test_out)
 {
     for (int d = 0; d < ndevs; d++) {
@@ -456,7 +456,7 @@ START_TEST(test_out)
                              KILN_OK);
             ck_assert_int_eq(kiln_tensor_empty(devs[d], KILN_F32, 2, (int64_t[]){2, 2}, &c), 0);
             for (int rep = 0; rep < 3; rep++) {
-                ck_assert_int_eq(kiln_matmul_out(a, b, KILN_TRANS_B, c), KILN_OK);
+                ck_assert_int_eq(kiln_matmul_trans_out(a, b, KILN_MATMUL_TRANS_B, c), KILN_OK);
                 float got[4];
                 ck_assert_int_eq(kiln_tensor_read(c, got, sizeof got), KILN_OK);
                 for (int i = 0; i < 4; i++)
@@ -509,14 +509,14 @@ START_TEST(test_bad_inputs)
     out = (kiln_tensor *)1;
     expect_error(kiln_matmul(a, b, &out), KILN_ERR_SHAPE_MISMATCH, "[2, 3]", "[4, 5]");
     ck_assert_ptr_null(out);
-    expect_error(kiln_matmul_ex(a, good, KILN_TRANS_A, &out), KILN_ERR_SHAPE_MISMATCH,
+    expect_error(kiln_matmul_trans(a, good, KILN_MATMUL_TRANS_A, &out), KILN_ERR_SHAPE_MISMATCH,
                  "[2, 3] (transposed)", "[3, 5]");
     expect_error(kiln_matmul(v, good, &out), KILN_ERR_SHAPE_MISMATCH, "[3]", "2 dimensions");
     expect_error(kiln_matmul(a, d, &out), KILN_ERR_DTYPE_MISMATCH, "f32", "f64");
     expect_error(kiln_matmul(ia, i32, &out), KILN_ERR_UNSUPPORTED, "i32", "f32 or f64");
     expect_error(kiln_matmul(ha, h, &out), KILN_ERR_UNSUPPORTED, "f16", "kiln_cast");
     expect_error(kiln_matmul(ba, bb, &out), KILN_ERR_SHAPE_MISMATCH, "[2, 2, 3]", "batch");
-    expect_error(kiln_matmul_ex(a, good, 8u, &out), KILN_ERR_INVALID_ARGUMENT, "flags", NULL);
+    expect_error(kiln_matmul_trans(a, good, 8u, &out), KILN_ERR_INVALID_ARGUMENT, "flags", NULL);
     ck_assert_ptr_null(out);
 
     setenv("KILN_MATMUL", "fastest", 1);
@@ -525,14 +525,14 @@ START_TEST(test_bad_inputs)
 
     /* _out: wrong shape, wrong dtype, NULL, aliasing an input. */
     c = empty(KILN_F32, 2, (int64_t[]){5, 2});
-    expect_error(kiln_matmul_out(a, good, 0, c), KILN_ERR_SHAPE_MISMATCH, "[5, 2]", "[2, 5]");
+    expect_error(kiln_matmul_trans_out(a, good, 0, c), KILN_ERR_SHAPE_MISMATCH, "[5, 2]", "[2, 5]");
     kiln_tensor_release(c);
     c = empty(KILN_F64, 2, (int64_t[]){2, 5});
-    expect_error(kiln_matmul_out(a, good, 0, c), KILN_ERR_DTYPE_MISMATCH, "f64", "f32");
+    expect_error(kiln_matmul_trans_out(a, good, 0, c), KILN_ERR_DTYPE_MISMATCH, "f64", "f32");
     kiln_tensor_release(c);
-    expect_error(kiln_matmul_out(a, good, 0, NULL), KILN_ERR_INVALID_ARGUMENT, "out", NULL);
+    expect_error(kiln_matmul_trans_out(a, good, 0, NULL), KILN_ERR_INVALID_ARGUMENT, "out", NULL);
     kiln_tensor *sq = empty(KILN_F32, 2, (int64_t[]){3, 3});
-    expect_error(kiln_matmul_out(sq, sq, 0, sq), KILN_ERR_INVALID_ARGUMENT, "shares memory", NULL);
+    expect_error(kiln_matmul_trans_out(sq, sq, 0, sq), KILN_ERR_INVALID_ARGUMENT, "shares memory", NULL);
     kiln_tensor_release(sq);
 
     kiln_tensor *ts[] = {a, b, v, d, i32, ia, h, ha, good, ba, bb};
@@ -667,7 +667,7 @@ START_TEST(test_device_mismatch)
     ck_assert_ptr_null(c);
     kiln_tensor *o;
     ck_assert_int_eq(kiln_tensor_empty(devs[1], KILN_F32, 2, (int64_t[]){2, 2}, &o), 0);
-    expect_error(kiln_matmul_out(a, a, 0, o), KILN_ERR_DEVICE_MISMATCH, kiln_device_spec(devs[0]),
+    expect_error(kiln_matmul_trans_out(a, a, 0, o), KILN_ERR_DEVICE_MISMATCH, kiln_device_spec(devs[0]),
                  kiln_device_spec(devs[1]));
     kiln_tensor_release(o);
     kiln_tensor_release(a);

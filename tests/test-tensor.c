@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln.h"
+#include "kiln_cl.h"
 #include "lib/clcall.h"
 #include "lib/memory.h"
 #include "lib/tensor.h"

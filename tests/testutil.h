@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 /* ---- status and message assertions ---------------------------------------------------------- */
 

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 /* The OpenCL C storage type of a dtype: "float", "double", "half", "int", "long", "uchar". */
 const char *kiln__cl_type(kiln_dtype dtype);

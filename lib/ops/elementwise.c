@@ -19,7 +19,7 @@ static const char *const unary_names[] = {"neg", "abs", "exp",  "log",     "sqrt
 
 static bool is_comparison(kiln_binary_op op)
 {
-    return op >= KILN_OP_EQ && op <= KILN_OP_GE;
+    return op >= KILN_BINARY_EQ && op <= KILN_BINARY_GE;
 }
 
 /* One program per dtype holds every elementwise kernel of that dtype. */
@@ -110,7 +110,7 @@ static kiln_status check_binary_op(const char *fn, kiln_binary_op op, kiln_dtype
 {
     if ((int)op < 0 || (int)op >= N_BINARY)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown binary op %d", fn, (int)op);
-    if (op == KILN_OP_POW && !kiln__dtype_is_float(dtype))
+    if (op == KILN_BINARY_POW && !kiln__dtype_is_float(dtype))
         return kiln__error(KILN_ERR_UNSUPPORTED,
                            "%s: pow needs a floating dtype (f32, f64, f16), got %s; cast first "
                            "with kiln_cast()",
@@ -203,10 +203,10 @@ kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_
         kiln_status s = check_out_ptr(#fn, out);                                                   \
         return s != KILN_OK ? s : binary(#fn, OP, a, b, NULL, out);                                \
     }
-KILN__BINARY_WRAPPER(kiln_add, KILN_OP_ADD)
-KILN__BINARY_WRAPPER(kiln_sub, KILN_OP_SUB)
-KILN__BINARY_WRAPPER(kiln_mul, KILN_OP_MUL)
-KILN__BINARY_WRAPPER(kiln_div, KILN_OP_DIV)
+KILN__BINARY_WRAPPER(kiln_add, KILN_BINARY_ADD)
+KILN__BINARY_WRAPPER(kiln_sub, KILN_BINARY_SUB)
+KILN__BINARY_WRAPPER(kiln_mul, KILN_BINARY_MUL)
+KILN__BINARY_WRAPPER(kiln_div, KILN_BINARY_DIV)
 
 kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
                                kiln_tensor **out)
@@ -252,7 +252,7 @@ kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln
     if (cond->dtype != KILN_U8)
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
                            "%s: cond must be a u8 mask, got %s; make one with a comparison "
-                           "(kiln_binary with KILN_OP_GT ...) or kiln_cast()",
+                           "(kiln_binary with KILN_BINARY_GT ...) or kiln_cast()",
                            fn, kiln_dtype_name(cond->dtype));
     if (a->dtype != b->dtype)
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
@@ -284,7 +284,7 @@ static kiln_status check_unary_op(const char *fn, kiln_unary_op op, kiln_dtype d
 {
     if ((int)op < 0 || (int)op >= N_UNARY)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown unary op %d", fn, (int)op);
-    bool int_ok = !backward && (op == KILN_OP_NEG || op == KILN_OP_ABS || op == KILN_OP_RELU);
+    bool int_ok = !backward && (op == KILN_UNARY_NEG || op == KILN_UNARY_ABS || op == KILN_UNARY_RELU);
     if (!kiln__dtype_is_float(dtype) && !int_ok)
         return kiln__error(KILN_ERR_UNSUPPORTED,
                            "%s: %s needs a floating dtype (f32, f64, f16), got %s; cast first "

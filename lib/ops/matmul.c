@@ -113,8 +113,8 @@ static kiln_status shape_error(const char *op, const kiln_tensor *a, const kiln_
 {
     char sa[160], sb[160];
     return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: shapes %s%s and %s%s %s", op,
-                       shape_str(a, sa, sizeof sa), (flags & KILN_TRANS_A) ? " (transposed)" : "",
-                       shape_str(b, sb, sizeof sb), (flags & KILN_TRANS_B) ? " (transposed)" : "",
+                       shape_str(a, sa, sizeof sa), (flags & KILN_MATMUL_TRANS_A) ? " (transposed)" : "",
+                       shape_str(b, sb, sizeof sb), (flags & KILN_MATMUL_TRANS_B) ? " (transposed)" : "",
                        what);
 }
 
@@ -146,9 +146,9 @@ typedef struct plan {
 static kiln_status check_operands(const char *op, const kiln_tensor *a, const kiln_tensor *b,
                                   unsigned flags)
 {
-    if (flags & ~(KILN_TRANS_A | KILN_TRANS_B))
+    if (flags & ~(KILN_MATMUL_TRANS_A | KILN_MATMUL_TRANS_B))
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: unknown flags 0x%x; use KILN_TRANS_A and KILN_TRANS_B", op, flags);
+                           "%s: unknown flags 0x%x; use KILN_MATMUL_TRANS_A and KILN_MATMUL_TRANS_B", op, flags);
     if (a->ndim < 2 || b->ndim < 2)
         return shape_error(op, a, b, flags,
                            "need at least 2 dimensions each (use a [1, K] or [K, 1] matrix "
@@ -171,8 +171,8 @@ static kiln_status make_plan(const char *op, const kiln_tensor *a, const kiln_te
     kiln_status s = check_operands(op, a, b, flags);
     if (s != KILN_OK)
         return s;
-    p->trans_a = flags & KILN_TRANS_A;
-    p->trans_b = flags & KILN_TRANS_B;
+    p->trans_a = flags & KILN_MATMUL_TRANS_A;
+    p->trans_b = flags & KILN_MATMUL_TRANS_B;
     const int64_t *as = a->shape + a->ndim - 2, *bs = b->shape + b->ndim - 2;
     p->m = p->trans_a ? as[1] : as[0];
     p->k = p->trans_a ? as[0] : as[1];
@@ -238,10 +238,9 @@ static kiln_status compute(const char *op, kiln__matmul_problem *p)
     return path->run(p);
 }
 
-kiln_status kiln_matmul_ex(const kiln_tensor *a, const kiln_tensor *b, unsigned flags,
-                           kiln_tensor **out)
+static kiln_status matmul_new(const char *op, const kiln_tensor *a, const kiln_tensor *b,
+                              unsigned flags, kiln_tensor **out)
 {
-    const char *op = "kiln_matmul";
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
     *out = NULL;
@@ -275,7 +274,13 @@ kiln_status kiln_matmul_ex(const kiln_tensor *a, const kiln_tensor *b, unsigned 
 
 kiln_status kiln_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out)
 {
-    return kiln_matmul_ex(a, b, 0, out);
+    return matmul_new("kiln_matmul", a, b, 0, out);
+}
+
+kiln_status kiln_matmul_trans(const kiln_tensor *a, const kiln_tensor *b, kiln_matmul_flags flags,
+                              kiln_tensor **out)
+{
+    return matmul_new("kiln_matmul_trans", a, b, (unsigned)flags, out);
 }
 
 static kiln_status check_out(const char *op, const kiln_tensor *a, const kiln_tensor *b,
@@ -301,10 +306,9 @@ static kiln_status check_out(const char *op, const kiln_tensor *a, const kiln_te
     return KILN_OK;
 }
 
-kiln_status kiln_matmul_out(const kiln_tensor *a, const kiln_tensor *b, unsigned flags,
-                            kiln_tensor *out)
+static kiln_status matmul_into(const char *op, const kiln_tensor *a, const kiln_tensor *b,
+                               unsigned flags, kiln_tensor *out)
 {
-    const char *op = "kiln_matmul_out";
     kiln__matmul_problem p = {0};
     kiln_status s = kiln__check_tensor(a, op, "argument 1 (a)");
     if (s == KILN_OK)
@@ -325,4 +329,15 @@ kiln_status kiln_matmul_out(const kiln_tensor *a, const kiln_tensor *b, unsigned
     p.b = b;
     p.c = out;
     return compute(op, &p);
+}
+
+kiln_status kiln_matmul_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out)
+{
+    return matmul_into("kiln_matmul_out", a, b, 0, out);
+}
+
+kiln_status kiln_matmul_trans_out(const kiln_tensor *a, const kiln_tensor *b,
+                                  kiln_matmul_flags flags, kiln_tensor *out)
+{
+    return matmul_into("kiln_matmul_trans_out", a, b, (unsigned)flags, out);
 }

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 /* One batched product C[i] = op(A[i]) * op(B[i]), validated on the host: every dim >= 1 and
  * fits an int, all tensors non-empty on dev, C not aliasing A or B. Strides are in elements;

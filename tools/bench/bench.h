@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "kiln.h"
+#include "kiln_cl.h"
 
 typedef struct bench_ctx {
     kiln_device *dev;

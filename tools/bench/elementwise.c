@@ -24,11 +24,11 @@ static kiln_status kiln_once(ew *e, ew_op op)
 {
     switch (op) {
     case EW_ADD:
-        return kiln_binary_out(KILN_OP_ADD, e->a, e->b, e->out);
+        return kiln_binary_out(KILN_BINARY_ADD, e->a, e->b, e->out);
     case EW_MUL:
-        return kiln_binary_out(KILN_OP_MUL, e->a, e->b, e->out);
+        return kiln_binary_out(KILN_BINARY_MUL, e->a, e->b, e->out);
     case EW_RELU:
-        return kiln_unary_out(KILN_OP_RELU, e->a, e->out);
+        return kiln_unary_out(KILN_UNARY_RELU, e->a, e->out);
     }
     return KILN_ERR_INVALID_ARGUMENT;
 }

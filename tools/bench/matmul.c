@@ -56,7 +56,7 @@ static kiln_status time_kiln(mm *m, int iters, double *rate)
     double t0 = bench_now();
     kiln_status s = KILN_OK;
     for (int i = 0; i < iters && s == KILN_OK; i++)
-        s = kiln_matmul_out(m->a, m->b, 0, m->c);
+        s = kiln_matmul_trans_out(m->a, m->b, 0, m->c);
     if (s == KILN_OK)
         s = kiln_device_synchronize(m->dev);
     *rate = flops(m->n) * iters / (bench_now() - t0) * 1e-9;
@@ -69,7 +69,7 @@ static int measure(bench_ctx *ctx, mm *m, const char *label, int samples)
 {
     double k[64], base[64];
     int iters = flops(m->n) >= 2e9 ? 1 : (int)(2e9 / flops(m->n));
-    kiln_status s = kiln_matmul_out(m->a, m->b, 0, m->c); /* builds kernels: not timed */
+    kiln_status s = kiln_matmul_trans_out(m->a, m->b, 0, m->c); /* builds kernels: not timed */
     if (s == KILN_OK)
         s = kiln_device_synchronize(m->dev);
     if (s != KILN_OK)
