@@ -670,26 +670,10 @@ kiln_status kiln__device_open(kiln_device *dev, const char *op)
     return KILN_OK;
 }
 
-kiln_status kiln_device_synchronize(kiln_device *dev)
-{
-    kiln_status s = kiln__device_open(dev, "kiln_device_synchronize");
-    if (s != KILN_OK)
-        return s;
-    cl_int err = kiln__cl.Finish(dev->queue);
-    if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, "kiln_device_synchronize", "clFinish", dev->info.spec);
-    return KILN_OK;
-}
-
 cl_context kiln_device_cl_context(kiln_device *dev)
 {
     return kiln__device_open(dev, "kiln_device_cl_context") == KILN_OK ? dev->platform->context
                                                                        : NULL;
-}
-
-cl_command_queue kiln_device_cl_queue(kiln_device *dev)
-{
-    return kiln__device_open(dev, "kiln_device_cl_queue") == KILN_OK ? dev->queue : NULL;
 }
 
 cl_device_id kiln_device_cl_device_id(kiln_device *dev)

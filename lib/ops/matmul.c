@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "../clcall.h"
-#include "../launch.h"
+#include "../queue.h"
 #include "../registry.h"
 #include "../status.h"
 #include "../tensor.h"
@@ -112,10 +112,10 @@ static kiln_status shape_error(const char *op, const kiln_tensor *a, const kiln_
                                unsigned flags, const char *what)
 {
     char sa[160], sb[160];
-    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: shapes %s%s and %s%s %s", op,
-                       shape_str(a, sa, sizeof sa), (flags & KILN_MATMUL_TRANS_A) ? " (transposed)" : "",
-                       shape_str(b, sb, sizeof sb), (flags & KILN_MATMUL_TRANS_B) ? " (transposed)" : "",
-                       what);
+    return kiln__error(
+        KILN_ERR_SHAPE_MISMATCH, "%s: shapes %s%s and %s%s %s", op, shape_str(a, sa, sizeof sa),
+        (flags & KILN_MATMUL_TRANS_A) ? " (transposed)" : "", shape_str(b, sb, sizeof sb),
+        (flags & KILN_MATMUL_TRANS_B) ? " (transposed)" : "", what);
 }
 
 static int64_t batch_numel(const kiln_tensor *t)
@@ -147,8 +147,9 @@ static kiln_status check_operands(const char *op, const kiln_tensor *a, const ki
                                   unsigned flags)
 {
     if (flags & ~(KILN_MATMUL_TRANS_A | KILN_MATMUL_TRANS_B))
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: unknown flags 0x%x; use KILN_MATMUL_TRANS_A and KILN_MATMUL_TRANS_B", op, flags);
+        return kiln__error(
+            KILN_ERR_INVALID_ARGUMENT,
+            "%s: unknown flags 0x%x; use KILN_MATMUL_TRANS_A and KILN_MATMUL_TRANS_B", op, flags);
     if (a->ndim < 2 || b->ndim < 2)
         return shape_error(op, a, b, flags,
                            "need at least 2 dimensions each (use a [1, K] or [K, 1] matrix "
@@ -216,11 +217,9 @@ static kiln_status compute(const char *op, kiln__matmul_problem *p)
         /* An empty sum: zeros, as every BLAS gives with beta = 0. */
         static const double zero = 0.0;
         cl_int err =
-            kiln__cl.EnqueueFillBuffer(dev->queue, p->c->storage->mem, &zero,
+            kiln__cl.EnqueueFillBuffer(kiln__queue(dev), p->c->storage->mem, &zero,
                                        kiln_dtype_size(p->dtype), 0, p->c->nbytes, 0, NULL, NULL);
-        return err == CL_SUCCESS
-                   ? KILN_OK
-                   : kiln__cl_fail(err, op, "clEnqueueFillBuffer", kiln__device_label(dev));
+        return err == CL_SUCCESS ? KILN_OK : kiln__queue_fail(err, op, "clEnqueueFillBuffer", dev);
     }
     /* A shared B under a batch of plain A is one taller product: [batch*M, K] x [K, N]. */
     if (p->batch > 1 && p->stride_b == 0 && !p->trans_a && p->stride_a == p->m * p->k &&

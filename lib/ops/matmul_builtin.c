@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../launch.h"
 #include "../program.h"
 #include "../registry.h"
 #include "../status.h"

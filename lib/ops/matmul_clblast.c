@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "../clcall.h"
+#include "../queue.h"
 #include "../registry.h"
 #include "../status.h"
 #include "../tensor.h"
@@ -71,7 +72,7 @@ static CLBlastStatusCode gemm(const kiln__matmul_problem *p, cl_command_queue *q
 
 static kiln_status clblast_run(const kiln__matmul_problem *p)
 {
-    cl_command_queue q = p->dev->queue;
+    cl_command_queue q = kiln__queue(p->dev);
     cl_event ev = NULL;
     const char *fn = "CLBlastSgemm";
     CLBlastStatusCode code = gemm(p, &q, &ev, &fn);
