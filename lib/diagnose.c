@@ -84,8 +84,9 @@ static void explain_pci(const kiln__census *c, char *buf, size_t size)
 /* "gpu", or "OpenCL" for a mask of several types. */
 static const char *mask_name(kiln_device_type mask)
 {
-    const char *name = kiln__type_name(mask);
-    return strcmp(name, "?") == 0 ? "OpenCL" : name;
+    bool one =
+        mask == KILN_DEVICE_CPU || mask == KILN_DEVICE_GPU || mask == KILN_DEVICE_ACCELERATOR;
+    return one ? kiln__type_name(mask) : "OpenCL";
 }
 
 /* Devices of a type that exist but are not listed: hidden by KILN_VISIBLE_DEVICES or unusable;

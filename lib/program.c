@@ -669,22 +669,16 @@ static kiln_status read_source(const char *path, const char *op, char **out, siz
                         path, st.st_size ? "too large" : "empty", (intmax_t)st.st_size, FILE_CAP);
         goto done;
     }
-    size_t n = (size_t)st.st_size, got = 0;
+    size_t n = (size_t)st.st_size;
     buf = malloc(n + 1);
     if (!buf) {
         s = kiln__host_oom(op);
         goto done;
     }
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            s = kiln__error(KILN_ERR_IO, "%s: cannot read \"%s\": %s", op, path,
-                            r < 0 ? strerror(errno) : "file shrank while reading");
-            goto done;
-        }
-        got += (size_t)r;
+    if (!kiln__fd_transfer(fd, buf, n, false)) {
+        s = kiln__error(KILN_ERR_IO, "%s: cannot read \"%s\": %s", op, path,
+                        errno ? strerror(errno) : "file shrank while reading");
+        goto done;
     }
     buf[n] = '\0';
     if (memchr(buf, '\0', n)) {
