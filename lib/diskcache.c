@@ -434,6 +434,7 @@ kiln_status kiln_cache_stats_get(kiln_cache_stats *stats)
 {
     if (!stats)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_cache_stats_get: stats is NULL");
+    memset(stats, 0, sizeof *stats);
     stats->hits = atomic_load(&n_hits);
     stats->misses = atomic_load(&n_misses);
     stats->saves = atomic_load(&n_saves);

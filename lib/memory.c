@@ -45,26 +45,13 @@ uint64_t kiln__parse_size(const char *s, bool *ok)
     unsigned long long v = strtoull(s, &end, 10);
     if (errno == ERANGE)
         return 0;
+    /* K, M, G, T: 1024 to the power of the letter's position. */
+    static const char units[] = "KMGT";
+    const char *unit = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
     uint64_t mult = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K':
-        mult = (uint64_t)1 << 10;
+    if (unit) {
+        mult = (uint64_t)1 << (10 * (unit - units + 1));
         end++;
-        break;
-    case 'M':
-        mult = (uint64_t)1 << 20;
-        end++;
-        break;
-    case 'G':
-        mult = (uint64_t)1 << 30;
-        end++;
-        break;
-    case 'T':
-        mult = (uint64_t)1 << 40;
-        end++;
-        break;
-    default:
-        break;
     }
     if (mult > 1 && (*end == 'i' || *end == 'I'))
         end++;
@@ -367,6 +354,7 @@ kiln_status kiln_device_memory_stats(kiln_device *dev, kiln_memory_stats *stats)
         return s;
     if (!stats)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_device_memory_stats: stats is NULL");
+    memset(stats, 0, sizeof *stats);
     pthread_mutex_lock(&p->lock);
     stats->allocated_bytes = p->allocated;
     stats->peak_allocated_bytes = p->peak;
@@ -377,36 +365,49 @@ kiln_status kiln_device_memory_stats(kiln_device *dev, kiln_memory_stats *stats)
     return KILN_OK;
 }
 
-kiln_status kiln_device_reset_peak(kiln_device *dev)
+static void reset_peak(struct kiln__pool *p, uint64_t unused)
 {
-    struct kiln__pool *p;
-    kiln_status s = pool_for(dev, "kiln_device_reset_peak", &p);
-    if (s != KILN_OK)
-        return s;
+    (void)unused;
     pthread_mutex_lock(&p->lock);
     p->peak = p->allocated;
     pthread_mutex_unlock(&p->lock);
-    return KILN_OK;
+}
+
+static void empty_cache_of(struct kiln__pool *p, uint64_t unused)
+{
+    (void)unused;
+    empty_cache(p);
+}
+
+static void set_budget(struct kiln__pool *p, uint64_t bytes)
+{
+    pthread_mutex_lock(&p->lock);
+    p->budget = bytes;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Run fn(pool, arg) on dev's pool: the body of the public calls that only change the pool. */
+static kiln_status with_pool(kiln_device *dev, const char *op,
+                             void (*fn)(struct kiln__pool *, uint64_t), uint64_t arg)
+{
+    struct kiln__pool *p;
+    kiln_status s = pool_for(dev, op, &p);
+    if (s == KILN_OK)
+        fn(p, arg);
+    return s;
+}
+
+kiln_status kiln_device_reset_peak(kiln_device *dev)
+{
+    return with_pool(dev, "kiln_device_reset_peak", reset_peak, 0);
 }
 
 kiln_status kiln_device_empty_cache(kiln_device *dev)
 {
-    struct kiln__pool *p;
-    kiln_status s = pool_for(dev, "kiln_device_empty_cache", &p);
-    if (s != KILN_OK)
-        return s;
-    empty_cache(p);
-    return KILN_OK;
+    return with_pool(dev, "kiln_device_empty_cache", empty_cache_of, 0);
 }
 
 kiln_status kiln_device_set_memory_limit(kiln_device *dev, uint64_t bytes)
 {
-    struct kiln__pool *p;
-    kiln_status s = pool_for(dev, "kiln_device_set_memory_limit", &p);
-    if (s != KILN_OK)
-        return s;
-    pthread_mutex_lock(&p->lock);
-    p->budget = bytes;
-    pthread_mutex_unlock(&p->lock);
-    return KILN_OK;
+    return with_pool(dev, "kiln_device_set_memory_limit", set_budget, bytes);
 }

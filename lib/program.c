@@ -638,16 +638,27 @@ fail:
     return s;
 }
 
+/* The first checks of both builds: out is set (*out = NULL), and arg (the source text or the
+ * path, named argname) is given and not empty; hint follows the message. */
+static kiln_status check_build(kiln_program **out, const char *arg, const char *argname,
+                               const char *hint, const char *op)
+{
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    if (!arg || !*arg)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is %s%s", op, argname,
+                           arg ? "empty" : "NULL", hint);
+    return KILN_OK;
+}
+
 kiln_status kiln_program_build(kiln_device *dev, const char *source, const char *options,
                                kiln_program **out)
 {
     const char *op = "kiln_program_build";
-    if (!out)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    *out = NULL;
-    if (!source || !*source)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: source is %s; pass OpenCL C text", op,
-                           source ? "empty" : "NULL");
+    kiln_status s = check_build(out, source, "source", "; pass OpenCL C text", op);
+    if (s != KILN_OK)
+        return s;
     return program_build(dev, source, strlen(source), options, op, out);
 }
 
@@ -699,13 +710,9 @@ kiln_status kiln_program_build_file(kiln_device *dev, const char *path, const ch
                                     kiln_program **out)
 {
     const char *op = "kiln_program_build_file";
-    if (!out)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    *out = NULL;
-    if (!path || !*path)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: path is %s", op,
-                           path ? "empty" : "NULL");
-    kiln_status s = kiln__check_device(dev, op);
+    kiln_status s = check_build(out, path, "path", "", op);
+    if (s == KILN_OK)
+        s = kiln__check_device(dev, op);
     if (s != KILN_OK)
         return s;
     char *src = NULL;

@@ -485,7 +485,8 @@ kiln_status kiln_device_info_get(const kiln_device *dev, kiln_device_info *info)
         return s;
     if (!info)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_device_info_get: info is NULL");
-    *info = dev->info;
+    memset(info, 0, sizeof *info);
+    *info = dev->info; /* described from a zeroed struct: reserved stays zero */
     return KILN_OK;
 }
 

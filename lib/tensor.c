@@ -298,29 +298,32 @@ static kiln_status check_io(const kiln_tensor *t, const void *ptr, size_t nbytes
     return check_unmapped(t, op, "the tensor");
 }
 
-kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes)
+/* A blocking copy between the tensor and host memory (ptr, nbytes): read into ptr, or write from
+ * it (blocking, so that the source may be reused at once without a staging copy). */
+static kiln_status host_copy(const kiln_tensor *t, void *ptr, size_t nbytes, bool write)
 {
-    kiln_status s = check_io(t, dst, nbytes, "kiln_tensor_read", "dst");
+    const char *op = write ? "kiln_tensor_write" : "kiln_tensor_read";
+    kiln_status s = check_io(t, ptr, nbytes, op, write ? "src" : "dst");
     if (s != KILN_OK || nbytes == 0)
         return s;
-    cl_int err = kiln__cl.EnqueueReadBuffer(kiln__queue(t->dev), t->storage->mem, CL_TRUE, 0,
-                                            nbytes, dst, 0, NULL, NULL);
+    cl_command_queue q = kiln__queue(t->dev);
+    cl_mem mem = t->storage->mem;
+    cl_int err = write ? kiln__cl.EnqueueWriteBuffer(q, mem, CL_TRUE, 0, nbytes, ptr, 0, NULL, NULL)
+                       : kiln__cl.EnqueueReadBuffer(q, mem, CL_TRUE, 0, nbytes, ptr, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        return kiln__queue_fail(err, "kiln_tensor_read", "clEnqueueReadBuffer", t->dev);
+        return kiln__queue_fail(err, op, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer",
+                                t->dev);
     return KILN_OK;
+}
+
+kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes)
+{
+    return host_copy(t, dst, nbytes, false);
 }
 
 kiln_status kiln_tensor_write(kiln_tensor *t, const void *src, size_t nbytes)
 {
-    kiln_status s = check_io(t, src, nbytes, "kiln_tensor_write", "src");
-    if (s != KILN_OK || nbytes == 0)
-        return s;
-    /* Blocking, so that src may be reused at once without a staging copy. */
-    cl_int err = kiln__cl.EnqueueWriteBuffer(kiln__queue(t->dev), t->storage->mem, CL_TRUE, 0,
-                                             nbytes, src, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return kiln__queue_fail(err, "kiln_tensor_write", "clEnqueueWriteBuffer", t->dev);
-    return KILN_OK;
+    return host_copy(t, (void *)src, nbytes, true);
 }
 
 kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, int ndim,

@@ -49,6 +49,16 @@ static void log_choice(kiln_device *dev, const kiln__matmul_path *path, bool for
                   dev->info.name, path->name, forced ? " (forced by KILN_MATMUL)" : "");
 }
 
+bool kiln__matmul_path_available(const kiln__matmul_path *path, kiln_device *dev, char *why,
+                                 size_t size)
+{
+    if (path->missing) {
+        snprintf(why, size, "%s", path->missing);
+        return false;
+    }
+    return path->available(dev, why, size);
+}
+
 static kiln_status select_forced(kiln_device *dev, const char *force, const char *op,
                                  const kiln__matmul_path **out)
 {
@@ -56,7 +66,7 @@ static kiln_status select_forced(kiln_device *dev, const char *force, const char
         if (strcmp(force, paths[i]->name) != 0)
             continue;
         char why[160] = "";
-        if (!paths[i]->available(dev, why, sizeof why))
+        if (!kiln__matmul_path_available(paths[i], dev, why, sizeof why))
             return kiln__error(KILN_ERR_UNSUPPORTED,
                                "%s: KILN_MATMUL=%s is not available on %s (%s): %s; unset "
                                "KILN_MATMUL to let kiln choose",
@@ -77,9 +87,10 @@ kiln_status kiln__matmul_select(kiln_device *dev, const char *force, const char 
         return select_forced(dev, force, op, out);
     char why[160];
     /* GPUs: CLBlast; CPUs with host memory: CBLAS; the built-in kernel always works. */
-    if (dev->info.type == KILN_DEVICE_GPU && kiln__matmul_clblast.available(dev, why, sizeof why))
+    if (dev->info.type == KILN_DEVICE_GPU &&
+        kiln__matmul_path_available(&kiln__matmul_clblast, dev, why, sizeof why))
         *out = &kiln__matmul_clblast;
-    else if (kiln__matmul_cblas.available(dev, why, sizeof why))
+    else if (kiln__matmul_path_available(&kiln__matmul_cblas, dev, why, sizeof why))
         *out = &kiln__matmul_cblas;
     else
         *out = &kiln__matmul_builtin;

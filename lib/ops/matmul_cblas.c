@@ -138,21 +138,11 @@ static bool cblas_available(kiln_device *dev, char *why, size_t size)
     return true;
 }
 
+const kiln__matmul_path kiln__matmul_cblas = {"cblas", cblas_available, cblas_run, NULL};
+
 #else
 
-static kiln_status cblas_run(const kiln__matmul_problem *p)
-{
-    (void)p;
-    return kiln__error(KILN_ERR_UNSUPPORTED, "kiln_matmul: kiln was built without CBLAS");
-}
-
-static bool cblas_available(kiln_device *dev, char *why, size_t size)
-{
-    (void)dev;
-    snprintf(why, size, "kiln was built without CBLAS (install libopenblas-dev and reconfigure)");
-    return false;
-}
+const kiln__matmul_path kiln__matmul_cblas = {
+    "cblas", NULL, NULL, "kiln was built without CBLAS (install libopenblas-dev and reconfigure)"};
 
 #endif
-
-const kiln__matmul_path kiln__matmul_cblas = {"cblas", cblas_available, cblas_run};

@@ -89,21 +89,12 @@ static bool clblast_available(kiln_device *dev, char *why, size_t size)
     return true;
 }
 
+const kiln__matmul_path kiln__matmul_clblast = {"clblast", clblast_available, clblast_run, NULL};
+
 #else
 
-static kiln_status clblast_run(const kiln__matmul_problem *p)
-{
-    (void)p;
-    return kiln__error(KILN_ERR_UNSUPPORTED, "kiln_matmul: kiln was built without CLBlast");
-}
-
-static bool clblast_available(kiln_device *dev, char *why, size_t size)
-{
-    (void)dev;
-    snprintf(why, size, "kiln was built without CLBlast (install libclblast-dev and reconfigure)");
-    return false;
-}
+const kiln__matmul_path kiln__matmul_clblast = {
+    "clblast", NULL, NULL,
+    "kiln was built without CLBlast (install libclblast-dev and reconfigure)"};
 
 #endif
-
-const kiln__matmul_path kiln__matmul_clblast = {"clblast", clblast_available, clblast_run};
