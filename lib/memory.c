@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "clcall.h"
+#include "queue.h"
 #include "registry.h"
 #include "status.h"
 
@@ -30,9 +31,6 @@ struct kiln__pool {
     uint64_t cached;
     uint64_t driver_allocations;
     uint64_t budget;
-    /* A private queue for touching new buffers: waiting on it does not wait for the work
-     * queued on the device's own queue. Created on first use, under lock. */
-    cl_command_queue touch_queue;
 };
 
 uint64_t kiln__parse_size(const char *s, bool *ok)
@@ -180,34 +178,15 @@ static void empty_cache(struct kiln__pool *p)
     free_blocks(list);
 }
 
-static cl_int touch_queue(kiln_device *dev, struct kiln__pool *p, cl_command_queue *q)
-{
-    cl_int err = CL_SUCCESS;
-    pthread_mutex_lock(&p->lock);
-    if (!p->touch_queue) {
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-        p->touch_queue = kiln__cl.CreateCommandQueue(kiln__device_context(dev), dev->id, 0, &err);
-#pragma GCC diagnostic pop
-        if (err == CL_SUCCESS && !p->touch_queue)
-            err = CL_OUT_OF_RESOURCES;
-        if (err != CL_SUCCESS)
-            p->touch_queue = NULL;
-    }
-    *q = p->touch_queue;
-    pthread_mutex_unlock(&p->lock);
-    return err;
-}
-
 /* A new driver buffer, made real by writing its first byte and waiting for that: drivers
- * that allocate lazily (PoCL, NVIDIA) then fail here rather than at first use. */
-static cl_mem create_real(kiln_device *dev, struct kiln__pool *p, size_t capacity, cl_int *err,
-                          const char **clfn)
+ * that allocate lazily (PoCL, NVIDIA) then fail here rather than at first use. The write goes
+ * to the device's private queue: waiting on it does not wait for the device queue's work. */
+static cl_mem create_real(kiln_device *dev, size_t capacity, cl_int *err, const char **clfn)
 {
     static const unsigned char zero = 0;
     cl_command_queue q;
     *clfn = "clCreateCommandQueue";
-    *err = touch_queue(dev, p, &q);
+    *err = kiln__queue_private(dev, &q);
     if (*err != CL_SUCCESS)
         return NULL;
     *clfn = "clCreateBuffer";
@@ -303,10 +282,10 @@ kiln_status kiln__mem_alloc(kiln_device *dev, size_t bytes, const char *op, cl_m
     }
     cl_int err;
     const char *clfn;
-    mem = create_real(dev, p, cap, &err, &clfn);
+    mem = create_real(dev, cap, &err, &clfn);
     if (!mem) {
         empty_cache(p);
-        mem = create_real(dev, p, cap, &err, &clfn);
+        mem = create_real(dev, cap, &err, &clfn);
     }
     pthread_mutex_lock(&p->lock);
     if (mem) {

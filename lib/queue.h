@@ -18,6 +18,11 @@ cl_command_queue kiln__queue(const kiln_device *dev);
  * naming op, the OpenCL function and the device. */
 kiln_status kiln__queue_fail(cl_int err, const char *op, const char *clfn, const kiln_device *dev);
 
+/* A second queue of dev, for work that must not wait for what is queued on the device queue
+ * (nor hold it up): the memory pool makes new buffers real there. Created on first use, under
+ * dev's lock, once kiln__device_open(dev) has succeeded; an OpenCL error code on failure. */
+cl_int kiln__queue_private(kiln_device *dev, cl_command_queue *out);
+
 /* Flush dev's queue: what is enqueued starts without the host waiting for it. */
 void kiln__queue_flush(const kiln_device *dev);
 

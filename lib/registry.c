@@ -340,6 +340,8 @@ void kiln__registry_reset(void)
             kiln_device *dev = reg.visible[i];
             if (dev->queue)
                 kiln__cl.ReleaseCommandQueue(dev->queue);
+            if (dev->private_queue)
+                kiln__cl.ReleaseCommandQueue(dev->private_queue);
             pthread_mutex_destroy(&dev->lock);
         }
         for (int p = 0; p < reg.nplatforms; p++)
