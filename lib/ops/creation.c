@@ -4,7 +4,9 @@
 
 #include "clcall.h"
 #include "common.h"
+#include "launch.h"
 #include "program.h"
+#include "queue.h"
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
@@ -23,10 +25,10 @@ static kiln_status check_value(const char *op, kiln_dtype dtype, double value)
  * with the driver's pattern fill. */
 static kiln_status pattern_fill(kiln_tensor *t, double value, const char *op)
 {
-    cl_int err = kiln__cl.EnqueueFillBuffer(t->dev->queue, t->storage->mem, &value, sizeof value, 0,
-                                            t->nbytes, 0, NULL, NULL);
+    cl_int err = kiln__cl.EnqueueFillBuffer(kiln__queue(t->dev), t->storage->mem, &value,
+                                            sizeof value, 0, t->nbytes, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, op, "clEnqueueFillBuffer", t->dev->info.spec);
+        return kiln__queue_fail(err, op, "clEnqueueFillBuffer", t->dev);
     return KILN_OK;
 }
 
