@@ -106,6 +106,64 @@ bool kiln__scalar_fits(kiln_dtype dtype, double v)
     }
 }
 
+kiln_arg kiln__arg_compute_i64(kiln_dtype dtype, int64_t v)
+{
+    kiln_arg a;
+    switch (dtype) {
+    case KILN_F64:
+        a = scalar_arg(KILN_F64, sizeof(double));
+        a.value.f64 = (double)v;
+        return a;
+    case KILN_I32:
+        a = scalar_arg(KILN_I32, sizeof(int32_t));
+        a.value.i32 = (int32_t)(uint32_t)(uint64_t)v;
+        return a;
+    case KILN_I64:
+        a = scalar_arg(KILN_I64, sizeof(int64_t));
+        a.value.i64 = v;
+        return a;
+    case KILN_U8:
+        a = scalar_arg(KILN_U8, sizeof(uint8_t));
+        a.value.u8 = (uint8_t)(uint64_t)v;
+        return a;
+    default: /* f32 (one rounding from int64), and f16 which computes in f32 */
+        a = scalar_arg(KILN_F32, sizeof(float));
+        a.value.f32 = (float)v;
+        return a;
+    }
+}
+
+bool kiln__i64_fits(kiln_dtype dtype, int64_t v)
+{
+    switch (dtype) {
+    case KILN_I32:
+        return v >= INT32_MIN && v <= INT32_MAX;
+    case KILN_U8:
+        return v >= 0 && v <= UINT8_MAX;
+    default:
+        return true;
+    }
+}
+
+bool kiln__scalar_value_fits(kiln_dtype dtype, kiln__scalar v)
+{
+    return v.is_i64 ? kiln__i64_fits(dtype, v.i) : kiln__scalar_fits(dtype, v.f);
+}
+
+kiln_arg kiln__arg_scalar(kiln_dtype dtype, kiln__scalar v)
+{
+    return v.is_i64 ? kiln__arg_compute_i64(dtype, v.i) : kiln__arg_compute(dtype, v.f);
+}
+
+char *kiln__scalar_str(char *buf, size_t size, kiln__scalar v)
+{
+    if (v.is_i64)
+        snprintf(buf, size, "%lld", (long long)v.i);
+    else
+        snprintf(buf, size, "%g", v.f);
+    return buf;
+}
+
 char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
 {
     size_t used = (size_t)snprintf(buf, size, "[");

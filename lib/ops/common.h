@@ -31,6 +31,28 @@ kiln_arg kiln__arg_compute(kiln_dtype dtype, double v);
  * for floating dtypes. NaN and infinities never fit an integer dtype. */
 bool kiln__scalar_fits(kiln_dtype dtype, double v);
 
+/* The same for an exact 64-bit integer: integer dtypes get v modulo 2^bits (two's complement,
+ * so v itself when it fits), floating dtypes v rounded to nearest. */
+kiln_arg kiln__arg_compute_i64(kiln_dtype dtype, int64_t v);
+
+/* Whether v is representable in an integer dtype; always true for floating dtypes. */
+bool kiln__i64_fits(kiln_dtype dtype, int64_t v);
+
+/* A scalar operand as the public functions take it: a double, or with is_i64 an exact integer
+ * (the _i64 entry points). */
+typedef struct kiln__scalar {
+    bool is_i64;
+    double f;
+    int64_t i;
+} kiln__scalar;
+
+/* kiln__scalar_fits / kiln__i64_fits and kiln__arg_compute / kiln__arg_compute_i64 by kind. */
+bool kiln__scalar_value_fits(kiln_dtype dtype, kiln__scalar v);
+kiln_arg kiln__arg_scalar(kiln_dtype dtype, kiln__scalar v);
+
+/* The scalar for messages ("%g" or "%lld") into buf (returns buf). */
+char *kiln__scalar_str(char *buf, size_t size, kiln__scalar v);
+
 /* "[2, 3]" into buf (returns buf). */
 char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
 

@@ -197,57 +197,103 @@ kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_
     return binary("kiln_binary_out", op, a, b, out, NULL);
 }
 
+static kiln_status check_given(const char *fn, const kiln_tensor *given)
+{
+    if (!given)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    return KILN_OK;
+}
+
 #define KILN__BINARY_WRAPPER(fn, OP)                                                               \
     kiln_status fn(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out)                  \
     {                                                                                              \
         kiln_status s = check_out_ptr(#fn, out);                                                   \
         return s != KILN_OK ? s : binary(#fn, OP, a, b, NULL, out);                                \
+    }                                                                                              \
+    kiln_status fn##_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out)             \
+    {                                                                                              \
+        kiln_status s = check_given(#fn "_out", out);                                              \
+        return s != KILN_OK ? s : binary(#fn "_out", OP, a, b, out, NULL);                         \
     }
 KILN__BINARY_WRAPPER(kiln_add, KILN_BINARY_ADD)
 KILN__BINARY_WRAPPER(kiln_sub, KILN_BINARY_SUB)
 KILN__BINARY_WRAPPER(kiln_mul, KILN_BINARY_MUL)
 KILN__BINARY_WRAPPER(kiln_div, KILN_BINARY_DIV)
 
-kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
-                               kiln_tensor **out)
+static kiln_status binary_scalar(const char *fn, kiln_binary_op op, const kiln_tensor *a,
+                                 kiln__scalar scalar, kiln_tensor *given, kiln_tensor **out)
 {
-    const char *fn = "kiln_binary_scalar";
     kiln_device *dev;
-    kiln_status s = check_out_ptr(fn, out);
-    if (s != KILN_OK || (s = check_args(fn, 1, 1, &a, &dev)) != KILN_OK)
+    kiln_status s = check_args(fn, 2, given ? 2 : 1, (const kiln_tensor *[]){a, given}, &dev);
+    if (s != KILN_OK)
         return s;
     if ((s = kiln__check_dtype_on(dev, a->dtype, fn)) != KILN_OK ||
         (s = check_binary_op(fn, op, a->dtype)) != KILN_OK)
         return s;
-    if (!kiln__scalar_fits(a->dtype, scalar))
+    if (!kiln__scalar_value_fits(a->dtype, scalar)) {
+        char v[48];
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: scalar %g does not fit the tensor's dtype %s; cast the tensor "
+                           "%s: scalar %s does not fit the tensor's dtype %s; cast the tensor "
                            "with kiln_cast()",
-                           fn, scalar, kiln_dtype_name(a->dtype));
+                           fn, kiln__scalar_str(v, sizeof v, scalar), kiln_dtype_name(a->dtype));
+    }
     kiln_tensor *res = NULL;
-    s = result(fn, dev, is_comparison(op) ? KILN_U8 : a->dtype, a->ndim, a->shape, NULL, &res);
+    s = result(fn, dev, is_comparison(op) ? KILN_U8 : a->dtype, a->ndim, a->shape, given, &res);
     if (s != KILN_OK || a->numel == 0)
-        return finish(s, res, NULL, out);
+        return finish(s, res, given, out);
     char name[64];
     snprintf(name, sizeof name, "kiln_bs_%s", binary_names[op]);
     kiln__kernel *k;
     if ((s = get_kernel(dev, a->dtype, name, fn, &k)) == KILN_OK) {
-        kiln_arg args[4] = {kiln_arg_tensor(a), kiln__arg_compute(a->dtype, scalar),
+        kiln_arg args[4] = {kiln_arg_tensor(a), kiln__arg_scalar(a->dtype, scalar),
                             kiln_arg_tensor(res), kiln_arg_i64(a->numel)};
         size_t global = (size_t)a->numel;
         s = kiln__kernel_launch(dev, k, fn, 1, &global, NULL, 4, args);
     }
-    return finish(s, res, NULL, out);
+    return finish(s, res, given, out);
 }
 
-kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln_tensor *b,
-                       kiln_tensor **out)
+kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
+                               kiln_tensor **out)
 {
-    const char *fn = "kiln_where";
-    kiln_device *dev;
-    const kiln_tensor *ts[3] = {cond, a, b};
+    const char *fn = "kiln_binary_scalar";
     kiln_status s = check_out_ptr(fn, out);
-    if (s != KILN_OK || (s = check_args(fn, 3, 3, ts, &dev)) != KILN_OK)
+    return s != KILN_OK ? s : binary_scalar(fn, op, a, (kiln__scalar){.f = scalar}, NULL, out);
+}
+
+kiln_status kiln_binary_scalar_out(kiln_binary_op op, const kiln_tensor *a, double scalar,
+                                   kiln_tensor *out)
+{
+    const char *fn = "kiln_binary_scalar_out";
+    kiln_status s = check_given(fn, out);
+    return s != KILN_OK ? s : binary_scalar(fn, op, a, (kiln__scalar){.f = scalar}, out, NULL);
+}
+
+kiln_status kiln_binary_scalar_i64(kiln_binary_op op, const kiln_tensor *a, int64_t scalar,
+                                   kiln_tensor **out)
+{
+    const char *fn = "kiln_binary_scalar_i64";
+    kiln_status s = check_out_ptr(fn, out);
+    kiln__scalar v = {.is_i64 = true, .i = scalar};
+    return s != KILN_OK ? s : binary_scalar(fn, op, a, v, NULL, out);
+}
+
+kiln_status kiln_binary_scalar_i64_out(kiln_binary_op op, const kiln_tensor *a, int64_t scalar,
+                                       kiln_tensor *out)
+{
+    const char *fn = "kiln_binary_scalar_i64_out";
+    kiln_status s = check_given(fn, out);
+    kiln__scalar v = {.is_i64 = true, .i = scalar};
+    return s != KILN_OK ? s : binary_scalar(fn, op, a, v, out, NULL);
+}
+
+static kiln_status where(const char *fn, const kiln_tensor *cond, const kiln_tensor *a,
+                         const kiln_tensor *b, kiln_tensor *given, kiln_tensor **out)
+{
+    kiln_device *dev;
+    const kiln_tensor *ts[4] = {cond, a, b, given};
+    kiln_status s = check_args(fn, 4, given ? 4 : 3, ts, &dev);
+    if (s != KILN_OK)
         return s;
     if (cond->dtype != KILN_U8)
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
@@ -264,9 +310,9 @@ kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln
     if ((s = kiln__broadcast(fn, 3, ts, &bc)) != KILN_OK)
         return s;
     kiln_tensor *res = NULL;
-    s = result(fn, dev, a->dtype, bc.ndim, bc.shape, NULL, &res);
+    s = result(fn, dev, a->dtype, bc.ndim, bc.shape, given, &res);
     if (s != KILN_OK || bc.numel == 0)
-        return finish(s, res, NULL, out);
+        return finish(s, res, given, out);
     bool flat = kiln__bcast_flat(&bc);
     kiln__kernel *k;
     if ((s = get_kernel(dev, a->dtype, flat ? "kiln_where" : "kiln_where_bb", fn, &k)) == KILN_OK) {
@@ -277,14 +323,29 @@ kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln
         size_t global = (size_t)bc.numel;
         s = kiln__kernel_launch(dev, k, fn, 1, &global, NULL, nargs, args);
     }
-    return finish(s, res, NULL, out);
+    return finish(s, res, given, out);
+}
+
+kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln_tensor *b,
+                       kiln_tensor **out)
+{
+    kiln_status s = check_out_ptr("kiln_where", out);
+    return s != KILN_OK ? s : where("kiln_where", cond, a, b, NULL, out);
+}
+
+kiln_status kiln_where_out(const kiln_tensor *cond, const kiln_tensor *a, const kiln_tensor *b,
+                           kiln_tensor *out)
+{
+    kiln_status s = check_given("kiln_where_out", out);
+    return s != KILN_OK ? s : where("kiln_where_out", cond, a, b, out, NULL);
 }
 
 static kiln_status check_unary_op(const char *fn, kiln_unary_op op, kiln_dtype dtype, bool backward)
 {
     if ((int)op < 0 || (int)op >= N_UNARY)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown unary op %d", fn, (int)op);
-    bool int_ok = !backward && (op == KILN_UNARY_NEG || op == KILN_UNARY_ABS || op == KILN_UNARY_RELU);
+    bool int_ok =
+        !backward && (op == KILN_UNARY_NEG || op == KILN_UNARY_ABS || op == KILN_UNARY_RELU);
     if (!kiln__dtype_is_float(dtype) && !int_ok)
         return kiln__error(KILN_ERR_UNSUPPORTED,
                            "%s: %s needs a floating dtype (f32, f64, f16), got %s; cast first "
@@ -331,14 +392,14 @@ kiln_status kiln_unary_out(kiln_unary_op op, const kiln_tensor *x, kiln_tensor *
     return unary("kiln_unary_out", op, x, out, NULL);
 }
 
-kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x, const kiln_tensor *grad_out,
-                                kiln_tensor **grad_in)
+static kiln_status unary_backward(const char *fn, kiln_unary_op op, const kiln_tensor *x,
+                                  const kiln_tensor *grad_out, kiln_tensor *given,
+                                  kiln_tensor **grad_in)
 {
-    const char *fn = "kiln_unary_backward";
     kiln_device *dev;
-    kiln_status s = check_out_ptr(fn, grad_in);
-    if (s != KILN_OK ||
-        (s = check_args(fn, 2, 2, (const kiln_tensor *[]){x, grad_out}, &dev)) != KILN_OK)
+    kiln_status s =
+        check_args(fn, 3, given ? 3 : 2, (const kiln_tensor *[]){x, grad_out, given}, &dev);
+    if (s != KILN_OK)
         return s;
     if (x->dtype != grad_out->dtype)
         return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: x is %s but grad_out is %s", fn,
@@ -354,9 +415,9 @@ kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x, const ki
                            xs, gs);
     }
     kiln_tensor *res = NULL;
-    s = result(fn, dev, x->dtype, x->ndim, x->shape, NULL, &res);
+    s = result(fn, dev, x->dtype, x->ndim, x->shape, given, &res);
     if (s != KILN_OK || x->numel == 0)
-        return finish(s, res, NULL, grad_in);
+        return finish(s, res, given, grad_in);
     char name[64];
     snprintf(name, sizeof name, "kiln_ub_%s", unary_names[op]);
     kiln__kernel *k;
@@ -366,24 +427,43 @@ kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x, const ki
         size_t global = (size_t)x->numel;
         s = kiln__kernel_launch(dev, k, fn, 1, &global, NULL, 4, args);
     }
-    return finish(s, res, NULL, grad_in);
+    return finish(s, res, given, grad_in);
 }
 
-kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out)
+kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x, const kiln_tensor *grad_out,
+                                kiln_tensor **grad_in)
+{
+    const char *fn = "kiln_unary_backward";
+    kiln_status s = check_out_ptr(fn, grad_in);
+    return s != KILN_OK ? s : unary_backward(fn, op, x, grad_out, NULL, grad_in);
+}
+
+kiln_status kiln_unary_backward_out(kiln_unary_op op, const kiln_tensor *x,
+                                    const kiln_tensor *grad_out, kiln_tensor *grad_in)
+{
+    const char *fn = "kiln_unary_backward_out";
+    if (!grad_in)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: grad_in is NULL", fn);
+    return unary_backward(fn, op, x, grad_out, grad_in, NULL);
+}
+
+static kiln_status cast(const char *fn, const kiln_tensor *x, kiln_dtype dtype, kiln_tensor *given,
+                        kiln_tensor **out)
 {
     static const char *const to_names[KILN_DTYPE_COUNT] = {"f32", "f64", "f16", "i32", "i64", "u8"};
-    const char *fn = "kiln_cast";
     kiln_device *dev;
-    kiln_status s = check_out_ptr(fn, out);
-    if (s != KILN_OK || (s = check_args(fn, 1, 1, &x, &dev)) != KILN_OK)
+    kiln_status s = check_args(fn, 2, given ? 2 : 1, (const kiln_tensor *[]){x, given}, &dev);
+    if (s != KILN_OK)
         return s;
+    if (given)
+        dtype = given->dtype;
     if ((s = kiln__check_dtype_on(dev, x->dtype, fn)) != KILN_OK ||
         (s = kiln__check_dtype_on(dev, dtype, fn)) != KILN_OK)
         return s;
     kiln_tensor *res = NULL;
-    s = result(fn, dev, dtype, x->ndim, x->shape, NULL, &res);
+    s = result(fn, dev, dtype, x->ndim, x->shape, given, &res);
     if (s != KILN_OK || x->numel == 0)
-        return finish(s, res, NULL, out);
+        return finish(s, res, given, out);
     char name[64];
     snprintf(name, sizeof name, "kiln_cast_to_%s", to_names[dtype]);
     kiln__kernel *k;
@@ -392,5 +472,18 @@ kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out)
         size_t global = (size_t)x->numel;
         s = kiln__kernel_launch(dev, k, fn, 1, &global, NULL, 3, args);
     }
-    return finish(s, res, NULL, out);
+    return finish(s, res, given, out);
+}
+
+kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out)
+{
+    kiln_status s = check_out_ptr("kiln_cast", out);
+    return s != KILN_OK ? s : cast("kiln_cast", x, dtype, NULL, out);
+}
+
+kiln_status kiln_cast_out(const kiln_tensor *x, kiln_tensor *out)
+{
+    kiln_status s = check_given("kiln_cast_out", out);
+    /* out's dtype, read once out is checked */
+    return s != KILN_OK ? s : cast("kiln_cast_out", x, KILN_F32, out, NULL);
 }

@@ -79,15 +79,49 @@ static kiln_status check_same_shape(const kiln_tensor *a, const kiln_tensor *b, 
                        op, aname, sa, bname, sb);
 }
 
-static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor **out, int logmode,
-                           const char *op)
+/* An _out form's result tensor `given` (argument number arg, named name): exactly dtype and
+ * the shape of like, sharing no memory with the n inputs (the kernels read them while writing
+ * it). Its device is checked with the inputs'. */
+static kiln_status check_given(const char *op, const char *name, const kiln_tensor *given,
+                               kiln_dtype dtype, int ndim, const int64_t *shape,
+                               const kiln_tensor *const *inputs, int n)
 {
-    if (!out)
+    if (given->dtype != dtype)
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s has dtype %s, the result is %s", op,
+                           name, kiln_dtype_name(given->dtype), kiln_dtype_name(dtype));
+    bool same = given->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++)
+        same = given->shape[d] == shape[d];
+    if (!same) {
+        char want[160], got[160];
+        kiln__shape_str(want, sizeof want, ndim, shape);
+        kiln__shape_str(got, sizeof got, given->ndim, given->shape);
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: %s has shape %s, the result has %s", op,
+                           name, got, want);
+    }
+    for (int i = 0; i < n && given->numel > 0; i++)
+        if (inputs[i] && given->storage == inputs[i]->storage)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: %s shares memory with another argument; write into a "
+                               "separate tensor",
+                               op, name);
+    return KILN_OK;
+}
+
+static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, kiln_tensor **out,
+                           int logmode, const char *op)
+{
+    if (!given && !out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    *out = NULL;
+    if (out)
+        *out = NULL;
     kiln_status s = kiln__check_tensor(x, op, "x");
+    if (s == KILN_OK && given)
+        s = kiln__same_device(op, 3, (const kiln_tensor *[]){x, NULL, given}, NULL);
     if (s == KILN_OK)
         s = check_float(x, op, "x", true);
+    if (s == KILN_OK && given)
+        s = check_given(op, "out", given, x->dtype, x->ndim, x->shape, &x, 1);
     if (s != KILN_OK)
         return s;
     if (axis < -x->ndim || axis >= x->ndim)
@@ -100,9 +134,8 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor **out, in
         outer *= d < a ? x->shape[d] : 1;
         inner *= d > a ? x->shape[d] : 1;
     }
-    kiln_tensor *y;
-    s = kiln__tensor_new(x->dev, x->dtype, x->ndim, x->shape, op, &y);
-    if (s != KILN_OK)
+    kiln_tensor *y = given;
+    if (!given && (s = kiln__tensor_new(x->dev, x->dtype, x->ndim, x->shape, op, &y)) != KILN_OK)
         return s;
     kiln__kernel *k;
     if (x->numel > 0) {
@@ -118,36 +151,99 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor **out, in
         }
     }
     if (s != KILN_OK) {
-        kiln_tensor_release(y);
+        if (y != given)
+            kiln_tensor_release(y);
         return s;
     }
-    *out = y;
+    if (out)
+        *out = y;
     return KILN_OK;
 }
 
 kiln_status kiln_softmax(const kiln_tensor *x, int axis, kiln_tensor **out)
 {
-    return softmax(x, axis, out, 0, "kiln_softmax");
+    return softmax(x, axis, NULL, out, 0, "kiln_softmax");
+}
+
+kiln_status kiln_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out)
+{
+    return softmax(x, axis, out, NULL, 0, "kiln_softmax_out");
 }
 
 kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tensor **out)
 {
-    return softmax(x, axis, out, 1, "kiln_log_softmax");
+    return softmax(x, axis, NULL, out, 1, "kiln_log_softmax");
 }
 
-/* loss = mean of the per-element tensor `terms`; on failure *grad is released too. */
-static kiln_status finish_loss(kiln_tensor *terms, kiln_status s, kiln_tensor **loss,
-                               kiln_tensor **grad, kiln_tensor *g)
+kiln_status kiln_log_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out)
+{
+    return softmax(x, axis, out, NULL, 1, "kiln_log_softmax_out");
+}
+
+/* loss = mean of the per-element tensor `terms`, which is released. */
+static kiln_status finish_loss(kiln_tensor *terms, kiln_status s, kiln_tensor *loss)
 {
     if (s == KILN_OK)
-        s = kiln_reduce(KILN_REDUCE_MEAN, terms, KILN_ALL_AXES, false, loss);
+        s = kiln_reduce_out(KILN_REDUCE_MEAN, terms, KILN_ALL_AXES, false, loss);
     kiln_tensor_release(terms);
+    return s;
+}
+
+/* The result tensors of a loss of inputs x and y: present, on the inputs' device (arguments 3
+ * and 4), loss [1] and grad (optional) shaped like x, both of x's dtype and sharing no memory
+ * with the inputs or each other. */
+static kiln_status check_loss_out(const char *op, const kiln_tensor *x, const kiln_tensor *y,
+                                  const kiln_tensor *loss, const kiln_tensor *grad)
+{
+    kiln_status s = kiln__check_tensor(loss, op, "loss");
+    if (s == KILN_OK && grad)
+        s = kiln__check_tensor(grad, op, "grad");
+    if (s == KILN_OK)
+        s = kiln__same_device(op, 4, (const kiln_tensor *[]){x, y, loss, grad}, NULL);
+    int64_t one = 1;
+    if (s == KILN_OK)
+        s = check_given(op, "loss", loss, x->dtype, 1, &one, (const kiln_tensor *[]){x, y, grad},
+                        3);
+    if (s == KILN_OK && grad)
+        s = check_given(op, "grad", grad, x->dtype, x->ndim, x->shape,
+                        (const kiln_tensor *[]){x, y}, 2);
+    return s;
+}
+
+typedef kiln_status (*loss_fn)(const char *op, const kiln_tensor *x, const kiln_tensor *y,
+                               kiln_tensor *loss, kiln_tensor *grad);
+
+/* The allocating forms, once x and y are checked: new loss [1] and (when asked for) grad tensors
+ * that fn fills, handed over on success. */
+static kiln_status loss_new(const char *op, loss_fn fn, const kiln_tensor *x, const kiln_tensor *y,
+                            kiln_tensor **loss, kiln_tensor **grad)
+{
+    kiln_tensor *l = NULL, *g = NULL;
+    int64_t one = 1;
+    kiln_status s = kiln__tensor_new(x->dev, x->dtype, 1, &one, op, &l);
+    if (s == KILN_OK && grad)
+        s = kiln__tensor_new(x->dev, x->dtype, x->ndim, x->shape, op, &g);
+    if (s == KILN_OK)
+        s = fn(op, x, y, l, g);
     if (s != KILN_OK) {
+        kiln_tensor_release(l);
         kiln_tensor_release(g);
         return s;
     }
+    *loss = l;
     if (grad)
         *grad = g;
+    return KILN_OK;
+}
+
+/* The allocating forms' output pointers: *grad (optional) and *loss NULL, loss required. */
+static kiln_status start_loss(const char *op, kiln_tensor **loss, kiln_tensor **grad)
+{
+    if (grad)
+        *grad = NULL;
+    if (!loss)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
+    *loss = NULL;
     return KILN_OK;
 }
 
@@ -178,24 +274,19 @@ static kiln_status check_ce(const kiln_tensor *logits, const kiln_tensor *labels
     return KILN_OK;
 }
 
-kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *labels,
-                               kiln_tensor **loss, kiln_tensor **grad)
+/* Cross-entropy into loss and grad (NULL: none), every tensor checked here. */
+static kiln_status cross_entropy(const char *op, const kiln_tensor *logits,
+                                 const kiln_tensor *labels, kiln_tensor *loss, kiln_tensor *g)
 {
-    const char *op = "kiln_cross_entropy";
-    if (grad)
-        *grad = NULL;
-    if (!loss)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
-    *loss = NULL;
     kiln_status s = check_ce(logits, labels, op);
+    if (s == KILN_OK)
+        s = check_loss_out(op, logits, labels, loss, g);
     if (s != KILN_OK)
         return s;
     int64_t rows = logits->shape[0], classes = logits->shape[1];
-    kiln_tensor *terms = NULL, *g = NULL;
+    kiln_tensor *terms = NULL;
     kiln__kernel *k;
     s = kiln__tensor_new(logits->dev, logits->dtype, 1, &rows, op, &terms);
-    if (s == KILN_OK && grad)
-        s = kiln__tensor_new(logits->dev, logits->dtype, 2, logits->shape, op, &g);
     if (s == KILN_OK && rows > 0) {
         const char *name =
             labels->dtype == KILN_I32 ? "kiln_cross_entropy_i32" : "kiln_cross_entropy_i64";
@@ -209,18 +300,30 @@ kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *lab
         if (s == KILN_OK)
             s = launch1(logits->dev, k, op, global, 8, args);
     }
-    return finish_loss(terms, s, loss, grad, g);
+    return finish_loss(terms, s, loss);
 }
 
-kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, kiln_tensor **loss,
-                          kiln_tensor **grad)
+kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *labels,
+                               kiln_tensor **loss, kiln_tensor **grad)
 {
-    const char *op = "kiln_mse_loss";
-    if (grad)
-        *grad = NULL;
+    const char *op = "kiln_cross_entropy";
+    kiln_status s = start_loss(op, loss, grad);
+    if (s == KILN_OK)
+        s = check_ce(logits, labels, op);
+    return s != KILN_OK ? s : loss_new(op, cross_entropy, logits, labels, loss, grad);
+}
+
+kiln_status kiln_cross_entropy_out(const kiln_tensor *logits, const kiln_tensor *labels,
+                                   kiln_tensor *loss, kiln_tensor *grad)
+{
+    const char *op = "kiln_cross_entropy_out";
     if (!loss)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
-    *loss = NULL;
+    return cross_entropy(op, logits, labels, loss, grad);
+}
+
+static kiln_status check_mse(const kiln_tensor *pred, const kiln_tensor *target, const char *op)
+{
     kiln_status s = kiln__check_tensor(pred, op, "pred");
     if (s == KILN_OK)
         s = kiln__check_tensor(target, op, "target");
@@ -232,13 +335,21 @@ kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, ki
         s = check_same_dtype(pred, target, op, "pred", "target");
     if (s == KILN_OK)
         s = check_same_shape(pred, target, op, "pred", "target");
+    return s;
+}
+
+/* MSE into loss and grad (NULL: none), every tensor checked here. */
+static kiln_status mse_loss(const char *op, const kiln_tensor *pred, const kiln_tensor *target,
+                            kiln_tensor *loss, kiln_tensor *g)
+{
+    kiln_status s = check_mse(pred, target, op);
+    if (s == KILN_OK)
+        s = check_loss_out(op, pred, target, loss, g);
     if (s != KILN_OK)
         return s;
-    kiln_tensor *terms = NULL, *g = NULL;
+    kiln_tensor *terms = NULL;
     kiln__kernel *k;
     s = kiln__tensor_new(pred->dev, pred->dtype, pred->ndim, pred->shape, op, &terms);
-    if (s == KILN_OK && grad)
-        s = kiln__tensor_new(pred->dev, pred->dtype, pred->ndim, pred->shape, op, &g);
     if (s == KILN_OK && pred->numel > 0) {
         s = nn_kernel(pred->dev, pred->dtype, "kiln_mse", op, &k);
         size_t global = (size_t)pred->numel;
@@ -252,7 +363,26 @@ kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, ki
         if (s == KILN_OK)
             s = launch1(pred->dev, k, op, global, 7, args);
     }
-    return finish_loss(terms, s, loss, grad, g);
+    return finish_loss(terms, s, loss);
+}
+
+kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, kiln_tensor **loss,
+                          kiln_tensor **grad)
+{
+    const char *op = "kiln_mse_loss";
+    kiln_status s = start_loss(op, loss, grad);
+    if (s == KILN_OK)
+        s = check_mse(pred, target, op);
+    return s != KILN_OK ? s : loss_new(op, mse_loss, pred, target, loss, grad);
+}
+
+kiln_status kiln_mse_loss_out(const kiln_tensor *pred, const kiln_tensor *target, kiln_tensor *loss,
+                              kiln_tensor *grad)
+{
+    const char *op = "kiln_mse_loss_out";
+    if (!loss)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
+    return mse_loss(op, pred, target, loss, grad);
 }
 
 /* Every tensor of an optimizer step: present, one device, param's dtype (f32/f64) and shape. */
