@@ -229,13 +229,15 @@ static void corrupt(const char *path, const char *why)
         kiln__log(KILN_LOG_WARN, "cache: cannot remove %s: %s", path, strerror(errno));
 }
 
-static bool read_all(int fd, void *buf, size_t n)
+bool kiln__fd_transfer(int fd, void *buf, size_t n, bool writing)
 {
     unsigned char *p = buf;
     while (n) {
-        ssize_t r = read(fd, p, n);
+        ssize_t r = writing ? write(fd, p, n) : read(fd, p, n);
         if (r < 0 && errno == EINTR)
             continue;
+        if (r == 0)
+            errno = 0;
         if (r <= 0)
             return false;
         p += r;
@@ -244,10 +246,27 @@ static bool read_all(int fd, void *buf, size_t n)
     return true;
 }
 
-/* Check an open entry against key; on success *payload (malloc'd) holds the binary. Returns NULL
- * or why the entry is unusable. */
-static const char *verify(int fd, const char *key, size_t keylen, unsigned char **payload,
-                          size_t *size)
+static bool read_all(int fd, void *buf, size_t n)
+{
+    return kiln__fd_transfer(fd, buf, n, false);
+}
+
+static bool write_all(int fd, const void *buf, size_t n)
+{
+    return kiln__fd_transfer(fd, (void *)buf, n, true);
+}
+
+/* What verify found: a usable entry, one to remove, or no host memory to check it with (the
+ * entry may be fine: keep it). */
+typedef enum verdict {
+    ENTRY_OK,
+    ENTRY_CORRUPT,
+    ENTRY_NO_MEMORY,
+} verdict;
+
+/* Check an entry's header against the file and the key length: NULL, with the payload length and
+ * checksum, or why the entry is unusable. Nothing is allocated. */
+static const char *check_header(int fd, size_t keylen, uint64_t *plen, uint64_t *sum)
 {
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
@@ -261,33 +280,55 @@ static const char *verify(int fd, const char *key, size_t keylen, unsigned char 
         return "bad magic: not a kiln cache entry";
     if (get_u32(h + 8) != ENTRY_VERSION || get_u32(h + 12) != HEADER_SIZE)
         return "unknown format version";
-    uint64_t klen = get_u64(h + 16), plen = get_u64(h + 24);
-    uint64_t body = (uint64_t)st.st_size - HEADER_SIZE;
+    uint64_t klen = get_u64(h + 16), body = (uint64_t)st.st_size - HEADER_SIZE;
+    *plen = get_u64(h + 24);
+    *sum = get_u64(h + 32);
     if (klen != keylen)
         return "a different key (hash collision or foreign entry)";
     /* Lengths are checked against the file before anything is allocated. */
-    if (plen == 0 || plen > PAYLOAD_CAP || klen > body || plen != body - klen)
+    if (*plen == 0 || *plen > PAYLOAD_CAP || klen > body || *plen != body - klen)
         return "length fields do not match the file size (truncated?)";
+    return NULL;
+}
+
+/* Read the stored key into k and the payload into p, and check them: NULL or why not. */
+static const char *check_body(int fd, const char *key, size_t keylen, char *k, unsigned char *p,
+                              uint64_t plen, uint64_t sum)
+{
+    if (!read_all(fd, k, keylen) || !read_all(fd, p, (size_t)plen))
+        return "short read";
+    if (memcmp(k, key, keylen) != 0)
+        return "a different key (hash collision or foreign entry)";
+    if (kiln__fnv1a(p, (size_t)plen, kiln__fnv1a(k, keylen, KILN__FNV_OFFSET)) != sum)
+        return "checksum mismatch";
+    return NULL;
+}
+
+/* Check an open entry against key; on ENTRY_OK *payload (malloc'd) holds the binary, on
+ * ENTRY_CORRUPT *why says what is wrong. */
+static verdict verify(int fd, const char *key, size_t keylen, unsigned char **payload, size_t *size,
+                      const char **why)
+{
+    uint64_t plen = 0, sum = 0;
+    *why = check_header(fd, keylen, &plen, &sum);
+    if (*why)
+        return ENTRY_CORRUPT;
     char *k = malloc(keylen ? keylen : 1);
     unsigned char *p = malloc((size_t)plen);
-    const char *why = NULL;
-    if (!k || !p)
-        why = "out of host memory";
-    else if (!read_all(fd, k, keylen) || !read_all(fd, p, (size_t)plen))
-        why = "short read";
-    else if (memcmp(k, key, keylen) != 0)
-        why = "a different key (hash collision or foreign entry)";
-    else if (kiln__fnv1a(p, (size_t)plen, kiln__fnv1a(k, keylen, KILN__FNV_OFFSET)) !=
-             get_u64(h + 32))
-        why = "checksum mismatch";
-    free(k);
-    if (why) {
+    if (!k || !p) {
+        free(k);
         free(p);
-        return why;
+        return ENTRY_NO_MEMORY;
+    }
+    *why = check_body(fd, key, keylen, k, p, plen, sum);
+    free(k);
+    if (*why) {
+        free(p);
+        return ENTRY_CORRUPT;
     }
     *payload = p;
     *size = (size_t)plen;
-    return NULL;
+    return ENTRY_OK;
 }
 
 bool kiln__diskcache_load(const char *key, size_t keylen, unsigned char **binary, size_t *size)
@@ -307,31 +348,15 @@ bool kiln__diskcache_load(const char *key, size_t keylen, unsigned char **binary
             kiln__log(KILN_LOG_INFO, "cache: miss %s", path);
         return false;
     }
-    const char *why = verify(fd, key, keylen, binary, size);
+    const char *why = NULL;
+    verdict v = verify(fd, key, keylen, binary, size, &why);
     close(fd);
-    if (why) {
-        if (strcmp(why, "out of host memory") == 0)
-            return false;
+    if (v == ENTRY_CORRUPT)
         corrupt(path, why);
+    if (v != ENTRY_OK)
         return false;
-    }
     atomic_fetch_add(&n_hits, 1);
     kiln__log(KILN_LOG_INFO, "cache: hit %s (%zu bytes)", path, *size);
-    return true;
-}
-
-static bool write_all(int fd, const void *buf, size_t n)
-{
-    const unsigned char *p = buf;
-    while (n) {
-        ssize_t r = write(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return false;
-        p += r;
-        n -= (size_t)r;
-    }
     return true;
 }
 
@@ -409,6 +434,7 @@ kiln_status kiln_cache_stats_get(kiln_cache_stats *stats)
 {
     if (!stats)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_cache_stats_get: stats is NULL");
+    memset(stats, 0, sizeof *stats);
     stats->hits = atomic_load(&n_hits);
     stats->misses = atomic_load(&n_misses);
     stats->saves = atomic_load(&n_saves);

@@ -1,5 +1,5 @@
-/* launch.c - the same-device rule, kernel-argument checks and the kernel launch shared by every
- * op and kiln_program_launch. */
+/* launch.c - launching kernels: the kiln_arg constructors, argument checks, the local size and
+ * the enqueue shared by every op, and kiln_program_launch. */
 #include "launch.h"
 
 #include <stdint.h>
@@ -7,38 +7,10 @@
 
 #include "clcall.h"
 #include "program.h"
+#include "queue.h"
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
-
-kiln_status kiln__same_device(const char *op, int n, const kiln_tensor *const *ts,
-                              kiln_device **dev)
-{
-    const kiln_tensor *first = NULL;
-    int first_arg = 0;
-    for (int i = 0; i < n; i++) {
-        if (!ts[i])
-            continue;
-        char argname[32];
-        snprintf(argname, sizeof argname, "argument %d", i + 1);
-        kiln_status s = kiln__check_tensor(ts[i], op, argname);
-        if (s != KILN_OK)
-            return s;
-        if (!first) {
-            first = ts[i];
-            first_arg = i + 1;
-        } else if (ts[i]->dev != first->dev) {
-            return kiln__error(KILN_ERR_DEVICE_MISMATCH,
-                               "%s: expected all tensors on the same device, got %s and %s "
-                               "(arguments %d and %d of %s); copy with kiln_tensor_to()",
-                               op, first->dev->info.spec, ts[i]->dev->info.spec, first_arg, i + 1,
-                               op);
-        }
-    }
-    if (dev)
-        *dev = first ? first->dev : NULL;
-    return KILN_OK;
-}
 
 /* Bytes of a scalar argument of dtype; 0 for an unknown dtype. */
 static size_t scalar_size(kiln_dtype dtype)
@@ -257,11 +229,56 @@ kiln_status kiln__kernel_launch(kiln_device *dev, kiln__kernel *k, const char *o
     pthread_mutex_lock(&k->lock);
     s = set_args(dev, k, op, nargs, args);
     if (s == KILN_OK) {
-        cl_int err = kiln__cl.EnqueueNDRangeKernel(dev->queue, k->kernel, (cl_uint)work_dim, NULL,
-                                                   g, l, 0, NULL, NULL);
+        cl_int err = kiln__cl.EnqueueNDRangeKernel(kiln__queue(dev), k->kernel, (cl_uint)work_dim,
+                                                   NULL, g, l, 0, NULL, NULL);
         if (err != CL_SUCCESS)
-            s = kiln__cl_fail(err, op, "clEnqueueNDRangeKernel", dev->info.spec);
+            s = kiln__queue_fail(err, op, "clEnqueueNDRangeKernel", dev);
     }
     pthread_mutex_unlock(&k->lock);
     return s;
+}
+
+kiln_status kiln_program_launch(kiln_program *prog, const char *name, int work_dim,
+                                const size_t *global, const size_t *local, int nargs,
+                                const kiln_arg *args)
+{
+    const char *op = "kiln_program_launch";
+    kiln__kernel *k = NULL;
+    kiln_status s = kiln__program_kernel(prog, name, op, &k);
+    if (s != KILN_OK)
+        return s;
+    return kiln__kernel_launch(kiln_program_device(prog), k, op, work_dim, global, local, nargs,
+                               args);
+}
+
+kiln_arg kiln_arg_tensor(const kiln_tensor *t)
+{
+    kiln_arg a = {.kind = KILN_ARG_TENSOR, .size = sizeof(cl_mem)};
+    a.value.tensor = t;
+    return a;
+}
+
+/* The scalar constructors, one line each: kiln_arg_<member>(ctype x) sets dtype and
+ * value.<member>. */
+#define KILN__SCALAR_ARGS(X)                                                                       \
+    X(f32, float, KILN_F32)                                                                        \
+    X(f64, double, KILN_F64)                                                                       \
+    X(i32, int32_t, KILN_I32)                                                                      \
+    X(i64, int64_t, KILN_I64)                                                                      \
+    X(u8, uint8_t, KILN_U8)
+
+#define KILN__SCALAR_ARG(member, ctype, dt)                                                        \
+    kiln_arg kiln_arg_##member(ctype x)                                                            \
+    {                                                                                              \
+        kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = dt, .size = sizeof x};                     \
+        a.value.member = x;                                                                        \
+        return a;                                                                                  \
+    }
+KILN__SCALAR_ARGS(KILN__SCALAR_ARG)
+#undef KILN__SCALAR_ARG
+
+kiln_arg kiln_arg_local(size_t bytes)
+{
+    kiln_arg a = {.kind = KILN_ARG_LOCAL, .size = bytes};
+    return a;
 }

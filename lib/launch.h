@@ -1,17 +1,19 @@
-/* launch.h - argument checks shared by every op and kernel launch. */
+/* launch.h - launching kernels: kiln_arg arguments, their checks, the local size and the
+ * enqueue, shared by every op and kiln_program_launch. */
 #ifndef KILN_LAUNCH_H
 #define KILN_LAUNCH_H
 
 #include "kiln_cl.h"
 
-/* The same-device rule: all n tensors (NULL entries are skipped) must be valid and on one
- * device, checked before anything is enqueued. On a mismatch: KILN_ERR_DEVICE_MISMATCH with
- * "expected all tensors on the same device, got cpu:0 and cpu:1 (argument 2 of kiln_add); copy
- * with kiln_tensor_to()". *dev (optional) gets the common device. */
-kiln_status kiln__same_device(const char *op, int n, const kiln_tensor *const *ts,
-                              kiln_device **dev);
-
 struct kiln__kernel;
+
+/* Launch a kernel with kiln_arg arguments (tensors are checked to be on the kernel's device
+ * by the caller, see kiln__same_device in tensor.h). global has work_dim entries; local NULL
+ * lets kiln choose a valid size and pads global up to a multiple of it. A launch with a zero
+ * global size is a no-op. */
+kiln_status kiln__kernel_launch(kiln_device *dev, struct kiln__kernel *k, const char *op,
+                                int work_dim, const size_t *global, const size_t *local, int nargs,
+                                const kiln_arg *args);
 
 /* The local size kiln picks for a launch with local = NULL: within the kernel's work-group
  * size (and at most 256), a multiple of its preferred multiple in 1-D, close to the global

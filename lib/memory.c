@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "clcall.h"
+#include "queue.h"
 #include "registry.h"
 #include "status.h"
 
@@ -30,9 +31,6 @@ struct kiln__pool {
     uint64_t cached;
     uint64_t driver_allocations;
     uint64_t budget;
-    /* A private queue for touching new buffers: waiting on it does not wait for the work
-     * queued on the device's own queue. Created on first use, under lock. */
-    cl_command_queue touch_queue;
 };
 
 uint64_t kiln__parse_size(const char *s, bool *ok)
@@ -45,26 +43,13 @@ uint64_t kiln__parse_size(const char *s, bool *ok)
     unsigned long long v = strtoull(s, &end, 10);
     if (errno == ERANGE)
         return 0;
+    /* K, M, G, T: 1024 to the power of the letter's position. */
+    static const char units[] = "KMGT";
+    const char *unit = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
     uint64_t mult = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K':
-        mult = (uint64_t)1 << 10;
+    if (unit) {
+        mult = (uint64_t)1 << (10 * (unit - units + 1));
         end++;
-        break;
-    case 'M':
-        mult = (uint64_t)1 << 20;
-        end++;
-        break;
-    case 'G':
-        mult = (uint64_t)1 << 30;
-        end++;
-        break;
-    case 'T':
-        mult = (uint64_t)1 << 40;
-        end++;
-        break;
-    default:
-        break;
     }
     if (mult > 1 && (*end == 'i' || *end == 'I'))
         end++;
@@ -193,34 +178,15 @@ static void empty_cache(struct kiln__pool *p)
     free_blocks(list);
 }
 
-static cl_int touch_queue(kiln_device *dev, struct kiln__pool *p, cl_command_queue *q)
-{
-    cl_int err = CL_SUCCESS;
-    pthread_mutex_lock(&p->lock);
-    if (!p->touch_queue) {
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-        p->touch_queue = kiln__cl.CreateCommandQueue(kiln__device_context(dev), dev->id, 0, &err);
-#pragma GCC diagnostic pop
-        if (err == CL_SUCCESS && !p->touch_queue)
-            err = CL_OUT_OF_RESOURCES;
-        if (err != CL_SUCCESS)
-            p->touch_queue = NULL;
-    }
-    *q = p->touch_queue;
-    pthread_mutex_unlock(&p->lock);
-    return err;
-}
-
 /* A new driver buffer, made real by writing its first byte and waiting for that: drivers
- * that allocate lazily (PoCL, NVIDIA) then fail here rather than at first use. */
-static cl_mem create_real(kiln_device *dev, struct kiln__pool *p, size_t capacity, cl_int *err,
-                          const char **clfn)
+ * that allocate lazily (PoCL, NVIDIA) then fail here rather than at first use. The write goes
+ * to the device's private queue: waiting on it does not wait for the device queue's work. */
+static cl_mem create_real(kiln_device *dev, size_t capacity, cl_int *err, const char **clfn)
 {
     static const unsigned char zero = 0;
     cl_command_queue q;
     *clfn = "clCreateCommandQueue";
-    *err = touch_queue(dev, p, &q);
+    *err = kiln__queue_private(dev, &q);
     if (*err != CL_SUCCESS)
         return NULL;
     *clfn = "clCreateBuffer";
@@ -316,10 +282,10 @@ kiln_status kiln__mem_alloc(kiln_device *dev, size_t bytes, const char *op, cl_m
     }
     cl_int err;
     const char *clfn;
-    mem = create_real(dev, p, cap, &err, &clfn);
+    mem = create_real(dev, cap, &err, &clfn);
     if (!mem) {
         empty_cache(p);
-        mem = create_real(dev, p, cap, &err, &clfn);
+        mem = create_real(dev, cap, &err, &clfn);
     }
     pthread_mutex_lock(&p->lock);
     if (mem) {
@@ -367,6 +333,7 @@ kiln_status kiln_device_memory_stats(kiln_device *dev, kiln_memory_stats *stats)
         return s;
     if (!stats)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_device_memory_stats: stats is NULL");
+    memset(stats, 0, sizeof *stats);
     pthread_mutex_lock(&p->lock);
     stats->allocated_bytes = p->allocated;
     stats->peak_allocated_bytes = p->peak;
@@ -377,36 +344,49 @@ kiln_status kiln_device_memory_stats(kiln_device *dev, kiln_memory_stats *stats)
     return KILN_OK;
 }
 
-kiln_status kiln_device_reset_peak(kiln_device *dev)
+static void reset_peak(struct kiln__pool *p, uint64_t unused)
 {
-    struct kiln__pool *p;
-    kiln_status s = pool_for(dev, "kiln_device_reset_peak", &p);
-    if (s != KILN_OK)
-        return s;
+    (void)unused;
     pthread_mutex_lock(&p->lock);
     p->peak = p->allocated;
     pthread_mutex_unlock(&p->lock);
-    return KILN_OK;
+}
+
+static void empty_cache_of(struct kiln__pool *p, uint64_t unused)
+{
+    (void)unused;
+    empty_cache(p);
+}
+
+static void set_budget(struct kiln__pool *p, uint64_t bytes)
+{
+    pthread_mutex_lock(&p->lock);
+    p->budget = bytes;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Run fn(pool, arg) on dev's pool: the body of the public calls that only change the pool. */
+static kiln_status with_pool(kiln_device *dev, const char *op,
+                             void (*fn)(struct kiln__pool *, uint64_t), uint64_t arg)
+{
+    struct kiln__pool *p;
+    kiln_status s = pool_for(dev, op, &p);
+    if (s == KILN_OK)
+        fn(p, arg);
+    return s;
+}
+
+kiln_status kiln_device_reset_peak(kiln_device *dev)
+{
+    return with_pool(dev, "kiln_device_reset_peak", reset_peak, 0);
 }
 
 kiln_status kiln_device_empty_cache(kiln_device *dev)
 {
-    struct kiln__pool *p;
-    kiln_status s = pool_for(dev, "kiln_device_empty_cache", &p);
-    if (s != KILN_OK)
-        return s;
-    empty_cache(p);
-    return KILN_OK;
+    return with_pool(dev, "kiln_device_empty_cache", empty_cache_of, 0);
 }
 
 kiln_status kiln_device_set_memory_limit(kiln_device *dev, uint64_t bytes)
 {
-    struct kiln__pool *p;
-    kiln_status s = pool_for(dev, "kiln_device_set_memory_limit", &p);
-    if (s != KILN_OK)
-        return s;
-    pthread_mutex_lock(&p->lock);
-    p->budget = bytes;
-    pthread_mutex_unlock(&p->lock);
-    return KILN_OK;
+    return with_pool(dev, "kiln_device_set_memory_limit", set_budget, bytes);
 }

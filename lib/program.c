@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ struct kiln__programs {
 
 struct kiln_program {
     uint32_t magic;
+    atomic_int refs;
     kiln_device *dev;
     cl_program program;
     char *names;
@@ -509,6 +511,47 @@ static bool program_valid(const kiln_program *prog)
     return prog && prog->magic == KILN__PROGRAM_MAGIC;
 }
 
+/* Free a program and its kernels (the last reference is gone, or the build failed; the mutex
+ * is initialised once magic is set). NULL is a no-op. */
+static void program_free(kiln_program *prog)
+{
+    if (!prog)
+        return;
+    bool live = prog->magic == KILN__PROGRAM_MAGIC;
+    prog->magic = 0;
+    kernel_node *n = prog->kernels;
+    while (n) {
+        kernel_node *next = n->next;
+        kiln__cl.ReleaseKernel(n->k.kernel);
+        pthread_mutex_destroy(&n->k.lock);
+        free(n);
+        n = next;
+    }
+    if (prog->program)
+        kiln__cl.ReleaseProgram(prog->program);
+    if (live)
+        pthread_mutex_destroy(&prog->lock);
+    free(prog->names);
+    free(prog);
+}
+
+kiln_status kiln__program_kernel(kiln_program *prog, const char *name, const char *op,
+                                 kiln__kernel **out)
+{
+    *out = NULL;
+    if (!program_valid(prog))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: prog is %s; build one with kiln_program_build()", op,
+                           prog ? "not a live kiln_program (released?)" : "NULL");
+    if (!name)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: kernel name is NULL; kernels: %s", op,
+                           kiln_program_kernel_names(prog));
+    pthread_mutex_lock(&prog->lock);
+    kiln_status s = list_kernel(prog->dev, prog->program, &prog->kernels, name, op, out);
+    pthread_mutex_unlock(&prog->lock);
+    return s;
+}
+
 static kiln_status kernel_names(kiln_program *prog, const char *op)
 {
     size_t n = 0;
@@ -578,6 +621,7 @@ static kiln_status program_build(kiln_device *dev, const char *source, size_t le
         goto fail;
     }
     prog->magic = KILN__PROGRAM_MAGIC;
+    atomic_init(&prog->refs, 1);
     prog->dev = dev;
     pthread_mutex_init(&prog->lock, NULL);
     s = kiln__program_compile(dev, source, len, opts, op, &prog->program);
@@ -590,20 +634,31 @@ static kiln_status program_build(kiln_device *dev, const char *source, size_t le
     return KILN_OK;
 fail:
     free(opts);
-    kiln_program_release(prog);
+    program_free(prog);
     return s;
+}
+
+/* The first checks of both builds: out is set (*out = NULL), and arg (the source text or the
+ * path, named argname) is given and not empty; hint follows the message. */
+static kiln_status check_build(kiln_program **out, const char *arg, const char *argname,
+                               const char *hint, const char *op)
+{
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    if (!arg || !*arg)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is %s%s", op, argname,
+                           arg ? "empty" : "NULL", hint);
+    return KILN_OK;
 }
 
 kiln_status kiln_program_build(kiln_device *dev, const char *source, const char *options,
                                kiln_program **out)
 {
     const char *op = "kiln_program_build";
-    if (!out)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    *out = NULL;
-    if (!source || !*source)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: source is %s; pass OpenCL C text", op,
-                           source ? "empty" : "NULL");
+    kiln_status s = check_build(out, source, "source", "; pass OpenCL C text", op);
+    if (s != KILN_OK)
+        return s;
     return program_build(dev, source, strlen(source), options, op, out);
 }
 
@@ -625,22 +680,16 @@ static kiln_status read_source(const char *path, const char *op, char **out, siz
                         path, st.st_size ? "too large" : "empty", (intmax_t)st.st_size, FILE_CAP);
         goto done;
     }
-    size_t n = (size_t)st.st_size, got = 0;
+    size_t n = (size_t)st.st_size;
     buf = malloc(n + 1);
     if (!buf) {
         s = kiln__host_oom(op);
         goto done;
     }
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            s = kiln__error(KILN_ERR_IO, "%s: cannot read \"%s\": %s", op, path,
-                            r < 0 ? strerror(errno) : "file shrank while reading");
-            goto done;
-        }
-        got += (size_t)r;
+    if (!kiln__fd_transfer(fd, buf, n, false)) {
+        s = kiln__error(KILN_ERR_IO, "%s: cannot read \"%s\": %s", op, path,
+                        errno ? strerror(errno) : "file shrank while reading");
+        goto done;
     }
     buf[n] = '\0';
     if (memchr(buf, '\0', n)) {
@@ -661,13 +710,9 @@ kiln_status kiln_program_build_file(kiln_device *dev, const char *path, const ch
                                     kiln_program **out)
 {
     const char *op = "kiln_program_build_file";
-    if (!out)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    *out = NULL;
-    if (!path || !*path)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: path is %s", op,
-                           path ? "empty" : "NULL");
-    kiln_status s = kiln__check_device(dev, op);
+    kiln_status s = check_build(out, path, "path", "", op);
+    if (s == KILN_OK)
+        s = kiln__check_device(dev, op);
     if (s != KILN_OK)
         return s;
     char *src = NULL;
@@ -679,24 +724,18 @@ kiln_status kiln_program_build_file(kiln_device *dev, const char *path, const ch
     return s;
 }
 
+kiln_program *kiln_program_retain(kiln_program *prog)
+{
+    if (prog)
+        atomic_fetch_add(&prog->refs, 1);
+    return prog;
+}
+
 void kiln_program_release(kiln_program *prog)
 {
-    if (!program_valid(prog))
+    if (!program_valid(prog) || atomic_fetch_sub(&prog->refs, 1) > 1)
         return;
-    prog->magic = 0;
-    kernel_node *n = prog->kernels;
-    while (n) {
-        kernel_node *next = n->next;
-        kiln__cl.ReleaseKernel(n->k.kernel);
-        pthread_mutex_destroy(&n->k.lock);
-        free(n);
-        n = next;
-    }
-    if (prog->program)
-        kiln__cl.ReleaseProgram(prog->program);
-    pthread_mutex_destroy(&prog->lock);
-    free(prog->names);
-    free(prog);
+    program_free(prog);
 }
 
 const char *kiln_program_kernel_names(const kiln_program *prog)
@@ -707,73 +746,4 @@ const char *kiln_program_kernel_names(const kiln_program *prog)
 kiln_device *kiln_program_device(const kiln_program *prog)
 {
     return program_valid(prog) ? prog->dev : NULL;
-}
-
-kiln_status kiln_program_launch(kiln_program *prog, const char *name, int work_dim,
-                                const size_t *global, const size_t *local, int nargs,
-                                const kiln_arg *args)
-{
-    const char *op = "kiln_program_launch";
-    if (!program_valid(prog))
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: prog is %s; build one with kiln_program_build()", op,
-                           prog ? "not a live kiln_program (released?)" : "NULL");
-    if (!name)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: kernel name is NULL; kernels: %s", op,
-                           kiln_program_kernel_names(prog));
-    kiln__kernel *k = NULL;
-    pthread_mutex_lock(&prog->lock);
-    kiln_status s = list_kernel(prog->dev, prog->program, &prog->kernels, name, op, &k);
-    pthread_mutex_unlock(&prog->lock);
-    if (s != KILN_OK)
-        return s;
-    return kiln__kernel_launch(prog->dev, k, op, work_dim, global, local, nargs, args);
-}
-
-kiln_arg kiln_arg_tensor(const kiln_tensor *t)
-{
-    kiln_arg a = {.kind = KILN_ARG_TENSOR, .size = sizeof(cl_mem)};
-    a.value.tensor = t;
-    return a;
-}
-
-kiln_arg kiln_arg_f32(float x)
-{
-    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = KILN_F32, .size = sizeof x};
-    a.value.f32 = x;
-    return a;
-}
-
-kiln_arg kiln_arg_f64(double x)
-{
-    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = KILN_F64, .size = sizeof x};
-    a.value.f64 = x;
-    return a;
-}
-
-kiln_arg kiln_arg_i32(int32_t x)
-{
-    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = KILN_I32, .size = sizeof x};
-    a.value.i32 = x;
-    return a;
-}
-
-kiln_arg kiln_arg_i64(int64_t x)
-{
-    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = KILN_I64, .size = sizeof x};
-    a.value.i64 = x;
-    return a;
-}
-
-kiln_arg kiln_arg_u8(uint8_t x)
-{
-    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = KILN_U8, .size = sizeof x};
-    a.value.u8 = x;
-    return a;
-}
-
-kiln_arg kiln_arg_local(size_t bytes)
-{
-    kiln_arg a = {.kind = KILN_ARG_LOCAL, .size = bytes};
-    return a;
 }

@@ -1,5 +1,5 @@
 /* program.h - building OpenCL programs (user and built-in), per-device program cache, and the
- * built-in kernel sources embedded at build time. */
+ * built-in kernel sources embedded at build time. Launching is launch.h's. */
 #ifndef KILN_PROGRAM_H
 #define KILN_PROGRAM_H
 
@@ -36,13 +36,11 @@ typedef struct kiln__kernel {
 kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const char *defines,
                                  const char *kernel, const char *op, kiln__kernel **out);
 
-/* Launch a kernel with kiln_arg arguments (tensors are checked to be on the kernel's device
- * by the caller, see launch.h). global has work_dim entries; local NULL lets kiln choose a
- * valid size and pads global up to a multiple of it. A launch with a zero global size is a
- * no-op. */
-kiln_status kiln__kernel_launch(kiln_device *dev, kiln__kernel *k, const char *op, int work_dim,
-                                const size_t *global, const size_t *local, int nargs,
-                                const kiln_arg *args);
+/* The kernel `name` of a user program, created on first use and kept with the program (launch
+ * it with kiln__kernel_launch, launch.h). KILN_ERR_INVALID_ARGUMENT naming op for a program that
+ * is not live or a NULL name; KILN_ERR_NOT_FOUND listing the program's kernels. */
+kiln_status kiln__program_kernel(kiln_program *prog, const char *name, const char *op,
+                                 kiln__kernel **out);
 
 /* Build source (len bytes) for dev with the full options string, loading or saving the binary
  * in the on-disk cache. A compile error is KILN_ERR_BUILD_FAILED with the trimmed log; op

@@ -1,5 +1,5 @@
-/* registry.c - enumerate OpenCL platforms and devices once, order them, describe them, and
- * explain why a device type is unavailable. */
+/* registry.c - enumerate OpenCL platforms and devices once, order them and describe them; open a
+ * device's context and queue. Why a device type is unavailable is diagnose.c's. */
 #include "registry.h"
 
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 #include <CL/cl_ext.h>
 
 #include "clcall.h"
-#include "pci.h"
+#include "diagnose.h"
 #include "spec.h"
 #include "status.h"
 
@@ -34,9 +34,9 @@ typedef struct registry {
     kiln_device *visible[KILN__MAX_DEVICES]; /* in listing order */
     kiln_status visible_status;              /* a malformed KILN_VISIBLE_DEVICES */
     char visible_error[512];
-    char notes[KILN__NOTES_SIZE]; /* platforms that failed, devices skipped: one per line */
-    char unavailable[4][KILN__NOTES_SIZE]; /* per type: cpu, gpu, accelerator; any */
-    char auto_reason[KILN__NOTES_SIZE];
+    char notes[KILN__NOTES_SIZE];    /* platforms that failed, devices skipped: one per line */
+    char failures[KILN__NOTES_SIZE]; /* the notes of platforms and devices that failed */
+    kiln__diagnosis diag;            /* why a type is unavailable; what auto picks */
 } registry;
 
 static registry reg;
@@ -45,8 +45,19 @@ static registry reg;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool reg_ready;
 
-static void note(const char *fmt, ...) KILN__PRINTF(1, 2);
-static void note(const char *fmt, ...)
+typedef enum note_kind {
+    NOTE_SKIPPED, /* a device or platform left out on purpose (unavailable, no compiler) */
+    NOTE_FAILED,  /* a platform or device that failed to answer: it may hide devices */
+} note_kind;
+
+static void add_line(char *buf, size_t size, const char *line)
+{
+    size_t used = strlen(buf);
+    snprintf(buf + used, size - used, "%s\n", line);
+}
+
+static void note(note_kind kind, const char *fmt, ...) KILN__PRINTF(2, 3);
+static void note(note_kind kind, const char *fmt, ...)
 {
     char line[1024];
     va_list ap;
@@ -54,12 +65,12 @@ static void note(const char *fmt, ...)
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     kiln__log(KILN_LOG_WARN, "%s", line);
-    size_t used = strlen(reg.notes);
-    snprintf(reg.notes + used, sizeof reg.notes - used, "%s\n", line);
+    add_line(reg.notes, sizeof reg.notes, line);
+    if (kind == NOTE_FAILED)
+        add_line(reg.failures, sizeof reg.failures, line);
 }
 
-/* Visible devices of a type; used while enumerating, when the public calls would wait on the
- * enumeration itself. */
+/* Visible devices of a type (after enumeration). */
 static int count_type(kiln_device_type type)
 {
     int n = 0;
@@ -68,17 +79,30 @@ static int count_type(kiln_device_type type)
     return n;
 }
 
+/* clGetPlatformInfo and clGetDeviceInfo over one signature, for query_str. */
+typedef cl_int (*info_fn)(void *obj, cl_uint what, size_t size, void *value, size_t *size_ret);
+
+static cl_int platform_info(void *obj, cl_uint what, size_t size, void *value, size_t *size_ret)
+{
+    return kiln__cl.GetPlatformInfo((cl_platform_id)obj, what, size, value, size_ret);
+}
+
+static cl_int device_info(void *obj, cl_uint what, size_t size, void *value, size_t *size_ret)
+{
+    return kiln__cl.GetDeviceInfo((cl_device_id)obj, what, size, value, size_ret);
+}
+
 /* Copy a string query of a platform or device into buf (truncated). */
-static cl_int platform_str(cl_platform_id p, cl_platform_info what, char *buf, size_t size)
+static cl_int query_str(info_fn get, void *obj, cl_uint what, char *buf, size_t size)
 {
     size_t len = 0;
-    cl_int err = kiln__cl.GetPlatformInfo(p, what, 0, NULL, &len);
+    cl_int err = get(obj, what, 0, NULL, &len);
     if (err != CL_SUCCESS)
         return err;
     char *tmp = malloc(len + 1);
     if (!tmp)
         return CL_OUT_OF_HOST_MEMORY;
-    err = kiln__cl.GetPlatformInfo(p, what, len, tmp, NULL);
+    err = get(obj, what, len, tmp, NULL);
     if (err == CL_SUCCESS) {
         tmp[len] = '\0';
         snprintf(buf, size, "%s", tmp);
@@ -87,22 +111,14 @@ static cl_int platform_str(cl_platform_id p, cl_platform_info what, char *buf, s
     return err;
 }
 
+static cl_int platform_str(cl_platform_id p, cl_platform_info what, char *buf, size_t size)
+{
+    return query_str(platform_info, p, what, buf, size);
+}
+
 static cl_int device_str(cl_device_id d, cl_device_info what, char *buf, size_t size)
 {
-    size_t len = 0;
-    cl_int err = kiln__cl.GetDeviceInfo(d, what, 0, NULL, &len);
-    if (err != CL_SUCCESS)
-        return err;
-    char *tmp = malloc(len + 1);
-    if (!tmp)
-        return CL_OUT_OF_HOST_MEMORY;
-    err = kiln__cl.GetDeviceInfo(d, what, len, tmp, NULL);
-    if (err == CL_SUCCESS) {
-        tmp[len] = '\0';
-        snprintf(buf, size, "%s", tmp);
-    }
-    free(tmp);
-    return err;
+    return query_str(device_info, d, what, buf, size);
 }
 
 #define QUERY(dev, what, var)                                                                      \
@@ -185,17 +201,20 @@ static bool describe(kiln_device *kd, kiln__devdesc *desc, kiln__platform *plat,
     desc->platform_index = pi;
     desc->device_index = di;
     desc->nvidia = kd->nvidia;
+    desc->vendor_id = vendor_id;
     desc->compute_units = cu;
     desc->clock_mhz = clock;
     desc->usable = available && compiler;
     if (!available)
-        note("device opencl:%d:%d (%s) reports itself unavailable; skipped", pi, di, in->name);
+        note(NOTE_SKIPPED, "device opencl:%d:%d (%s) reports itself unavailable; skipped", pi, di,
+             in->name);
     else if (!compiler)
-        note("device opencl:%d:%d (%s) has no OpenCL C compiler; skipped", pi, di, in->name);
+        note(NOTE_SKIPPED, "device opencl:%d:%d (%s) has no OpenCL C compiler; skipped", pi, di,
+             in->name);
     return true;
 fail:
-    note("device opencl:%d:%d of platform '%s' failed to answer %s: %s (%d); skipped", pi, di,
-         reg.platform_names[pi], failed, kiln__cl_error_name(err), (int)err);
+    note(NOTE_FAILED, "device opencl:%d:%d of platform '%s' failed to answer %s: %s (%d); skipped",
+         pi, di, reg.platform_names[pi], failed, kiln__cl_error_name(err), (int)err);
     return false;
 }
 
@@ -205,11 +224,12 @@ static void enumerate_platform(int pi)
     cl_uint n = 0;
     cl_int err = kiln__cl.GetDeviceIDs(plat->id, CL_DEVICE_TYPE_ALL, 0, NULL, &n);
     if (err == CL_DEVICE_NOT_FOUND || (err == CL_SUCCESS && n == 0)) {
-        note("platform %d (%s) has no devices", pi, reg.platform_names[pi]);
+        note(NOTE_SKIPPED, "platform %d (%s) has no devices", pi, reg.platform_names[pi]);
         return;
     }
     if (err != CL_SUCCESS) {
-        note("platform %d (%s) failed to answer clGetDeviceIDs: %s (%d); skipped (is its driver "
+        note(NOTE_FAILED,
+             "platform %d (%s) failed to answer clGetDeviceIDs: %s (%d); skipped (is its driver "
              "loaded, and may this user open its /dev nodes?)",
              pi, reg.platform_names[pi], kiln__cl_error_name(err), (int)err);
         return;
@@ -219,7 +239,7 @@ static void enumerate_platform(int pi)
         n = KILN__MAX_DEVICES;
     err = kiln__cl.GetDeviceIDs(plat->id, CL_DEVICE_TYPE_ALL, n, ids, NULL);
     if (err != CL_SUCCESS) {
-        note("platform %d (%s) failed to list its devices: %s (%d); skipped", pi,
+        note(NOTE_FAILED, "platform %d (%s) failed to list its devices: %s (%d); skipped", pi,
              reg.platform_names[pi], kiln__cl_error_name(err), (int)err);
         return;
     }
@@ -231,149 +251,22 @@ static void enumerate_platform(int pi)
     }
 }
 
-static const char install_hint[] =
-    "install an OpenCL driver: pocl-opencl-icd for the CPU, the NVIDIA driver's OpenCL ICD "
-    "(nvidia-opencl-icd) for NVIDIA GPUs; check /etc/OpenCL/vendors (or OCL_ICD_VENDORS) and "
-    "try clinfo";
-
-static void append(char *buf, size_t size, const char *fmt, ...) KILN__PRINTF(3, 4);
-static void append(char *buf, size_t size, const char *fmt, ...)
-{
-    size_t used = strlen(buf);
-    if (used && used + 2 < size) {
-        strcat(buf, "; ");
-        used += 2;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + used, size - used, fmt, ap);
-    va_end(ap);
-}
-
-/* A GPU on the PCI bus that no OpenCL platform shows: say which driver/ICD is missing. */
-static void explain_pci(char *buf, size_t size)
-{
-    kiln__pci_gpu gpus[16];
-    int n = kiln__pci_scan(NULL, gpus, 16);
-    for (int i = 0; i < n; i++) {
-        const char *vname = kiln__pci_vendor_name(gpus[i].vendor);
-        if (!vname)
-            continue;
-        bool shown = false;
-        /* A vendor's CPU runtime (Intel's) does not show its GPU. */
-        for (int k = 0; k < reg.nall; k++)
-            shown = shown || (reg.all[k].info.vendor_id == gpus[i].vendor &&
-                              reg.all[k].info.type == KILN_DEVICE_GPU);
-        if (shown)
-            continue;
-        const char *what;
-        if (gpus[i].vendor == 0x10de)
-            what = strcmp(gpus[i].driver, "nouveau") == 0
-                       ? "it is driven by Nouveau, which has no compute support: install NVIDIA's "
-                         "driver and its OpenCL ICD (Debian: nvidia-driver, nvidia-opencl-icd)"
-                       : "install NVIDIA's driver and its OpenCL ICD (Debian: nvidia-opencl-icd); "
-                         "in a container, /etc/OpenCL/vendors/nvidia.icd is often missing (mount "
-                         "it, or use the NVIDIA container toolkit with the compute capability)";
-        else if (gpus[i].vendor == 0x1002)
-            what = "install AMD's OpenCL driver (ROCm's rocm-opencl-icd, or mesa-opencl-icd)";
-        else
-            what = "install Intel's OpenCL driver (intel-opencl-icd)";
-        append(buf, size,
-               "an %s GPU is on the PCI bus (%s, driver %s) but no OpenCL platform shows it: %s",
-               vname, gpus[i].address, gpus[i].driver[0] ? gpus[i].driver : "none", what);
-    }
-}
-
-/* "gpu", or "OpenCL" for a mask of several types. */
-static const char *mask_name(kiln_device_type mask)
-{
-    const char *name = kiln__type_name(mask);
-    return strcmp(name, "?") == 0 ? "OpenCL" : name;
-}
-
-/* Why no visible device matches mask: hidden, unusable, absent, or a platform that failed. */
-static void explain_type(kiln_device_type mask, char *buf, size_t size)
-{
-    buf[0] = '\0';
-    if (count_type(mask) > 0)
-        return;
-    if (reg.no_platform) {
-        append(buf, size, "no OpenCL platform found (%s (%d)): %s",
-               kiln__cl_error_name(reg.platform_error), (int)reg.platform_error, install_hint);
-    } else {
-        int hidden = 0, unusable = 0, present = 0;
-        for (int i = 0; i < reg.nall; i++) {
-            if (!(reg.descs[i].type & mask))
-                continue;
-            present++;
-            if (!reg.descs[i].usable)
-                unusable++;
-            else if (!reg.descs[i].visible)
-                hidden++;
-        }
-        const char *vis = getenv("KILN_VISIBLE_DEVICES");
-        if (reg.visible_status != KILN_OK)
-            append(buf, size, "%s", reg.visible_error);
-        else if (hidden)
-            append(buf, size, "%d %s device(s) hidden by KILN_VISIBLE_DEVICES='%.200s'", hidden,
-                   mask_name(mask), vis ? vis : "");
-        if (unusable)
-            append(buf, size, "%d %s device(s) unavailable or without a compiler", unusable,
-                   mask_name(mask));
-        if (!present) {
-            char plats[1024] = "";
-            for (int p = 0; p < reg.nplatforms; p++)
-                append(plats, sizeof plats, "%s: %d device(s)", reg.platform_names[p],
-                       reg.platform_ndevices[p]);
-            append(buf, size, "no OpenCL platform has a%s %s device (platforms: %s)",
-                   mask == KILN_DEVICE_GPU || mask == KILN_DEVICE_CPU ? "" : "n", mask_name(mask),
-                   plats);
-        }
-        /* Platforms and devices that failed to answer may hide devices of any type. */
-        for (char *line = reg.notes; *line;) {
-            char *end = strchr(line, '\n');
-            size_t len = end ? (size_t)(end - line) : strlen(line);
-            if (strstr(line, "failed") && (size_t)(strstr(line, "failed") - line) < len)
-                append(buf, size, "%.*s", (int)len, line);
-            line += len + (end ? 1 : 0);
-        }
-    }
-    if (mask & KILN_DEVICE_GPU)
-        explain_pci(buf, size);
-    if (!buf[0])
-        append(buf, size, "no %s device", mask_name(mask));
-}
-
-/* What "auto" selects and why. */
-static void explain_auto(void)
-{
-    const char *env = getenv("KILN_DEVICE");
-    int i;
-    reg.auto_reason[0] = '\0';
-    if (reg.visible_status != KILN_OK ||
-        kiln__spec_resolve("auto", reg.descs, reg.nall, env, &i) != KILN_OK)
-        return;
-    const kiln_device *dev = &reg.all[i];
-    if (env && *env && strcmp(env, "auto") != 0) {
-        snprintf(reg.auto_reason, sizeof reg.auto_reason, "%s (KILN_DEVICE=%.64s)", dev->info.spec,
-                 env);
-    } else if (dev->info.type == KILN_DEVICE_GPU) {
-        snprintf(reg.auto_reason, sizeof reg.auto_reason, "%s (first GPU)", dev->info.spec);
-    } else {
-        if (snprintf(reg.auto_reason, sizeof reg.auto_reason, "%s (no GPU: %s fallback; %s)",
-                     dev->info.spec, dev->info.type == KILN_DEVICE_CPU ? "CPU" : "accelerator",
-                     reg.unavailable[1]) >= (int)sizeof reg.auto_reason)
-            kiln__log(KILN_LOG_DEBUG, "auto reason truncated");
-    }
-}
-
+/* Write the reasons of kiln_unavailable_reason and kiln_auto_reason. */
 static void explain(void)
 {
-    static const kiln_device_type masks[] = {KILN_DEVICE_CPU, KILN_DEVICE_GPU,
-                                             KILN_DEVICE_ACCELERATOR, KILN_DEVICE_ALL};
-    for (int t = 0; t < 4; t++)
-        explain_type(masks[t], reg.unavailable[t], sizeof reg.unavailable[t]);
-    explain_auto();
+    kiln__census c = {
+        .no_platform = reg.no_platform,
+        .platform_error = reg.platform_error,
+        .nplatforms = reg.nplatforms,
+        .platform_names = (const char(*)[128])reg.platform_names,
+        .platform_ndevices = reg.platform_ndevices,
+        .ndevices = reg.nall,
+        .descs = reg.descs,
+        .visible_status = reg.visible_status,
+        .visible_error = reg.visible_error,
+        .failures = reg.failures,
+    };
+    kiln__diagnose(&c, &reg.diag);
 }
 
 static void enumerate(void)
@@ -447,6 +340,8 @@ void kiln__registry_reset(void)
             kiln_device *dev = reg.visible[i];
             if (dev->queue)
                 kiln__cl.ReleaseCommandQueue(dev->queue);
+            if (dev->private_queue)
+                kiln__cl.ReleaseCommandQueue(dev->private_queue);
             pthread_mutex_destroy(&dev->lock);
         }
         for (int p = 0; p < reg.nplatforms; p++)
@@ -514,22 +409,13 @@ const char *kiln_unavailable_reason(kiln_device_type type)
         return "not a device type (use KILN_DEVICE_CPU, _GPU, _ACCELERATOR or _ALL)";
     if (count_type(type) > 0)
         return "";
-    switch (type) {
-    case KILN_DEVICE_CPU:
-        return reg.unavailable[0];
-    case KILN_DEVICE_GPU:
-        return reg.unavailable[1];
-    case KILN_DEVICE_ACCELERATOR:
-        return reg.unavailable[2];
-    default:
-        return reg.unavailable[3];
-    }
+    return kiln__diagnosis_reason(&reg.diag, type);
 }
 
 const char *kiln_auto_reason(void)
 {
     ensure();
-    return reg.auto_reason;
+    return reg.diag.auto_reason;
 }
 
 const char *kiln_device_notes(void)
@@ -553,7 +439,7 @@ kiln_status kiln_device_get(const char *spec, kiln_device **out)
         if (s == KILN_ERR_INVALID_ARGUMENT)
             return s;
         return kiln__error(KILN_ERR_NO_PLATFORM, "kiln_device_get('%s'): %s", spec,
-                           reg.unavailable[3]);
+                           kiln__diagnosis_reason(&reg.diag, KILN_DEVICE_ALL));
     }
     if (reg.visible_status != KILN_OK)
         return kiln__error(reg.visible_status, "kiln_device_get: %s", reg.visible_error);
@@ -563,12 +449,12 @@ kiln_status kiln_device_get(const char *spec, kiln_device **out)
         /* Say why, when a whole type is missing: that is what the user needs to fix. */
         const char *why = NULL;
         if (count_type(KILN_DEVICE_ALL) == 0)
-            why = reg.unavailable[3];
+            why = kiln__diagnosis_reason(&reg.diag, KILN_DEVICE_ALL);
         else if ((strncmp(spec, "gpu", 3) == 0 || strncmp(spec, "cuda", 4) == 0) &&
                  count_type(KILN_DEVICE_GPU) == 0)
-            why = reg.unavailable[1];
+            why = kiln__diagnosis_reason(&reg.diag, KILN_DEVICE_GPU);
         else if (strncmp(spec, "accelerator", 11) == 0 && count_type(KILN_DEVICE_ACCELERATOR) == 0)
-            why = reg.unavailable[2];
+            why = kiln__diagnosis_reason(&reg.diag, KILN_DEVICE_ACCELERATOR);
         if (why && *why)
             kiln__error(s, "%s (%s)", kiln_last_error(), why);
     }
@@ -601,7 +487,8 @@ kiln_status kiln_device_info_get(const kiln_device *dev, kiln_device_info *info)
         return s;
     if (!info)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_device_info_get: info is NULL");
-    *info = dev->info;
+    memset(info, 0, sizeof *info);
+    *info = dev->info; /* described from a zeroed struct: reserved stays zero */
     return KILN_OK;
 }
 
@@ -670,26 +557,10 @@ kiln_status kiln__device_open(kiln_device *dev, const char *op)
     return KILN_OK;
 }
 
-kiln_status kiln_device_synchronize(kiln_device *dev)
-{
-    kiln_status s = kiln__device_open(dev, "kiln_device_synchronize");
-    if (s != KILN_OK)
-        return s;
-    cl_int err = kiln__cl.Finish(dev->queue);
-    if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, "kiln_device_synchronize", "clFinish", dev->info.spec);
-    return KILN_OK;
-}
-
 cl_context kiln_device_cl_context(kiln_device *dev)
 {
     return kiln__device_open(dev, "kiln_device_cl_context") == KILN_OK ? dev->platform->context
                                                                        : NULL;
-}
-
-cl_command_queue kiln_device_cl_queue(kiln_device *dev)
-{
-    return kiln__device_open(dev, "kiln_device_cl_queue") == KILN_OK ? dev->queue : NULL;
 }
 
 cl_device_id kiln_device_cl_device_id(kiln_device *dev)

@@ -31,6 +31,7 @@ struct kiln_device {
      * the built-program cache. */
     pthread_mutex_t lock;
     cl_command_queue queue;
+    cl_command_queue private_queue; /* queue.c's second queue, made on first use */
     struct kiln__pool *pool;
     struct kiln__programs *programs;
 };

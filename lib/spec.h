@@ -11,6 +11,7 @@ typedef struct kiln__devdesc {
     int platform_index;    /* P and D of "opencl:P:D" */
     int device_index;
     bool nvidia;
+    uint32_t vendor_id; /* CL_DEVICE_VENDOR_ID: the PCI vendor for GPUs */
     uint32_t compute_units;
     uint32_t clock_mhz;
     bool usable;    /* available, with a compiler */

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "clcall.h"
-#include "launch.h"
 #include "memory.h"
+#include "queue.h"
 #include "registry.h"
 #include "status.h"
 
@@ -83,6 +83,45 @@ static bool tensor_valid(const kiln_tensor *t)
     return t && t->magic == KILN__TENSOR_MAGIC;
 }
 
+kiln_status kiln__same_device(const char *op, int n, const kiln_tensor *const *ts,
+                              kiln_device **dev)
+{
+    const kiln_tensor *first = NULL;
+    int first_arg = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i])
+            continue;
+        char argname[32];
+        snprintf(argname, sizeof argname, "argument %d", i + 1);
+        kiln_status s = kiln__check_tensor(ts[i], op, argname);
+        if (s != KILN_OK)
+            return s;
+        if (!first) {
+            first = ts[i];
+            first_arg = i + 1;
+        } else if (ts[i]->dev != first->dev) {
+            return kiln__error(KILN_ERR_DEVICE_MISMATCH,
+                               "%s: expected all tensors on the same device, got %s and %s "
+                               "(arguments %d and %d of %s); copy with kiln_tensor_to()",
+                               op, first->dev->info.spec, ts[i]->dev->info.spec, first_arg, i + 1,
+                               op);
+        }
+    }
+    if (dev)
+        *dev = first ? first->dev : NULL;
+    return KILN_OK;
+}
+
+/* KILN_ERR_STATE when t's storage is mapped; what names the tensor in the message ("the
+ * tensor", "a tensor"). */
+static kiln_status check_unmapped(const kiln_tensor *t, const char *op, const char *what)
+{
+    if (atomic_load(&t->storage->mapped))
+        return kiln__error(KILN_ERR_STATE, "%s: %s is mapped; call kiln_tensor_unmap() first", op,
+                           what);
+    return KILN_OK;
+}
+
 kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, const char *op,
                               int64_t *numel, size_t *nbytes)
 {
@@ -146,7 +185,7 @@ static void storage_release(kiln__storage *st)
         return;
     /* A tensor released while mapped: unmap so the buffer is clean when reused. */
     if (atomic_load(&st->mapped) && st->mem && st->map_ptr)
-        kiln__cl.EnqueueUnmapMemObject(st->dev->queue, st->mem, st->map_ptr, 0, NULL, NULL);
+        kiln__cl.EnqueueUnmapMemObject(kiln__queue(st->dev), st->mem, st->map_ptr, 0, NULL, NULL);
     if (st->mem && st->pooled)
         kiln__mem_free(st->dev, st->mem, st->bytes, st->capacity);
     else if (st->mem)
@@ -230,12 +269,12 @@ kiln_status kiln_tensor_zeros(kiln_device *dev, kiln_dtype dtype, int ndim, cons
     if (s != KILN_OK || (*out = t)->nbytes == 0)
         return s;
     size_t p = zero_pattern_size(t->nbytes);
-    cl_int err = kiln__cl.EnqueueFillBuffer(dev->queue, t->storage->mem, zeros, p, 0, t->nbytes, 0,
-                                            NULL, NULL);
+    cl_int err = kiln__cl.EnqueueFillBuffer(kiln__queue(dev), t->storage->mem, zeros, p, 0,
+                                            t->nbytes, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         *out = NULL;
         kiln_tensor_release(t);
-        return kiln__cl_fail(err, "kiln_tensor_zeros", "clEnqueueFillBuffer", dev->info.spec);
+        return kiln__queue_fail(err, "kiln_tensor_zeros", "clEnqueueFillBuffer", dev);
     }
     return KILN_OK;
 }
@@ -256,37 +295,35 @@ static kiln_status check_io(const kiln_tensor *t, const void *ptr, size_t nbytes
                            kiln_dtype_name(t->dtype));
     if (!ptr && nbytes > 0)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, ptrname);
-    if (atomic_load(&t->storage->mapped))
-        return kiln__error(KILN_ERR_STATE,
-                           "%s: the tensor is mapped; call kiln_tensor_unmap() "
-                           "first",
-                           op);
+    return check_unmapped(t, op, "the tensor");
+}
+
+/* A blocking copy between the tensor and host memory (ptr, nbytes): read into ptr, or write from
+ * it (blocking, so that the source may be reused at once without a staging copy). */
+static kiln_status host_copy(const kiln_tensor *t, void *ptr, size_t nbytes, bool write)
+{
+    const char *op = write ? "kiln_tensor_write" : "kiln_tensor_read";
+    kiln_status s = check_io(t, ptr, nbytes, op, write ? "src" : "dst");
+    if (s != KILN_OK || nbytes == 0)
+        return s;
+    cl_command_queue q = kiln__queue(t->dev);
+    cl_mem mem = t->storage->mem;
+    cl_int err = write ? kiln__cl.EnqueueWriteBuffer(q, mem, CL_TRUE, 0, nbytes, ptr, 0, NULL, NULL)
+                       : kiln__cl.EnqueueReadBuffer(q, mem, CL_TRUE, 0, nbytes, ptr, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return kiln__queue_fail(err, op, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer",
+                                t->dev);
     return KILN_OK;
 }
 
 kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes)
 {
-    kiln_status s = check_io(t, dst, nbytes, "kiln_tensor_read", "dst");
-    if (s != KILN_OK || nbytes == 0)
-        return s;
-    cl_int err = kiln__cl.EnqueueReadBuffer(t->dev->queue, t->storage->mem, CL_TRUE, 0, nbytes, dst,
-                                            0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, "kiln_tensor_read", "clEnqueueReadBuffer", t->dev->info.spec);
-    return KILN_OK;
+    return host_copy(t, dst, nbytes, false);
 }
 
 kiln_status kiln_tensor_write(kiln_tensor *t, const void *src, size_t nbytes)
 {
-    kiln_status s = check_io(t, src, nbytes, "kiln_tensor_write", "src");
-    if (s != KILN_OK || nbytes == 0)
-        return s;
-    /* Blocking, so that src may be reused at once without a staging copy. */
-    cl_int err = kiln__cl.EnqueueWriteBuffer(t->dev->queue, t->storage->mem, CL_TRUE, 0, nbytes,
-                                             src, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, "kiln_tensor_write", "clEnqueueWriteBuffer", t->dev->info.spec);
-    return KILN_OK;
+    return host_copy(t, (void *)src, nbytes, true);
 }
 
 kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, int ndim,
@@ -309,11 +346,11 @@ kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, int ndim,
         *out = s == KILN_OK ? t : NULL;
         return s;
     }
-    cl_int err = kiln__cl.EnqueueWriteBuffer(dev->queue, t->storage->mem, CL_TRUE, 0, nbytes, data,
-                                             0, NULL, NULL);
+    cl_int err = kiln__cl.EnqueueWriteBuffer(kiln__queue(dev), t->storage->mem, CL_TRUE, 0, nbytes,
+                                             data, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         kiln_tensor_release(t);
-        return kiln__cl_fail(err, op, "clEnqueueWriteBuffer", dev->info.spec);
+        return kiln__queue_fail(err, op, "clEnqueueWriteBuffer", dev);
     }
     *out = t;
     return KILN_OK;
@@ -325,26 +362,26 @@ kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, int ndim,
 static kiln_status copy_same_context(const kiln_tensor *src, kiln_tensor *dst)
 {
     const char *op = "kiln_tensor_to", *clfn = "clEnqueueMarkerWithWaitList";
-    cl_command_queue sq = src->dev->queue, dq = dst->dev->queue;
+    cl_command_queue sq = kiln__queue(src->dev), dq = kiln__queue(dst->dev);
     cl_event ready = NULL, done = NULL;
     cl_int err = kiln__cl.EnqueueMarkerWithWaitList(sq, 0, NULL, &ready);
     if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, op, clfn, src->dev->info.spec);
+        return kiln__queue_fail(err, op, clfn, src->dev);
     /* Flush both queues: each waits on an event of the other. */
-    kiln__cl.Flush(sq);
+    kiln__queue_flush(src->dev);
     err = kiln__cl.EnqueueCopyBuffer(dq, src->storage->mem, dst->storage->mem, 0, 0, src->nbytes, 1,
                                      &ready, &done);
     kiln__cl.ReleaseEvent(ready);
     if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, op, "clEnqueueCopyBuffer", dst->dev->info.spec);
-    kiln__cl.Flush(dq);
+        return kiln__queue_fail(err, op, "clEnqueueCopyBuffer", dst->dev);
+    kiln__queue_flush(dst->dev);
     err = kiln__cl.EnqueueBarrierWithWaitList(sq, 1, &done, NULL);
     if (err != CL_SUCCESS)
         kiln__cl.WaitForEvents(1, &done); /* the source must not be reused before the copy */
     kiln__cl.ReleaseEvent(done);
     if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, op, "clEnqueueBarrierWithWaitList", src->dev->info.spec);
-    kiln__cl.Flush(sq);
+        return kiln__queue_fail(err, op, "clEnqueueBarrierWithWaitList", src->dev);
+    kiln__queue_flush(src->dev);
     return KILN_OK;
 }
 
@@ -354,7 +391,7 @@ static kiln_status copy_same_context(const kiln_tensor *src, kiln_tensor *dst)
 static kiln_status copy_staged(const kiln_tensor *src, kiln_tensor *dst)
 {
     const char *op = "kiln_tensor_to";
-    cl_command_queue sq = src->dev->queue;
+    cl_command_queue sq = kiln__queue(src->dev);
     cl_mem smem = src->storage->mem;
     cl_int err = CL_SUCCESS;
     void *stage = NULL, *mapped = NULL;
@@ -368,16 +405,16 @@ static kiln_status copy_staged(const kiln_tensor *src, kiln_tensor *dst)
         err = kiln__cl.EnqueueReadBuffer(sq, smem, CL_TRUE, 0, src->nbytes, stage, 0, NULL, NULL);
         if (err != CL_SUCCESS) {
             free(stage);
-            return kiln__cl_fail(err, op, "clEnqueueReadBuffer", src->dev->info.spec);
+            return kiln__queue_fail(err, op, "clEnqueueReadBuffer", src->dev);
         }
     }
-    err = kiln__cl.EnqueueWriteBuffer(dst->dev->queue, dst->storage->mem, CL_TRUE, 0, src->nbytes,
-                                      mapped ? mapped : stage, 0, NULL, NULL);
+    err = kiln__cl.EnqueueWriteBuffer(kiln__queue(dst->dev), dst->storage->mem, CL_TRUE, 0,
+                                      src->nbytes, mapped ? mapped : stage, 0, NULL, NULL);
     if (mapped)
         kiln__cl.EnqueueUnmapMemObject(sq, smem, mapped, 0, NULL, NULL);
     free(stage);
     if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, op, "clEnqueueWriteBuffer", dst->dev->info.spec);
+        return kiln__queue_fail(err, op, "clEnqueueWriteBuffer", dst->dev);
     return KILN_OK;
 }
 
@@ -396,11 +433,9 @@ kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor *
         *out = kiln_tensor_retain((kiln_tensor *)t);
         return KILN_OK;
     }
-    if (atomic_load(&t->storage->mapped))
-        return kiln__error(KILN_ERR_STATE,
-                           "%s: the tensor is mapped; call kiln_tensor_unmap() "
-                           "first",
-                           op);
+    s = check_unmapped(t, op, "the tensor");
+    if (s != KILN_OK)
+        return s;
     kiln_tensor *d;
     s = kiln__tensor_new(dev, t->dtype, t->ndim, t->shape, op, &d);
     if (s != KILN_OK || t->nbytes == 0) {
@@ -424,10 +459,10 @@ static kiln_status enqueue_copy(kiln_tensor *dst, const kiln_tensor *src, const 
 {
     if (src->nbytes == 0 || dst->storage == src->storage)
         return KILN_OK;
-    cl_int err = kiln__cl.EnqueueCopyBuffer(src->dev->queue, src->storage->mem, dst->storage->mem,
-                                            0, 0, src->nbytes, 0, NULL, NULL);
+    cl_int err = kiln__cl.EnqueueCopyBuffer(kiln__queue(src->dev), src->storage->mem,
+                                            dst->storage->mem, 0, 0, src->nbytes, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, op, "clEnqueueCopyBuffer", src->dev->info.spec);
+        return kiln__queue_fail(err, op, "clEnqueueCopyBuffer", src->dev);
     return KILN_OK;
 }
 
@@ -438,13 +473,10 @@ kiln_status kiln_tensor_clone(const kiln_tensor *t, kiln_tensor **out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
     *out = NULL;
     kiln_status s = kiln__check_tensor(t, op, "tensor");
+    if (s == KILN_OK)
+        s = check_unmapped(t, op, "the tensor");
     if (s != KILN_OK)
         return s;
-    if (atomic_load(&t->storage->mapped))
-        return kiln__error(KILN_ERR_STATE,
-                           "%s: the tensor is mapped; call kiln_tensor_unmap() "
-                           "first",
-                           op);
     kiln_tensor *c;
     s = kiln__tensor_new(t->dev, t->dtype, t->ndim, t->shape, op, &c);
     if (s == KILN_OK)
@@ -475,12 +507,10 @@ kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src)
         return kiln__error(KILN_ERR_SHAPE_MISMATCH,
                            "%s: dst has %" PRId64 " elements but src has %" PRId64, op, dst->numel,
                            src->numel);
-    if (atomic_load(&dst->storage->mapped) || atomic_load(&src->storage->mapped))
-        return kiln__error(KILN_ERR_STATE,
-                           "%s: a tensor is mapped; call kiln_tensor_unmap() "
-                           "first",
-                           op);
-    return enqueue_copy(dst, src, op);
+    s = check_unmapped(dst, op, "a tensor");
+    if (s == KILN_OK)
+        s = check_unmapped(src, op, "a tensor");
+    return s == KILN_OK ? enqueue_copy(dst, src, op) : s;
 }
 
 /* Resolve a reshape target with at most one -1 into out_shape. */
@@ -643,12 +673,12 @@ kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr)
     cl_map_flags f =
         ((flags & KILN_MAP_READ) ? CL_MAP_READ : 0) | ((flags & KILN_MAP_WRITE) ? CL_MAP_WRITE : 0);
     cl_int err;
-    void *p = kiln__cl.EnqueueMapBuffer(t->dev->queue, st->mem, CL_TRUE, f, 0, t->nbytes, 0, NULL,
-                                        NULL, &err);
+    void *p = kiln__cl.EnqueueMapBuffer(kiln__queue(t->dev), st->mem, CL_TRUE, f, 0, t->nbytes, 0,
+                                        NULL, NULL, &err);
     if (err != CL_SUCCESS || !p) {
         atomic_store(&st->mapped, 0);
-        return kiln__cl_fail(err != CL_SUCCESS ? err : CL_MAP_FAILURE, op, "clEnqueueMapBuffer",
-                             t->dev->info.spec);
+        return kiln__queue_fail(err != CL_SUCCESS ? err : CL_MAP_FAILURE, op, "clEnqueueMapBuffer",
+                                t->dev);
     }
     st->map_ptr = p;
     *ptr = p;
@@ -665,10 +695,10 @@ kiln_status kiln_tensor_unmap(kiln_tensor *t)
     if (!atomic_load(&st->mapped))
         return kiln__error(KILN_ERR_STATE, "%s: the tensor is not mapped", op);
     if (st->mem) {
-        cl_int err =
-            kiln__cl.EnqueueUnmapMemObject(t->dev->queue, st->mem, st->map_ptr, 0, NULL, NULL);
+        cl_int err = kiln__cl.EnqueueUnmapMemObject(kiln__queue(t->dev), st->mem, st->map_ptr, 0,
+                                                    NULL, NULL);
         if (err != CL_SUCCESS)
-            return kiln__cl_fail(err, op, "clEnqueueUnmapMemObject", t->dev->info.spec);
+            return kiln__queue_fail(err, op, "clEnqueueUnmapMemObject", t->dev);
     }
     st->map_ptr = NULL;
     atomic_store(&st->mapped, 0);

@@ -36,6 +36,13 @@ struct kiln_tensor {
  * released or forged. */
 kiln_status kiln__check_tensor(const kiln_tensor *t, const char *op, const char *argname);
 
+/* The same-device rule: all n tensors (NULL entries are skipped) must be valid and on one
+ * device, checked before anything is enqueued. On a mismatch: KILN_ERR_DEVICE_MISMATCH with
+ * "expected all tensors on the same device, got cpu:0 and cpu:1 (argument 2 of kiln_add); copy
+ * with kiln_tensor_to()". *dev (optional) gets the common device. */
+kiln_status kiln__same_device(const char *op, int n, const kiln_tensor *const *ts,
+                              kiln_device **dev);
+
 /* Check a shape: ndim in 1..KILN_MAX_DIMS, dims >= 0, the element count and byte count fit.
  * Writes numel and nbytes. */
 kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, const char *op,

@@ -440,6 +440,25 @@ START_TEST(bad_handles)
 }
 END_TEST
 
+START_TEST(retain_and_release_count)
+{
+    kiln_program *p = NULL;
+    ck_assert_int_eq(kiln_program_build(dev, saxpy_source, NULL, &p), KILN_OK);
+    ck_assert_ptr_eq(kiln_program_retain(p), p);
+    ck_assert_ptr_eq(kiln_program_retain(p), p);
+    /* Three references: the program works until the last one goes (ASan sees a use after free
+     * or a leak). */
+    for (int i = 0; i < 3; i++) {
+        ck_assert_ptr_eq(kiln_program_device(p), dev);
+        ck_assert_ptr_nonnull(strstr(kiln_program_kernel_names(p), "saxpy"));
+        check_saxpy(dev, p, small ? 20 : 300, NULL);
+        kiln_program_release(p);
+    }
+    ck_assert_ptr_null(kiln_program_retain(NULL));
+    kiln_program_release(NULL);
+}
+END_TEST
+
 /* ---- building ---------------------------------------------------------------------------- */
 
 START_TEST(syntax_error_gives_log)
@@ -757,6 +776,7 @@ Suite *program_suite(void)
     tcase_add_test(tc, unknown_kernel_lists_kernels);
     tcase_add_test(tc, tensor_from_another_device);
     tcase_add_test(tc, bad_handles);
+    tcase_add_test(tc, retain_and_release_count);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
 

@@ -137,7 +137,10 @@ START_TEST(listing_order_and_specs)
         kiln_device *dev = kiln_device_at(i);
         ck_assert_ptr_nonnull(dev);
         kiln_device_info in;
+        memset(&in, 0xff, sizeof in); /* the fill zeroes what kiln does not set */
         ck_assert_int_eq(kiln_device_info_get(dev, &in), KILN_OK);
+        for (size_t r = 0; r < sizeof in.reserved / sizeof in.reserved[0]; r++)
+            ck_assert_uint_eq(in.reserved[r], 0);
         int order = in.type == KILN_DEVICE_GPU ? 0 : in.type == KILN_DEVICE_ACCELERATOR ? 1 : 2;
         ck_assert_int_ge(order, last_order); /* GPUs, then accelerators, then CPUs */
         last_order = order;

@@ -2,6 +2,8 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 kiln_device *devs[TEST_MAX_DEVICES];
@@ -21,6 +23,48 @@ void teardown_devices(void)
 {
     for (int i = 0; i < ndevs; i++)
         ck_assert_int_eq(kiln_device_synchronize(devs[i]), KILN_OK);
+}
+
+kiln_device *test_device(void)
+{
+    kiln_device *dev = NULL;
+    const char *env = getenv("KILN_DEVICE");
+    kiln_status s = kiln_device_get(env && *env ? "auto" : "cpu:0", &dev);
+    if (s == KILN_ERR_NO_DEVICE)
+        s = kiln_device_get("auto", &dev);
+    ck_assert_msg(s == KILN_OK, "no device to test on: %s", kiln_last_error());
+    return dev;
+}
+
+kiln_device *test_other_device(kiln_device *dev, bool same_context)
+{
+    cl_context ctx = kiln_device_cl_context(dev);
+    for (int i = 0; i < kiln_device_count(KILN_DEVICE_ALL); i++) {
+        kiln_device *d = kiln_device_at(i);
+        if (d != dev && (kiln_device_cl_context(d) == ctx) == same_context)
+            return d;
+    }
+    return NULL;
+}
+
+static int skipped;
+
+static void print_skipped(void)
+{
+    printf("%d case(s) skipped on this machine (see SKIP lines)\n", skipped);
+}
+
+void test_skip(const char *fmt, ...)
+{
+    if (skipped++ == 0)
+        atexit(print_skipped);
+    va_list ap;
+    va_start(ap, fmt);
+    printf("SKIP: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
 }
 
 bool simulated(const kiln_device *dev)

@@ -49,6 +49,21 @@ void setup_devices(void);
  * commands and PoCL compiles kernels lazily on its worker thread. */
 void teardown_devices(void);
 
+/* The device a suite's single-device cases run on: the one KILN_DEVICE names when it is set
+ * (scripts/gpu-check.sh runs every suite with KILN_DEVICE=gpu:0), else cpu:0 when there is one,
+ * else whatever "auto" gives. Fails the test when there is no device at all. */
+kiln_device *test_device(void);
+
+/* A device other than dev, for cross-device cases: one sharing dev's OpenCL context when
+ * same_context, else one in another context; NULL when there is none (the case then calls
+ * test_skip and returns). */
+kiln_device *test_other_device(kiln_device *dev, bool same_context);
+
+/* Note that (part of) a case is skipped on this machine, and why: printed at once, and counted
+ * in a summary line printed at exit ("N case(s) skipped"), so a GPU-only run shows what it did
+ * not cover. */
+void test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Whether dev is Oclgrind, which simulates every work-item: tests keep its sizes tiny. */
 bool simulated(const kiln_device *dev);
 

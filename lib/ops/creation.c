@@ -5,7 +5,9 @@
 
 #include "clcall.h"
 #include "common.h"
+#include "launch.h"
 #include "program.h"
+#include "queue.h"
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
@@ -27,10 +29,10 @@ static kiln_status check_value(const char *op, kiln_dtype dtype, kiln__scalar va
 static kiln_status pattern_fill(kiln_tensor *t, kiln__scalar value, const char *op)
 {
     double v = value.is_i64 ? (double)value.i : value.f;
-    cl_int err = kiln__cl.EnqueueFillBuffer(t->dev->queue, t->storage->mem, &v, sizeof v, 0,
+    cl_int err = kiln__cl.EnqueueFillBuffer(kiln__queue(t->dev), t->storage->mem, &v, sizeof v, 0,
                                             t->nbytes, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        return kiln__cl_fail(err, op, "clEnqueueFillBuffer", t->dev->info.spec);
+        return kiln__queue_fail(err, op, "clEnqueueFillBuffer", t->dev);
     return KILN_OK;
 }
 

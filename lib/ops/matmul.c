@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "../clcall.h"
-#include "../launch.h"
+#include "../queue.h"
 #include "../registry.h"
 #include "../status.h"
 #include "../tensor.h"
@@ -49,6 +49,16 @@ static void log_choice(kiln_device *dev, const kiln__matmul_path *path, bool for
                   dev->info.name, path->name, forced ? " (forced by KILN_MATMUL)" : "");
 }
 
+bool kiln__matmul_path_available(const kiln__matmul_path *path, kiln_device *dev, char *why,
+                                 size_t size)
+{
+    if (path->missing) {
+        snprintf(why, size, "%s", path->missing);
+        return false;
+    }
+    return path->available(dev, why, size);
+}
+
 static kiln_status select_forced(kiln_device *dev, const char *force, const char *op,
                                  const kiln__matmul_path **out)
 {
@@ -56,7 +66,7 @@ static kiln_status select_forced(kiln_device *dev, const char *force, const char
         if (strcmp(force, paths[i]->name) != 0)
             continue;
         char why[160] = "";
-        if (!paths[i]->available(dev, why, sizeof why))
+        if (!kiln__matmul_path_available(paths[i], dev, why, sizeof why))
             return kiln__error(KILN_ERR_UNSUPPORTED,
                                "%s: KILN_MATMUL=%s is not available on %s (%s): %s; unset "
                                "KILN_MATMUL to let kiln choose",
@@ -77,9 +87,10 @@ kiln_status kiln__matmul_select(kiln_device *dev, const char *force, const char 
         return select_forced(dev, force, op, out);
     char why[160];
     /* GPUs: CLBlast; CPUs with host memory: CBLAS; the built-in kernel always works. */
-    if (dev->info.type == KILN_DEVICE_GPU && kiln__matmul_clblast.available(dev, why, sizeof why))
+    if (dev->info.type == KILN_DEVICE_GPU &&
+        kiln__matmul_path_available(&kiln__matmul_clblast, dev, why, sizeof why))
         *out = &kiln__matmul_clblast;
-    else if (kiln__matmul_cblas.available(dev, why, sizeof why))
+    else if (kiln__matmul_path_available(&kiln__matmul_cblas, dev, why, sizeof why))
         *out = &kiln__matmul_cblas;
     else
         *out = &kiln__matmul_builtin;
@@ -112,10 +123,10 @@ static kiln_status shape_error(const char *op, const kiln_tensor *a, const kiln_
                                unsigned flags, const char *what)
 {
     char sa[160], sb[160];
-    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: shapes %s%s and %s%s %s", op,
-                       shape_str(a, sa, sizeof sa), (flags & KILN_MATMUL_TRANS_A) ? " (transposed)" : "",
-                       shape_str(b, sb, sizeof sb), (flags & KILN_MATMUL_TRANS_B) ? " (transposed)" : "",
-                       what);
+    return kiln__error(
+        KILN_ERR_SHAPE_MISMATCH, "%s: shapes %s%s and %s%s %s", op, shape_str(a, sa, sizeof sa),
+        (flags & KILN_MATMUL_TRANS_A) ? " (transposed)" : "", shape_str(b, sb, sizeof sb),
+        (flags & KILN_MATMUL_TRANS_B) ? " (transposed)" : "", what);
 }
 
 static int64_t batch_numel(const kiln_tensor *t)
@@ -147,8 +158,9 @@ static kiln_status check_operands(const char *op, const kiln_tensor *a, const ki
                                   unsigned flags)
 {
     if (flags & ~(KILN_MATMUL_TRANS_A | KILN_MATMUL_TRANS_B))
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: unknown flags 0x%x; use KILN_MATMUL_TRANS_A and KILN_MATMUL_TRANS_B", op, flags);
+        return kiln__error(
+            KILN_ERR_INVALID_ARGUMENT,
+            "%s: unknown flags 0x%x; use KILN_MATMUL_TRANS_A and KILN_MATMUL_TRANS_B", op, flags);
     if (a->ndim < 2 || b->ndim < 2)
         return shape_error(op, a, b, flags,
                            "need at least 2 dimensions each (use a [1, K] or [K, 1] matrix "
@@ -216,11 +228,9 @@ static kiln_status compute(const char *op, kiln__matmul_problem *p)
         /* An empty sum: zeros, as every BLAS gives with beta = 0. */
         static const double zero = 0.0;
         cl_int err =
-            kiln__cl.EnqueueFillBuffer(dev->queue, p->c->storage->mem, &zero,
+            kiln__cl.EnqueueFillBuffer(kiln__queue(dev), p->c->storage->mem, &zero,
                                        kiln_dtype_size(p->dtype), 0, p->c->nbytes, 0, NULL, NULL);
-        return err == CL_SUCCESS
-                   ? KILN_OK
-                   : kiln__cl_fail(err, op, "clEnqueueFillBuffer", kiln__device_label(dev));
+        return err == CL_SUCCESS ? KILN_OK : kiln__queue_fail(err, op, "clEnqueueFillBuffer", dev);
     }
     /* A shared B under a batch of plain A is one taller product: [batch*M, K] x [K, N]. */
     if (p->batch > 1 && p->stride_b == 0 && !p->trans_a && p->stride_a == p->m * p->k &&

@@ -28,11 +28,18 @@ typedef struct kiln__matmul_path {
     bool (*available)(kiln_device *dev, char *why, size_t size);
     /* Enqueue the product on the device queue (asynchronous where the path allows). */
     kiln_status (*run)(const kiln__matmul_problem *p);
+    /* Set when kiln was built without the path's library: why, and what to install. Such a path
+     * is never available (available and run are NULL); see kiln__matmul_path_available. */
+    const char *missing;
 } kiln__matmul_path;
 
 extern const kiln__matmul_path kiln__matmul_builtin;
 extern const kiln__matmul_path kiln__matmul_cblas;
 extern const kiln__matmul_path kiln__matmul_clblast;
+
+/* Whether path can run on dev; if not, why (one short clause) goes to why. */
+bool kiln__matmul_path_available(const kiln__matmul_path *path, kiln_device *dev, char *why,
+                                 size_t size);
 
 /* The path for dev: `force` ("clblast", "cblas", "builtin"; NULL or "" for automatic, as
  * KILN_MATMUL gives it). An unknown or unavailable forced path is KILN_ERR_UNSUPPORTED or

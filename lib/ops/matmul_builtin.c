@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../launch.h"
 #include "../program.h"
 #include "../registry.h"
 #include "../status.h"
@@ -123,4 +124,4 @@ static kiln_status builtin_run(const kiln__matmul_problem *p)
     return s;
 }
 
-const kiln__matmul_path kiln__matmul_builtin = {"builtin", builtin_available, builtin_run};
+const kiln__matmul_path kiln__matmul_builtin = {"builtin", builtin_available, builtin_run, NULL};

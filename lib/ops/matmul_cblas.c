@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../clcall.h"
+#include "../queue.h"
 #include "../registry.h"
 #include "../status.h"
 #include "../tensor.h"
@@ -68,12 +69,12 @@ static kiln_status map(const kiln__matmul_problem *p, const kiln_tensor *t, cl_b
                        cl_map_flags flags, void **ptr)
 {
     cl_int err = CL_SUCCESS;
-    *ptr = kiln__cl.EnqueueMapBuffer(p->dev->queue, t->storage->mem, blocking, flags, 0, t->nbytes,
-                                     0, NULL, NULL, &err);
+    *ptr = kiln__cl.EnqueueMapBuffer(kiln__queue(p->dev), t->storage->mem, blocking, flags, 0,
+                                     t->nbytes, 0, NULL, NULL, &err);
     if (!*ptr || err != CL_SUCCESS) {
         *ptr = NULL;
-        return kiln__cl_fail(err != CL_SUCCESS ? err : CL_INVALID_VALUE, "kiln_matmul",
-                             "clEnqueueMapBuffer", kiln__device_label(p->dev));
+        return kiln__queue_fail(err != CL_SUCCESS ? err : CL_INVALID_VALUE, "kiln_matmul",
+                                "clEnqueueMapBuffer", p->dev);
     }
     return KILN_OK;
 }
@@ -109,11 +110,10 @@ static kiln_status cblas_run(const kiln__matmul_problem *p)
             .stride_c = p->stride_c,
         };
         if (native) {
-            cl_int err = kiln__cl.EnqueueNativeKernel(p->dev->queue, native_gemm, &job, sizeof job,
-                                                      0, NULL, NULL, 0, NULL, NULL);
+            cl_int err = kiln__cl.EnqueueNativeKernel(kiln__queue(p->dev), native_gemm, &job,
+                                                      sizeof job, 0, NULL, NULL, 0, NULL, NULL);
             if (err != CL_SUCCESS)
-                s = kiln__cl_fail(err, "kiln_matmul", "clEnqueueNativeKernel",
-                                  kiln__device_label(p->dev));
+                s = kiln__queue_fail(err, "kiln_matmul", "clEnqueueNativeKernel", p->dev);
         } else {
             gemm(&job);
         }
@@ -121,11 +121,10 @@ static kiln_status cblas_run(const kiln__matmul_problem *p)
     for (int i = 0; i < 3; i++) {
         if (!ptrs[i])
             continue;
-        cl_int err = kiln__cl.EnqueueUnmapMemObject(p->dev->queue, ts[i]->storage->mem, ptrs[i], 0,
-                                                    NULL, NULL);
+        cl_int err = kiln__cl.EnqueueUnmapMemObject(kiln__queue(p->dev), ts[i]->storage->mem,
+                                                    ptrs[i], 0, NULL, NULL);
         if (err != CL_SUCCESS && s == KILN_OK)
-            s = kiln__cl_fail(err, "kiln_matmul", "clEnqueueUnmapMemObject",
-                              kiln__device_label(p->dev));
+            s = kiln__queue_fail(err, "kiln_matmul", "clEnqueueUnmapMemObject", p->dev);
     }
     return s;
 }
@@ -139,21 +138,11 @@ static bool cblas_available(kiln_device *dev, char *why, size_t size)
     return true;
 }
 
+const kiln__matmul_path kiln__matmul_cblas = {"cblas", cblas_available, cblas_run, NULL};
+
 #else
 
-static kiln_status cblas_run(const kiln__matmul_problem *p)
-{
-    (void)p;
-    return kiln__error(KILN_ERR_UNSUPPORTED, "kiln_matmul: kiln was built without CBLAS");
-}
-
-static bool cblas_available(kiln_device *dev, char *why, size_t size)
-{
-    (void)dev;
-    snprintf(why, size, "kiln was built without CBLAS (install libopenblas-dev and reconfigure)");
-    return false;
-}
+const kiln__matmul_path kiln__matmul_cblas = {
+    "cblas", NULL, NULL, "kiln was built without CBLAS (install libopenblas-dev and reconfigure)"};
 
 #endif
-
-const kiln__matmul_path kiln__matmul_cblas = {"cblas", cblas_available, cblas_run};

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "../clcall.h"
+#include "../queue.h"
 #include "../registry.h"
 #include "../status.h"
 #include "../tensor.h"
@@ -71,7 +72,7 @@ static CLBlastStatusCode gemm(const kiln__matmul_problem *p, cl_command_queue *q
 
 static kiln_status clblast_run(const kiln__matmul_problem *p)
 {
-    cl_command_queue q = p->dev->queue;
+    cl_command_queue q = kiln__queue(p->dev);
     cl_event ev = NULL;
     const char *fn = "CLBlastSgemm";
     CLBlastStatusCode code = gemm(p, &q, &ev, &fn);
@@ -88,21 +89,12 @@ static bool clblast_available(kiln_device *dev, char *why, size_t size)
     return true;
 }
 
+const kiln__matmul_path kiln__matmul_clblast = {"clblast", clblast_available, clblast_run, NULL};
+
 #else
 
-static kiln_status clblast_run(const kiln__matmul_problem *p)
-{
-    (void)p;
-    return kiln__error(KILN_ERR_UNSUPPORTED, "kiln_matmul: kiln was built without CLBlast");
-}
-
-static bool clblast_available(kiln_device *dev, char *why, size_t size)
-{
-    (void)dev;
-    snprintf(why, size, "kiln was built without CLBlast (install libclblast-dev and reconfigure)");
-    return false;
-}
+const kiln__matmul_path kiln__matmul_clblast = {
+    "clblast", NULL, NULL,
+    "kiln was built without CLBlast (install libclblast-dev and reconfigure)"};
 
 #endif
-
-const kiln__matmul_path kiln__matmul_clblast = {"clblast", clblast_available, clblast_run};

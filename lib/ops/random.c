@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "common.h"
+#include "launch.h"
 #include "program.h"
 #include "registry.h"
 #include "status.h"

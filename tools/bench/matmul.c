@@ -164,8 +164,6 @@ static void notes(bench_ctx *ctx, const char *deflt, const char *user_choice)
 
 int bench_matmul(bench_ctx *ctx)
 {
-    static const int sizes[] = {256, 512, 1024, 2048};
-    int nsizes = ctx->quick ? 2 : 4;
     const char *env = getenv("KILN_MATMUL");
     char *user_choice = env ? strdup(env) : NULL;
     const char *deflt = kiln_matmul_path(ctx->dev);
@@ -176,6 +174,10 @@ int bench_matmul(bench_ctx *ctx)
     kiln_device_info info;
     kiln_device_info_get(ctx->dev, &info);
     bool cpu = info.type == KILN_DEVICE_CPU;
+    /* GPUs: the sizes where they reach their peak (PyTorch is measured at the same ones). */
+    static const int cpu_sizes[] = {256, 512, 1024, 2048}, gpu_sizes[] = {1024, 2048, 4096, 8192};
+    const int *sizes = cpu || ctx->quick ? cpu_sizes : gpu_sizes;
+    int nsizes = ctx->quick ? 2 : 4;
     int rc = 0;
     for (int i = 0; i < nsizes && rc == 0; i++) {
         mm m = {.n = sizes[i], .dev = ctx->dev};
