@@ -11,7 +11,7 @@
 
 static kiln_status check_value(const char *op, kiln_dtype dtype, double value)
 {
-    if (!kiln__scalar_fits(dtype, value))
+    if (!kiln__dtype_scalar_fits(dtype, value))
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: value %g does not fit dtype %s; use a floating dtype or a value "
                            "in range",
@@ -37,17 +37,10 @@ static kiln_status fill(kiln_tensor *t, double value, const char *op)
         return s;
     if ((s = kiln__device_open(t->dev, op)) != KILN_OK)
         return s;
-    if (t->dtype == KILN_F64 && !t->dev->info.fp64)
+    if (kiln__dtype_needs_fp64(t->dtype) && !t->dev->info.fp64)
         return pattern_fill(t, value, op);
-    char defines[160] = "";
-    kiln__dtype_defines(defines, sizeof defines, "T", t->dtype);
-    kiln__kernel *k;
-    if ((s = kiln__builtin_kernel(t->dev, "creation", defines, "kiln_fill", op, &k)) != KILN_OK)
-        return s;
-    kiln_arg args[3] = {kiln_arg_tensor(t), kiln__arg_compute(t->dtype, value),
-                        kiln_arg_i64(t->numel)};
-    size_t global = (size_t)t->numel;
-    return kiln__kernel_launch(t->dev, k, op, 1, &global, NULL, 3, args);
+    kiln_arg arg = kiln__arg_compute(t->dtype, value);
+    return kiln__fill_kernel(t, "creation", "kiln_fill", op, 1, &arg);
 }
 
 kiln_status kiln_fill(kiln_tensor *t, double value)
@@ -71,13 +64,7 @@ static kiln_status full(const char *op, kiln_device *dev, kiln_dtype dtype, int 
     s = kiln__tensor_new(dev, dtype, ndim, shape, op, &t);
     if (s != KILN_OK)
         return s;
-    s = fill(t, value, op);
-    if (s != KILN_OK) {
-        kiln_tensor_release(t);
-        return s;
-    }
-    *out = t;
-    return KILN_OK;
+    return kiln__finish(fill(t, value, op), t, NULL, out);
 }
 
 kiln_status kiln_full(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
@@ -115,8 +102,8 @@ static int64_t arange_count(kiln_dtype dtype, double start, double end, double s
     }
     double last = count > 0 ? start + (count - 1) * step : start;
     if (!kiln__dtype_is_float(dtype) &&
-        (start != floor(start) || step != floor(step) || !kiln__scalar_fits(dtype, start) ||
-         !kiln__scalar_fits(dtype, last))) {
+        (start != floor(start) || step != floor(step) || !kiln__dtype_scalar_fits(dtype, start) ||
+         !kiln__dtype_scalar_fits(dtype, last))) {
         kiln__error(KILN_ERR_INVALID_ARGUMENT,
                     "%s: an integer dtype (%s) needs integral start and step, and values within "
                     "its range, got start %g, end %g, step %g",
@@ -143,23 +130,8 @@ kiln_status kiln_arange(kiln_device *dev, kiln_dtype dtype, double start, double
         return KILN_ERR_INVALID_ARGUMENT;
     kiln_tensor *t = NULL;
     s = kiln__tensor_new(dev, dtype, 1, &n, op, &t);
-    if (s != KILN_OK || n == 0)
-        goto done;
-    char defines[160] = "";
-    kiln__dtype_defines(defines, sizeof defines, "T", dtype);
-    kiln__kernel *k;
-    s = kiln__builtin_kernel(dev, "creation", defines, "kiln_arange", op, &k);
     if (s != KILN_OK)
-        goto done;
-    kiln_arg args[4] = {kiln_arg_tensor(t), kiln__arg_compute(dtype, start),
-                        kiln__arg_compute(dtype, step), kiln_arg_i64(n)};
-    size_t global = (size_t)n;
-    s = kiln__kernel_launch(dev, k, op, 1, &global, NULL, 4, args);
-done:
-    if (s != KILN_OK) {
-        kiln_tensor_release(t);
         return s;
-    }
-    *out = t;
-    return KILN_OK;
+    kiln_arg args[2] = {kiln__arg_compute(dtype, start), kiln__arg_compute(dtype, step)};
+    return kiln__finish(kiln__fill_kernel(t, "creation", "kiln_arange", op, 2, args), t, NULL, out);
 }

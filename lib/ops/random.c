@@ -43,30 +43,13 @@ static kiln_status generate(const char *op, bool uniform, kiln_device *dev, kiln
         return s;
     kiln_tensor *t = NULL;
     s = kiln__tensor_new(dev, dtype, ndim, shape, op, &t);
-    if (s != KILN_OK || t->numel == 0)
-        goto done;
-    char defines[160] = "";
-    kiln__dtype_defines(defines, sizeof defines, "T", dtype);
-    kiln__kernel *k;
-    s = kiln__builtin_kernel(dev, "random", defines, op, op, &k);
     if (s != KILN_OK)
-        goto done;
-    /* The key words travel as i32 bit patterns: kiln_arg has no unsigned kind. */
-    kiln_arg args[6] = {kiln_arg_tensor(t),
-                        kiln_arg_i64(t->numel),
-                        kiln_arg_i32((int32_t)(uint32_t)(seed & 0xffffffffu)),
-                        kiln_arg_i32((int32_t)(uint32_t)(seed >> 32)),
-                        kiln_arg_f32((float)a),
-                        kiln_arg_f32((float)b)};
-    size_t global = (size_t)t->numel;
-    s = kiln__kernel_launch(dev, k, op, 1, &global, NULL, 6, args);
-done:
-    if (s != KILN_OK) {
-        kiln_tensor_release(t);
         return s;
-    }
-    *out = t;
-    return KILN_OK;
+    /* The key words travel as i32 bit patterns: kiln_arg has no unsigned kind. */
+    kiln_arg args[4] = {kiln_arg_i32((int32_t)(uint32_t)(seed & 0xffffffffu)),
+                        kiln_arg_i32((int32_t)(uint32_t)(seed >> 32)), kiln_arg_f32((float)a),
+                        kiln_arg_f32((float)b)};
+    return kiln__finish(kiln__fill_kernel(t, "random", op, op, 4, args), t, NULL, out);
 }
 
 kiln_status kiln_rand_uniform(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,

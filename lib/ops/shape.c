@@ -51,20 +51,6 @@ static void simplify(copy_desc *c)
     c->ndim = m;
 }
 
-static const char *element_type(size_t size)
-{
-    switch (size) {
-    case 1:
-        return "uchar";
-    case 2:
-        return "ushort";
-    case 4:
-        return "uint";
-    default:
-        return "ulong";
-    }
-}
-
 #define TILE 16 /* KILN_TILE in shape.cl */
 
 /* Whether the innermost two dimensions swap contiguity (in along the first, out along the
@@ -159,7 +145,7 @@ static kiln_status strided_copy(const kiln_tensor *in, kiln_tensor *out, copy_de
         return KILN_OK;
     simplify(c);
     char defs[64];
-    snprintf(defs, sizeof defs, "-DKILN_E=%s", element_type(kiln_dtype_size(in->dtype)));
+    snprintf(defs, sizeof defs, "-DKILN_E=%s", kiln__dtype_cl_uint(kiln_dtype_size(in->dtype)));
     kiln__kernel *k, *kt;
     kiln_status s = kiln__builtin_kernel(in->dev, "shape", defs, "kiln_strided_copy", op, &k);
     if (s == KILN_OK)
@@ -286,13 +272,11 @@ static kiln_status check_cat_parts(const kiln_tensor *const *xs, int n, int a)
         for (int d = 0; fits && d < x->ndim; d++)
             fits = d == a || x->shape[d] == x0->shape[d];
         if (!fits) {
-            char s0[160], si[160];
-            kiln__shape_str(s0, sizeof s0, x0->ndim, x0->shape);
-            kiln__shape_str(si, sizeof si, x->ndim, x->shape);
-            return kiln__error(KILN_ERR_SHAPE_MISMATCH,
-                               "kiln_cat: shapes %s (tensor 0) and %s (tensor %d) differ outside "
-                               "axis %d",
-                               s0, si, i, a);
+            char name[32], hint[64];
+            snprintf(name, sizeof name, "tensor %d", i);
+            snprintf(hint, sizeof hint, "; they must be equal outside axis %d", a);
+            return kiln__shape_mismatch("kiln_cat", "tensor 0", x0->ndim, x0->shape, name, x->ndim,
+                                        x->shape, hint);
         }
     }
     return KILN_OK;
