@@ -43,17 +43,10 @@ static kiln_status fill(kiln_tensor *t, kiln__scalar value, const char *op)
         return s;
     if ((s = kiln__device_open(t->dev, op)) != KILN_OK)
         return s;
-    if (t->dtype == KILN_F64 && !t->dev->info.fp64)
+    if (kiln__dtype_needs_fp64(t->dtype) && !t->dev->info.fp64)
         return pattern_fill(t, value, op);
-    char defines[160] = "";
-    kiln__dtype_defines(defines, sizeof defines, "T", t->dtype);
-    kiln__kernel *k;
-    if ((s = kiln__builtin_kernel(t->dev, "creation", defines, "kiln_fill", op, &k)) != KILN_OK)
-        return s;
-    kiln_arg args[3] = {kiln_arg_tensor(t), kiln__arg_scalar(t->dtype, value),
-                        kiln_arg_i64(t->numel)};
-    size_t global = (size_t)t->numel;
-    return kiln__kernel_launch(t->dev, k, op, 1, &global, NULL, 3, args);
+    kiln_arg arg = kiln__arg_scalar(t->dtype, value);
+    return kiln__fill_kernel(t, "creation", "kiln_fill", op, 1, &arg);
 }
 
 kiln_status kiln_fill(kiln_tensor *t, double value)
@@ -85,13 +78,7 @@ static kiln_status full(const char *op, kiln_device *dev, kiln_dtype dtype, int 
     s = kiln__tensor_new(dev, dtype, ndim, shape, op, &t);
     if (s != KILN_OK)
         return s;
-    s = fill(t, value, op);
-    if (s != KILN_OK) {
-        kiln_tensor_release(t);
-        return s;
-    }
-    *out = t;
-    return KILN_OK;
+    return kiln__finish(fill(t, value, op), t, NULL, out);
 }
 
 kiln_status kiln_full(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
@@ -119,8 +106,9 @@ static kiln_status check_int_range(const char *op, kiln_dtype dtype, double star
                                    double last, const char *range)
 {
     if (kiln__dtype_is_float(dtype) ||
-        (start == floor(start) && step == floor(step) && kiln__scalar_fits(dtype, start) &&
-         kiln__scalar_fits(dtype, last) && (last == start || kiln__scalar_fits(KILN_I64, step))))
+        (start == floor(start) && step == floor(step) && kiln__dtype_scalar_fits(dtype, start) &&
+         kiln__dtype_scalar_fits(dtype, last) &&
+         (last == start || kiln__dtype_scalar_fits(KILN_I64, step))))
         return KILN_OK;
     return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                        "%s: an integer dtype (%s) needs integral start and step, and values "
@@ -192,7 +180,8 @@ static kiln__scalar arange_scalar(kiln_dtype dtype, double v)
 {
     if (kiln__dtype_is_float(dtype))
         return (kiln__scalar){.f = v};
-    return (kiln__scalar){.is_i64 = true, .i = kiln__scalar_fits(KILN_I64, v) ? (int64_t)v : 0};
+    return (kiln__scalar){.is_i64 = true,
+                          .i = kiln__dtype_scalar_fits(KILN_I64, v) ? (int64_t)v : 0};
 }
 
 /* Write start + i * step into the 1-D t (integer dtypes wrap modulo 2^bits on the way, so a
@@ -200,18 +189,8 @@ static kiln__scalar arange_scalar(kiln_dtype dtype, double v)
 static kiln_status arange_fill(kiln_tensor *t, kiln__scalar start, kiln__scalar step,
                                const char *op)
 {
-    if (t->numel == 0)
-        return KILN_OK;
-    char defines[160] = "";
-    kiln__dtype_defines(defines, sizeof defines, "T", t->dtype);
-    kiln__kernel *k;
-    kiln_status s = kiln__builtin_kernel(t->dev, "creation", defines, "kiln_arange", op, &k);
-    if (s != KILN_OK)
-        return s;
-    kiln_arg args[4] = {kiln_arg_tensor(t), kiln__arg_scalar(t->dtype, start),
-                        kiln__arg_scalar(t->dtype, step), kiln_arg_i64(t->numel)};
-    size_t global = (size_t)t->numel;
-    return kiln__kernel_launch(t->dev, k, op, 1, &global, NULL, 4, args);
+    kiln_arg args[2] = {kiln__arg_scalar(t->dtype, start), kiln__arg_scalar(t->dtype, step)};
+    return kiln__fill_kernel(t, "creation", "kiln_arange", op, 2, args);
 }
 
 /* The checks before the count, shared by both allocating forms. */
@@ -232,14 +211,9 @@ static kiln_status arange_new(const char *op, kiln_device *dev, kiln_dtype dtype
 {
     kiln_tensor *t = NULL;
     kiln_status s = kiln__tensor_new(dev, dtype, 1, &n, op, &t);
-    if (s == KILN_OK)
-        s = arange_fill(t, start, step, op);
-    if (s != KILN_OK) {
-        kiln_tensor_release(t);
+    if (s != KILN_OK)
         return s;
-    }
-    *out = t;
-    return KILN_OK;
+    return kiln__finish(arange_fill(t, start, step, op), t, NULL, out);
 }
 
 kiln_status kiln_arange(kiln_device *dev, kiln_dtype dtype, double start, double end, double step,

@@ -37,17 +37,11 @@ static kiln_status launch2(kiln_device *dev, kiln__kernel *k, const char *op, si
     return kiln__kernel_launch(dev, k, op, 2, global, local, nargs, args);
 }
 
-/* A scalar in the kernel's compute type (float for f32 and f16). */
-static kiln_arg arg_real(kiln_dtype dtype, double v)
-{
-    return dtype == KILN_F64 ? kiln_arg_f64(v) : kiln_arg_f32((float)v);
-}
-
 /* f32 or f64 (and f16 when allowed), computable on the tensor's device. */
 static kiln_status check_float(const kiln_tensor *t, const char *op, const char *arg,
                                bool allow_f16)
 {
-    if (t->dtype != KILN_F32 && t->dtype != KILN_F64 && (!allow_f16 || t->dtype != KILN_F16))
+    if (!kiln__dtype_is_float(t->dtype) || (!allow_f16 && kiln__dtype_is_half(t->dtype)))
         return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s is %s; %s takes f32%s or f64", op, arg,
                            kiln_dtype_name(t->dtype), op, allow_f16 ? ", f16" : "");
     return kiln__check_dtype_on(t->dev, t->dtype, op);
@@ -65,47 +59,26 @@ static kiln_status check_same_dtype(const kiln_tensor *a, const kiln_tensor *b, 
 static kiln_status check_same_shape(const kiln_tensor *a, const kiln_tensor *b, const char *op,
                                     const char *aname, const char *bname)
 {
-    bool same = a->ndim == b->ndim;
-    for (int d = 0; same && d < a->ndim; d++)
-        same = a->shape[d] == b->shape[d];
-    if (same)
+    if (kiln__same_shape(b, a->ndim, a->shape))
         return KILN_OK;
-    char sa[160], sb[160];
-    kiln__shape_str(sa, sizeof sa, a->ndim, a->shape);
-    kiln__shape_str(sb, sizeof sb, b->ndim, b->shape);
-    return kiln__error(KILN_ERR_SHAPE_MISMATCH,
-                       "%s: %s has shape %s but %s has shape %s; they "
-                       "must be equal",
-                       op, aname, sa, bname, sb);
+    return kiln__shape_mismatch(op, aname, a->ndim, a->shape, bname, b->ndim, b->shape,
+                                "; they must be equal");
 }
 
-/* An _out form's result tensor `given` (argument number arg, named name): exactly dtype and
- * the shape of like, sharing no memory with the n inputs (the kernels read them while writing
- * it). Its device is checked with the inputs'. */
+/* An _out form's result tensor `given` (named name): exactly dtype and shape, sharing no memory
+ * with the n inputs (the kernels read them while writing it). Its device is checked with the
+ * inputs'. */
 static kiln_status check_given(const char *op, const char *name, const kiln_tensor *given,
                                kiln_dtype dtype, int ndim, const int64_t *shape,
                                const kiln_tensor *const *inputs, int n)
 {
     if (given->dtype != dtype)
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s has dtype %s, the result is %s", op,
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s has dtype %s but the result is %s", op,
                            name, kiln_dtype_name(given->dtype), kiln_dtype_name(dtype));
-    bool same = given->ndim == ndim;
-    for (int d = 0; same && d < ndim; d++)
-        same = given->shape[d] == shape[d];
-    if (!same) {
-        char want[160], got[160];
-        kiln__shape_str(want, sizeof want, ndim, shape);
-        kiln__shape_str(got, sizeof got, given->ndim, given->shape);
-        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: %s has shape %s, the result has %s", op,
-                           name, got, want);
-    }
-    for (int i = 0; i < n && given->numel > 0; i++)
-        if (inputs[i] && given->storage == inputs[i]->storage)
-            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                               "%s: %s shares memory with another argument; write into a "
-                               "separate tensor",
-                               op, name);
-    return KILN_OK;
+    if (!kiln__same_shape(given, ndim, shape))
+        return kiln__shape_mismatch(op, name, given->ndim, given->shape, "the result", ndim, shape,
+                                    "");
+    return kiln__check_not_aliased(op, given, n, inputs);
 }
 
 static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, kiln_tensor **out,
@@ -150,14 +123,7 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, k
             s = launch2(x->dev, k, op, global, 7, args);
         }
     }
-    if (s != KILN_OK) {
-        if (y != given)
-            kiln_tensor_release(y);
-        return s;
-    }
-    if (out)
-        *out = y;
-    return KILN_OK;
+    return kiln__finish(s, y, given, out);
 }
 
 kiln_status kiln_softmax(const kiln_tensor *x, int axis, kiln_tensor **out)
@@ -293,10 +259,11 @@ static kiln_status cross_entropy(const char *op, const kiln_tensor *logits,
         s = nn_kernel(logits->dev, logits->dtype, name, op, &k);
         size_t global = (size_t)rows;
         /* Without a gradient the kernel never touches its grad argument: pass terms there. */
-        kiln_arg args[] = {kiln_arg_tensor(logits), kiln_arg_tensor(labels),
-                           kiln_arg_tensor(terms),  kiln_arg_tensor(g ? g : terms),
-                           kiln_arg_i64(rows),      kiln_arg_i64(classes),
-                           kiln_arg_i32(g != NULL), arg_real(logits->dtype, 1.0 / (double)rows)};
+        kiln_arg args[] = {
+            kiln_arg_tensor(logits), kiln_arg_tensor(labels),
+            kiln_arg_tensor(terms),  kiln_arg_tensor(g ? g : terms),
+            kiln_arg_i64(rows),      kiln_arg_i64(classes),
+            kiln_arg_i32(g != NULL), kiln__arg_compute(logits->dtype, 1.0 / (double)rows)};
         if (s == KILN_OK)
             s = launch1(logits->dev, k, op, global, 8, args);
     }
@@ -359,7 +326,7 @@ static kiln_status mse_loss(const char *op, const kiln_tensor *pred, const kiln_
                            kiln_arg_tensor(g ? g : terms),
                            kiln_arg_i64(pred->numel),
                            kiln_arg_i32(g != NULL),
-                           arg_real(pred->dtype, 2.0 / (double)pred->numel)};
+                           kiln__arg_compute(pred->dtype, 2.0 / (double)pred->numel)};
         if (s == KILN_OK)
             s = launch1(pred->dev, k, op, global, 7, args);
     }
@@ -405,6 +372,15 @@ static kiln_status check_step(const char *op, int n, const kiln_tensor *const *t
     return s;
 }
 
+/* The optimizer kernel `name` over every element of param. */
+static kiln_status run_step(const char *op, const char *name, const kiln_tensor *param, int nargs,
+                            const kiln_arg *args)
+{
+    kiln__kernel *k;
+    kiln_status s = nn_kernel(param->dev, param->dtype, name, op, &k);
+    return s == KILN_OK ? launch1(param->dev, k, op, (size_t)param->numel, nargs, args) : s;
+}
+
 kiln_status kiln_sgd_step(kiln_tensor *param, const kiln_tensor *grad, kiln_tensor *velocity,
                           double lr, double momentum, double weight_decay)
 {
@@ -419,22 +395,17 @@ kiln_status kiln_sgd_step(kiln_tensor *param, const kiln_tensor *grad, kiln_tens
     kiln_status s = check_step(op, velocity ? 3 : 2, ts, names);
     if (s != KILN_OK || param->numel == 0)
         return s;
-    kiln__kernel *k;
-    s = nn_kernel(param->dev, param->dtype, "kiln_sgd", op, &k);
-    if (s != KILN_OK)
-        return s;
-    size_t global = (size_t)param->numel;
     kiln_dtype dt = param->dtype;
     /* Without velocity the kernel never touches its v argument: pass param there. */
     kiln_arg args[] = {kiln_arg_tensor(param),
                        kiln_arg_tensor(grad),
                        kiln_arg_tensor(velocity ? velocity : param),
                        kiln_arg_i64(param->numel),
-                       arg_real(dt, lr),
-                       arg_real(dt, momentum),
-                       arg_real(dt, weight_decay),
+                       kiln__arg_compute(dt, lr),
+                       kiln__arg_compute(dt, momentum),
+                       kiln__arg_compute(dt, weight_decay),
                        kiln_arg_i32(velocity != NULL)};
-    return launch1(param->dev, k, op, global, 8, args);
+    return run_step(op, "kiln_sgd", param, 8, args);
 }
 
 static kiln_status check_adam_scalars(int64_t step, double beta1, double beta2, double eps,
@@ -465,16 +436,12 @@ kiln_status kiln_adam_step(kiln_tensor *param, const kiln_tensor *grad, kiln_ten
         s = check_adam_scalars(step, beta1, beta2, eps, op);
     if (s != KILN_OK || param->numel == 0)
         return s;
-    kiln__kernel *k;
-    s = nn_kernel(param->dev, param->dtype, "kiln_adam", op, &k);
-    if (s != KILN_OK)
-        return s;
-    size_t global = (size_t)param->numel;
     kiln_dtype dt = param->dtype;
     double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
-    kiln_arg args[] = {kiln_arg_tensor(param), kiln_arg_tensor(grad),      kiln_arg_tensor(m),
-                       kiln_arg_tensor(v),     kiln_arg_i64(param->numel), arg_real(dt, lr),
-                       arg_real(dt, beta1),    arg_real(dt, beta2),        arg_real(dt, eps),
-                       arg_real(dt, bc1),      arg_real(dt, bc2)};
-    return launch1(param->dev, k, op, global, 11, args);
+    kiln_arg args[] = {
+        kiln_arg_tensor(param),       kiln_arg_tensor(grad),        kiln_arg_tensor(m),
+        kiln_arg_tensor(v),           kiln_arg_i64(param->numel),   kiln__arg_compute(dt, lr),
+        kiln__arg_compute(dt, beta1), kiln__arg_compute(dt, beta2), kiln__arg_compute(dt, eps),
+        kiln__arg_compute(dt, bc1),   kiln__arg_compute(dt, bc2)};
+    return run_step(op, "kiln_adam", param, 11, args);
 }

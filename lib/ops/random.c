@@ -50,36 +50,15 @@ static kiln_status generate(const char *op, bool uniform, kiln_device *dev, kiln
     if (s != KILN_OK)
         return s;
     kiln_tensor *t = given;
-    if (!given)
-        s = kiln__tensor_new(dev, dtype, ndim, shape, op, &t);
-    if (s != KILN_OK || t->numel == 0)
-        goto done;
-    char defines[160] = "";
-    kiln__dtype_defines(defines, sizeof defines, "T", dtype);
-    kiln__kernel *k;
-    /* The kernel of the allocating form: the _out form makes the same numbers. */
-    const char *name = uniform ? "kiln_rand_uniform" : "kiln_rand_normal";
-    s = kiln__builtin_kernel(dev, "random", defines, name, op, &k);
-    if (s != KILN_OK)
-        goto done;
-    /* The key words travel as i32 bit patterns: kiln_arg has no unsigned kind. */
-    kiln_arg args[6] = {kiln_arg_tensor(t),
-                        kiln_arg_i64(t->numel),
-                        kiln_arg_i32((int32_t)(uint32_t)(seed & 0xffffffffu)),
-                        kiln_arg_i32((int32_t)(uint32_t)(seed >> 32)),
-                        kiln_arg_f32((float)a),
-                        kiln_arg_f32((float)b)};
-    size_t global = (size_t)t->numel;
-    s = kiln__kernel_launch(dev, k, op, 1, &global, NULL, 6, args);
-done:
-    if (s != KILN_OK) {
-        if (t != given)
-            kiln_tensor_release(t);
+    if (!given && (s = kiln__tensor_new(dev, dtype, ndim, shape, op, &t)) != KILN_OK)
         return s;
-    }
-    if (out)
-        *out = t;
-    return KILN_OK;
+    /* The kernel of the allocating form: the _out form makes the same numbers. The key words
+     * travel as i32 bit patterns: kiln_arg has no unsigned kind. */
+    const char *name = uniform ? "kiln_rand_uniform" : "kiln_rand_normal";
+    kiln_arg args[4] = {kiln_arg_i32((int32_t)(uint32_t)(seed & 0xffffffffu)),
+                        kiln_arg_i32((int32_t)(uint32_t)(seed >> 32)), kiln_arg_f32((float)a),
+                        kiln_arg_f32((float)b)};
+    return kiln__finish(kiln__fill_kernel(t, "random", name, op, 4, args), t, given, out);
 }
 
 kiln_status kiln_rand_uniform(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,

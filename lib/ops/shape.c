@@ -51,20 +51,6 @@ static void simplify(copy_desc *c)
     c->ndim = m;
 }
 
-static const char *element_type(size_t size)
-{
-    switch (size) {
-    case 1:
-        return "uchar";
-    case 2:
-        return "ushort";
-    case 4:
-        return "uint";
-    default:
-        return "ulong";
-    }
-}
-
 #define TILE 16 /* KILN_TILE in shape.cl */
 
 /* Whether the innermost two dimensions swap contiguity (in along the first, out along the
@@ -159,7 +145,7 @@ static kiln_status strided_copy(const kiln_tensor *in, kiln_tensor *out, copy_de
         return KILN_OK;
     simplify(c);
     char defs[64];
-    snprintf(defs, sizeof defs, "-DKILN_E=%s", element_type(kiln_dtype_size(in->dtype)));
+    snprintf(defs, sizeof defs, "-DKILN_E=%s", kiln__dtype_cl_uint(kiln_dtype_size(in->dtype)));
     kiln__kernel *k, *kt;
     kiln_status s = kiln__builtin_kernel(in->dev, "shape", defs, "kiln_strided_copy", op, &k);
     if (s == KILN_OK)
@@ -192,39 +178,12 @@ static kiln_status target(const kiln_tensor *const *xs, int n, int ndim, const i
     const kiln_tensor *x = xs[0];
     if (!given)
         return kiln__tensor_new(x->dev, x->dtype, ndim, shape, op, y);
-    if (given->dtype != x->dtype)
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: out has dtype %s, the result is %s", op,
-                           kiln_dtype_name(given->dtype), kiln_dtype_name(x->dtype));
-    bool same = given->ndim == ndim;
-    for (int d = 0; same && d < ndim; d++)
-        same = given->shape[d] == shape[d];
-    if (!same) {
-        char want[160], got[160];
-        kiln__shape_str(want, sizeof want, ndim, shape);
-        kiln__shape_str(got, sizeof got, given->ndim, given->shape);
-        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: out has shape %s, the result has %s", op,
-                           got, want);
-    }
-    for (int i = 0; i < n && given->numel > 0; i++)
-        if (given->storage == xs[i]->storage)
-            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                               "%s: out shares memory with an input; copy into a separate tensor",
-                               op);
-    *y = given;
-    return KILN_OK;
-}
-
-/* Hand the result over; on failure release it unless the caller gave it. */
-static kiln_status finish(kiln_status s, kiln_tensor *y, kiln_tensor *given, kiln_tensor **out)
-{
-    if (s != KILN_OK) {
-        if (y != given)
-            kiln_tensor_release(y);
-        return s;
-    }
-    if (out)
-        *out = y;
-    return KILN_OK;
+    kiln_status s = kiln__check_out(op, given, x->dev, x->dtype, ndim, shape);
+    if (s == KILN_OK)
+        s = kiln__check_not_aliased(op, given, n, xs);
+    if (s == KILN_OK)
+        *y = given;
+    return s;
 }
 
 /* Copy x into `given` or a new tensor of the given shape (*out). */
@@ -235,7 +194,7 @@ static kiln_status copy_to(const kiln_tensor *x, int ndim, const int64_t *shape,
     kiln_status s = target(&x, 1, ndim, shape, given, op, &y);
     if (s != KILN_OK)
         return s;
-    return finish(strided_copy(x, y, c, op), y, given, out);
+    return kiln__finish(strided_copy(x, y, c, op), y, given, out);
 }
 
 /* The tensor checks of every form: x, and for the _out forms `given` on x's device (given_arg:
@@ -351,13 +310,11 @@ static kiln_status check_cat_parts(const kiln_tensor *const *xs, int n, int a, c
         for (int d = 0; fits && d < x->ndim; d++)
             fits = d == a || x->shape[d] == x0->shape[d];
         if (!fits) {
-            char s0[160], si[160];
-            kiln__shape_str(s0, sizeof s0, x0->ndim, x0->shape);
-            kiln__shape_str(si, sizeof si, x->ndim, x->shape);
-            return kiln__error(KILN_ERR_SHAPE_MISMATCH,
-                               "%s: shapes %s (tensor 0) and %s (tensor %d) differ outside "
-                               "axis %d",
-                               op, s0, si, i, a);
+            char name[32], hint[64];
+            snprintf(name, sizeof name, "tensor %d", i);
+            snprintf(hint, sizeof hint, "; they must be equal outside axis %d", a);
+            return kiln__shape_mismatch(op, "tensor 0", x0->ndim, x0->shape, name, x->ndim,
+                                        x->shape, hint);
         }
     }
     return KILN_OK;
@@ -435,7 +392,7 @@ static kiln_status cat(const kiln_tensor *const *xs, int n, int axis, kiln_tenso
         s = strided_copy(xs[i], y, &c, op);
         off += len;
     }
-    return finish(s, y, given, out);
+    return kiln__finish(s, y, given, out);
 }
 
 kiln_status kiln_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out)
