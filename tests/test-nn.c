@@ -563,7 +563,7 @@ START_TEST(test_out_errors)
                  "kiln_cross_entropy_out: loss is NULL");
     ASSERT_FAILS(kiln_cross_entropy_out(x, l, loss, x), KILN_ERR_INVALID_ARGUMENT, "shares memory");
     ASSERT_FAILS(kiln_cross_entropy_out(x, l, loss, loss), KILN_ERR_INVALID_ARGUMENT,
-                 "loss shares memory");
+                 "shares memory");
     /* mse */
     ASSERT_FAILS(kiln_mse_loss_out(x, x, loss2, NULL), KILN_ERR_SHAPE_MISMATCH, "[2]");
     ASSERT_ERROR_HAS("[1]");

@@ -214,9 +214,10 @@ static kiln_status arange_fill(kiln_tensor *t, kiln__scalar start, kiln__scalar 
     return kiln__kernel_launch(t->dev, k, op, 1, &global, NULL, 4, args);
 }
 
-/* The checks before the count, shared by both allocating forms. */
-static kiln_status arange_start(const char *op, kiln_device *dev, kiln_dtype dtype,
-                                kiln_tensor **out)
+/* Both allocating forms: the count by the double rules or, for exact integers, the integer
+ * ones. */
+static kiln_status arange(const char *op, kiln_device *dev, kiln_dtype dtype, kiln__scalar start,
+                          kiln__scalar end, kiln__scalar step, kiln_tensor **out)
 {
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
@@ -224,16 +225,20 @@ static kiln_status arange_start(const char *op, kiln_device *dev, kiln_dtype dty
     kiln_status s = kiln__check_device(dev, op);
     if (s == KILN_OK)
         s = kiln__check_dtype_on(dev, dtype, op);
-    return s;
-}
-
-static kiln_status arange_new(const char *op, kiln_device *dev, kiln_dtype dtype, int64_t n,
-                              kiln__scalar start, kiln__scalar step, kiln_tensor **out)
-{
+    if (s != KILN_OK)
+        return s;
+    int64_t n = start.is_i64 ? arange_count_i64(dtype, start.i, end.i, step.i)
+                             : arange_count(dtype, start.f, end.f, step.f);
+    if (n < 0)
+        return KILN_ERR_INVALID_ARGUMENT;
+    if (!start.is_i64) {
+        start = arange_scalar(dtype, start.f);
+        step = arange_scalar(dtype, step.f);
+    }
     kiln_tensor *t = NULL;
-    kiln_status s = kiln__tensor_new(dev, dtype, 1, &n, op, &t);
-    if (s == KILN_OK)
-        s = arange_fill(t, start, step, op);
+    if ((s = kiln__tensor_new(dev, dtype, 1, &n, op, &t)) != KILN_OK)
+        return s;
+    s = arange_fill(t, start, step, op);
     if (s != KILN_OK) {
         kiln_tensor_release(t);
         return s;
@@ -245,29 +250,16 @@ static kiln_status arange_new(const char *op, kiln_device *dev, kiln_dtype dtype
 kiln_status kiln_arange(kiln_device *dev, kiln_dtype dtype, double start, double end, double step,
                         kiln_tensor **out)
 {
-    const char *op = "kiln_arange";
-    kiln_status s = arange_start(op, dev, dtype, out);
-    if (s != KILN_OK)
-        return s;
-    int64_t n = arange_count(dtype, start, end, step);
-    if (n < 0)
-        return KILN_ERR_INVALID_ARGUMENT;
-    return arange_new(op, dev, dtype, n, arange_scalar(dtype, start), arange_scalar(dtype, step),
-                      out);
+    return arange("kiln_arange", dev, dtype, (kiln__scalar){.f = start}, (kiln__scalar){.f = end},
+                  (kiln__scalar){.f = step}, out);
 }
 
 kiln_status kiln_arange_i64(kiln_device *dev, kiln_dtype dtype, int64_t start, int64_t end,
                             int64_t step, kiln_tensor **out)
 {
-    const char *op = "kiln_arange_i64";
-    kiln_status s = arange_start(op, dev, dtype, out);
-    if (s != KILN_OK)
-        return s;
-    int64_t n = arange_count_i64(dtype, start, end, step);
-    if (n < 0)
-        return KILN_ERR_INVALID_ARGUMENT;
-    return arange_new(op, dev, dtype, n, (kiln__scalar){.is_i64 = true, .i = start},
-                      (kiln__scalar){.is_i64 = true, .i = step}, out);
+    return arange("kiln_arange_i64", dev, dtype, (kiln__scalar){.is_i64 = true, .i = start},
+                  (kiln__scalar){.is_i64 = true, .i = end},
+                  (kiln__scalar){.is_i64 = true, .i = step}, out);
 }
 
 kiln_status kiln_arange_out(double start, double step, kiln_tensor *out)

@@ -247,15 +247,23 @@ static kiln_status start_loss(const char *op, kiln_tensor **loss, kiln_tensor **
     return KILN_OK;
 }
 
+/* The two inputs of a loss: present, on one device, the first f32 or f64. */
+static kiln_status check_inputs(const char *op, const kiln_tensor *x, const char *xname,
+                                const kiln_tensor *y, const char *yname)
+{
+    kiln_status s = kiln__check_tensor(x, op, xname);
+    if (s == KILN_OK)
+        s = kiln__check_tensor(y, op, yname);
+    if (s == KILN_OK)
+        s = kiln__same_device(op, 2, (const kiln_tensor *[]){x, y}, NULL);
+    if (s == KILN_OK)
+        s = check_float(x, op, xname, false);
+    return s;
+}
+
 static kiln_status check_ce(const kiln_tensor *logits, const kiln_tensor *labels, const char *op)
 {
-    kiln_status s = kiln__check_tensor(logits, op, "logits");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(labels, op, "labels");
-    if (s == KILN_OK)
-        s = kiln__same_device(op, 2, (const kiln_tensor *[]){logits, labels}, NULL);
-    if (s == KILN_OK)
-        s = check_float(logits, op, "logits", false);
+    kiln_status s = check_inputs(op, logits, "logits", labels, "labels");
     if (s != KILN_OK)
         return s;
     if (labels->dtype != KILN_I32 && labels->dtype != KILN_I64)
@@ -324,13 +332,7 @@ kiln_status kiln_cross_entropy_out(const kiln_tensor *logits, const kiln_tensor 
 
 static kiln_status check_mse(const kiln_tensor *pred, const kiln_tensor *target, const char *op)
 {
-    kiln_status s = kiln__check_tensor(pred, op, "pred");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(target, op, "target");
-    if (s == KILN_OK)
-        s = kiln__same_device(op, 2, (const kiln_tensor *[]){pred, target}, NULL);
-    if (s == KILN_OK)
-        s = check_float(pred, op, "pred", false);
+    kiln_status s = check_inputs(op, pred, "pred", target, "target");
     if (s == KILN_OK)
         s = check_same_dtype(pred, target, op, "pred", "target");
     if (s == KILN_OK)
