@@ -93,11 +93,12 @@ static bool env_is(const char *name, const char *value)
     return v && strcmp(v, value) == 0;
 }
 
-/* The -oclgrind configuration: Oclgrind's GPU-type device beside PoCL. */
+/* The -oclgrind configuration: Oclgrind's GPU-type device beside PoCL (not -gpuonly, where
+ * Oclgrind is alone). */
 static bool oclgrind_config(void)
 {
     const char *v = getenv("OCL_ICD_VENDORS");
-    return v && strstr(v, "vendors-oclgrind") && !strstr(v, "-empty");
+    return v && strstr(v, "vendors-oclgrind") && !strstr(v, "-empty") && !strstr(v, "-gpuonly");
 }
 
 static void restore(void)
@@ -107,6 +108,43 @@ static void restore(void)
     unsetenv("KILN_SYSFS_ROOT");
     kiln__cl_reset();
     kiln__registry_reset();
+}
+
+/* The first visible device's type and spec ("gpu:0" on a GPU-only machine, else "cpu:0" here):
+ * the cases below use it instead of assuming a CPU device. */
+static kiln_device_type first_type(void)
+{
+    kiln_device_info info;
+    ck_assert_int_eq(kiln_device_info_get(kiln_device_at(0), &info), KILN_OK);
+    return info.type;
+}
+
+static const char *first_spec(void)
+{
+    return kiln_device_spec(kiln_device_at(0));
+}
+
+/* Hide every GPU with KILN_VISIBLE_DEVICES (Oclgrind's in -oclgrind, a real one on a GPU
+ * machine), so that "why is there no GPU" can be asked; false (the case is skipped) when every
+ * device is a GPU. */
+static bool hide_gpus(const char *test)
+{
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < kiln_device_count(KILN_DEVICE_ALL); i++) {
+        kiln_device_info info;
+        ck_assert_int_eq(kiln_device_info_get(kiln_device_at(i), &info), KILN_OK);
+        if (info.type != KILN_DEVICE_GPU)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", used ? "," : "",
+                                     info.spec);
+    }
+    if (!used) {
+        test_skip("%s: every device here is a GPU; nothing is left when they are hidden", test);
+        return false;
+    }
+    if (kiln_device_count(KILN_DEVICE_GPU) > 0)
+        setenv("KILN_VISIBLE_DEVICES", list, 1);
+    return true;
 }
 
 /* ---- the real registry ---- */
@@ -303,7 +341,7 @@ END_TEST
 
 START_TEST(available_reasons_empty)
 {
-    ck_assert_str_eq(kiln_unavailable_reason(KILN_DEVICE_CPU), "");
+    ck_assert_str_eq(kiln_unavailable_reason(first_type()), "");
     ck_assert_str_eq(kiln_unavailable_reason(KILN_DEVICE_ALL), "");
     ck_assert_has(kiln_unavailable_reason((kiln_device_type)0), "not a device type");
     ck_assert_has(kiln_unavailable_reason((kiln_device_type)64), "not a device type");
@@ -666,10 +704,11 @@ END_TEST
 
 START_TEST(env_visible_empty_and_bad)
 {
+    kiln_device_type type = first_type();
     setenv("KILN_VISIBLE_DEVICES", "", 1);
     kiln__registry_reset();
     ck_assert_int_eq(kiln_device_count(KILN_DEVICE_ALL), 0);
-    ck_assert_has(kiln_unavailable_reason(KILN_DEVICE_CPU), "hidden by KILN_VISIBLE_DEVICES=''");
+    ck_assert_has(kiln_unavailable_reason(type), "hidden by KILN_VISIBLE_DEVICES=''");
     kiln_device *dev;
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_ERR_NO_DEVICE);
     ASSERT_ERROR_HAS("available: none");
@@ -681,7 +720,7 @@ START_TEST(env_visible_empty_and_bad)
     ck_assert_int_eq(kiln_device_get("cpu:0", &dev), KILN_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_null(dev);
     ASSERT_ERROR_HAS("KILN_VISIBLE_DEVICES='cpu:zero'");
-    ck_assert_has(kiln_unavailable_reason(KILN_DEVICE_CPU), "KILN_VISIBLE_DEVICES");
+    ck_assert_has(kiln_unavailable_reason(type), "KILN_VISIBLE_DEVICES");
 
     setenv("KILN_VISIBLE_DEVICES", "cpu:7", 1);
     kiln__registry_reset();
@@ -693,13 +732,17 @@ END_TEST
 
 START_TEST(env_kiln_device)
 {
-    kiln_device *dev, *cpu;
-    setenv("KILN_DEVICE", "cpu:0", 1);
+    kiln_device *dev, *first;
+    char spec[32], reason[96], bare[16];
+    snprintf(spec, sizeof spec, "%s", first_spec());
+    snprintf(reason, sizeof reason, "%s (KILN_DEVICE=%s)", spec, spec);
+    snprintf(bare, sizeof bare, "%.*s", (int)strcspn(spec, ":"), spec); /* "cpu" */
+    setenv("KILN_DEVICE", spec, 1);
     kiln__registry_reset();
-    ck_assert_int_eq(kiln_device_get("cpu:0", &cpu), KILN_OK);
+    ck_assert_int_eq(kiln_device_get(spec, &first), KILN_OK);
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_OK);
-    ck_assert_ptr_eq(dev, cpu);
-    ck_assert_has(kiln_auto_reason(), "cpu:0 (KILN_DEVICE=cpu:0)");
+    ck_assert_ptr_eq(dev, first);
+    ck_assert_has(kiln_auto_reason(), reason);
 
     setenv("KILN_DEVICE", "cpu:9", 1);
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_ERR_NO_DEVICE);
@@ -711,7 +754,7 @@ START_TEST(env_kiln_device)
     ck_assert_int_eq(kiln_device_get("auto", &dev), KILN_ERR_INVALID_ARGUMENT);
     ASSERT_ERROR_HAS("KILN_DEVICE='cpu 0'");
     /* Explicit specs do not read KILN_DEVICE. */
-    ck_assert_int_eq(kiln_device_get("cpu", &dev), KILN_OK);
+    ck_assert_int_eq(kiln_device_get(bare, &dev), KILN_OK);
     restore();
 }
 END_TEST
@@ -767,9 +810,11 @@ START_TEST(pci_nvidia_nouveau)
     fake_pci("0000:01:00.0", "0x030000", "0x10de", "nouveau");
     fake_pci("0000:02:00.0", "0x020000", "0x8086", "e1000e"); /* a network card: ignored */
     setenv("KILN_SYSFS_ROOT", sysfs, 1);
-    /* Under -oclgrind, hide the simulated GPU so that no GPU is visible. */
-    if (oclgrind_config())
-        setenv("KILN_VISIBLE_DEVICES", "cpu:0", 1);
+    if (!hide_gpus("pci_nvidia_nouveau")) {
+        remove_tree();
+        restore();
+        return;
+    }
     kiln__registry_reset();
     ck_assert(!kiln_is_available(KILN_DEVICE_GPU));
     const char *why = kiln_unavailable_reason(KILN_DEVICE_GPU);
@@ -793,8 +838,11 @@ START_TEST(pci_nvidia_no_icd_and_amd)
     fake_pci("0000:01:00.0", "0x030200", "0x10de", "nvidia"); /* 3D controller class */
     fake_pci("0000:03:00.0", "0x030000", "0x1002", NULL);
     setenv("KILN_SYSFS_ROOT", sysfs, 1);
-    if (oclgrind_config())
-        setenv("KILN_VISIBLE_DEVICES", "cpu:0", 1);
+    if (!hide_gpus("pci_nvidia_no_icd_and_amd")) {
+        remove_tree();
+        restore();
+        return;
+    }
     kiln__registry_reset();
     const char *why = kiln_unavailable_reason(KILN_DEVICE_GPU);
     ck_assert_has(why, "driver nvidia");
