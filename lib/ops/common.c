@@ -70,8 +70,8 @@ kiln_status kiln__check_out(const char *op, const kiln_tensor *out, const kiln_d
                            "kiln_tensor_to()",
                            op, out->dev->info.spec, dev->info.spec);
     if (out->dtype != dtype)
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: out has dtype %s but the result is %s",
-                           op, kiln__dtype_name(out->dtype), kiln__dtype_name(dtype));
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: out has dtype %s but the result is %s", op,
+                           kiln__dtype_name(out->dtype), kiln__dtype_name(dtype));
     if (!kiln__same_shape(out, ndim, shape))
         return kiln__shape_mismatch(op, "out", out->ndim, out->shape, "the result", ndim, shape,
                                     "");
@@ -90,8 +90,7 @@ kiln_status kiln__check_not_aliased(const char *op, const kiln_tensor *out, int 
     return KILN_OK;
 }
 
-kiln_status kiln__finish(kiln_status s, kiln_tensor *t, const kiln_tensor *given,
-                         kiln_tensor **out)
+kiln_status kiln__finish(kiln_status s, kiln_tensor *t, const kiln_tensor *given, kiln_tensor **out)
 {
     if (s != KILN_OK) {
         if (t != given)

@@ -25,8 +25,8 @@ kiln_status kiln__shape_mismatch(const char *op, const char *aname, int andim,
                                  const int64_t *ashape, const char *bname, int bndim,
                                  const int64_t *bshape, const char *hint);
 
-/* An _out tensor (already checked with kiln__check_tensor) against the result it is to receive: on dev
- * (KILN_ERR_DEVICE_MISMATCH), of dtype (KILN_ERR_DTYPE_MISMATCH) and of the result's shape
+/* An _out tensor (already checked with kiln__check_tensor) against the result it is to receive: on
+ * dev (KILN_ERR_DEVICE_MISMATCH), of dtype (KILN_ERR_DTYPE_MISMATCH) and of the result's shape
  * (KILN_ERR_SHAPE_MISMATCH), each message saying "out has ... but the result ...". */
 kiln_status kiln__check_out(const char *op, const kiln_tensor *out, const kiln_device *dev,
                             kiln_dtype dtype, int ndim, const int64_t *shape);

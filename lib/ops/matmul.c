@@ -104,8 +104,7 @@ static kiln_status shape_error(const char *op, const kiln_tensor *a, const kiln_
                        kiln__shape_str(sa, sizeof sa, a->ndim, a->shape),
                        (flags & KILN_MATMUL_TRANS_A) ? " (transposed)" : "",
                        kiln__shape_str(sb, sizeof sb, b->ndim, b->shape),
-                       (flags & KILN_MATMUL_TRANS_B) ? " (transposed)" : "",
-                       what);
+                       (flags & KILN_MATMUL_TRANS_B) ? " (transposed)" : "", what);
 }
 
 static int64_t batch_numel(const kiln_tensor *t)

@@ -183,10 +183,11 @@ kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *lab
         s = nn_kernel(logits->dev, logits->dtype, name, op, &k);
         size_t global = (size_t)rows;
         /* Without a gradient the kernel never touches its grad argument: pass terms there. */
-        kiln_arg args[] = {kiln_arg_tensor(logits), kiln_arg_tensor(labels),
-                           kiln_arg_tensor(terms),  kiln_arg_tensor(g ? g : terms),
-                           kiln_arg_i64(rows),      kiln_arg_i64(classes),
-                           kiln_arg_i32(g != NULL), kiln__arg_compute(logits->dtype, 1.0 / (double)rows)};
+        kiln_arg args[] = {
+            kiln_arg_tensor(logits), kiln_arg_tensor(labels),
+            kiln_arg_tensor(terms),  kiln_arg_tensor(g ? g : terms),
+            kiln_arg_i64(rows),      kiln_arg_i64(classes),
+            kiln_arg_i32(g != NULL), kiln__arg_compute(logits->dtype, 1.0 / (double)rows)};
         if (s == KILN_OK)
             s = launch1(logits->dev, k, op, global, 8, args);
     }
@@ -322,9 +323,10 @@ kiln_status kiln_adam_step(kiln_tensor *param, const kiln_tensor *grad, kiln_ten
         return s;
     kiln_dtype dt = param->dtype;
     double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
-    kiln_arg args[] = {kiln_arg_tensor(param), kiln_arg_tensor(grad),      kiln_arg_tensor(m),
-                       kiln_arg_tensor(v),     kiln_arg_i64(param->numel), kiln__arg_compute(dt, lr),
-                       kiln__arg_compute(dt, beta1),    kiln__arg_compute(dt, beta2),        kiln__arg_compute(dt, eps),
-                       kiln__arg_compute(dt, bc1),      kiln__arg_compute(dt, bc2)};
+    kiln_arg args[] = {
+        kiln_arg_tensor(param),       kiln_arg_tensor(grad),        kiln_arg_tensor(m),
+        kiln_arg_tensor(v),           kiln_arg_i64(param->numel),   kiln__arg_compute(dt, lr),
+        kiln__arg_compute(dt, beta1), kiln__arg_compute(dt, beta2), kiln__arg_compute(dt, eps),
+        kiln__arg_compute(dt, bc1),   kiln__arg_compute(dt, bc2)};
     return run_step(op, "kiln_adam", param, 11, args);
 }
