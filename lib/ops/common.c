@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "launch.h"
 #include "program.h"
 #include "registry.h"
 #include "status.h"
@@ -38,6 +39,19 @@ kiln_arg kiln__arg_compute(kiln_dtype dtype, double v)
     default: /* f32, and f16 which computes in f32 */
         return kiln_arg_f32((float)v);
     }
+}
+
+kiln_status kiln__check_tensors(const char *op, int n, int required, const kiln_tensor *const *ts,
+                                const char *const *names, kiln_device **dev)
+{
+    for (int i = 0; i < required; i++) {
+        char argname[32];
+        snprintf(argname, sizeof argname, "argument %d", i + 1);
+        kiln_status s = kiln__check_tensor(ts[i], op, names ? names[i] : argname);
+        if (s != KILN_OK)
+            return s;
+    }
+    return kiln__same_device(op, n, ts, dev);
 }
 
 bool kiln__same_shape(const kiln_tensor *t, int ndim, const int64_t *shape)

@@ -134,11 +134,8 @@ static kiln_status finish_loss(kiln_tensor *terms, kiln_status s, kiln_tensor **
 
 static kiln_status check_ce(const kiln_tensor *logits, const kiln_tensor *labels, const char *op)
 {
-    kiln_status s = kiln__check_tensor(logits, op, "logits");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(labels, op, "labels");
-    if (s == KILN_OK)
-        s = kiln__same_device(op, 2, (const kiln_tensor *[]){logits, labels}, NULL);
+    kiln_status s = kiln__check_tensors(op, 2, 2, (const kiln_tensor *[]){logits, labels},
+                                        (const char *const[]){"logits", "labels"}, NULL);
     if (s == KILN_OK)
         s = check_float(logits, op, "logits", false);
     if (s != KILN_OK)
@@ -203,11 +200,8 @@ kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, ki
     if (!loss)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
     *loss = NULL;
-    kiln_status s = kiln__check_tensor(pred, op, "pred");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(target, op, "target");
-    if (s == KILN_OK)
-        s = kiln__same_device(op, 2, (const kiln_tensor *[]){pred, target}, NULL);
+    kiln_status s = kiln__check_tensors(op, 2, 2, (const kiln_tensor *[]){pred, target},
+                                        (const char *const[]){"pred", "target"}, NULL);
     if (s == KILN_OK)
         s = check_float(pred, op, "pred", false);
     if (s == KILN_OK)
@@ -241,12 +235,7 @@ kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, ki
 static kiln_status check_step(const char *op, int n, const kiln_tensor *const *ts,
                               const char *const *names)
 {
-    for (int i = 0; i < n; i++) {
-        kiln_status s = kiln__check_tensor(ts[i], op, names[i]);
-        if (s != KILN_OK)
-            return s;
-    }
-    kiln_status s = kiln__same_device(op, n, ts, NULL);
+    kiln_status s = kiln__check_tensors(op, n, n, ts, names, NULL);
     if (s == KILN_OK)
         s = check_float(ts[0], op, names[0], false);
     for (int i = 1; s == KILN_OK && i < n; i++) {
