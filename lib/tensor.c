@@ -109,9 +109,8 @@ kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, 
 {
     size_t size = kiln_dtype_size(dtype);
     if (!size)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: unknown dtype %d; use one of %s", op, (int)dtype,
-                           kiln__dtype_list());
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d; use one of %s", op,
+                           (int)dtype, kiln__dtype_list());
     if (ndim < 1 || ndim > KILN_MAX_DIMS)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: ndim is %d; tensors have 1 to %d dimensions", op, ndim,
@@ -272,7 +271,8 @@ static kiln_status check_io(const kiln_tensor *t, const void *ptr, size_t nbytes
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: nbytes is %zu but the tensor holds %zu bytes (%s of %s); pass "
                            "kiln_tensor_nbytes(t)",
-                           op, nbytes, t->nbytes, kiln__shape_str(buf, sizeof buf, t->ndim, t->shape),
+                           op, nbytes, t->nbytes,
+                           kiln__shape_str(buf, sizeof buf, t->ndim, t->shape),
                            kiln_dtype_name(t->dtype));
     if (!ptr && nbytes > 0)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, ptrname);

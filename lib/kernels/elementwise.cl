@@ -17,6 +17,9 @@
  * Every kernel bounds-checks its global id against n (global sizes are padded). */
 
 /* ---- binary operators ------------------------------------------------------------------- */
+/* An op's kernel line: OP_<name>(x, y) in the compute type KILN_TC. Kind ARITH needs one for
+ * floating programs and one for integer programs (wrapping through KILN_UT), FLOAT one for
+ * floating programs, COMPARE one for all (a truth value, stored as a u8 0/1). */
 #ifdef KILN_IS_FLOAT
 #define OP_add(x, y) ((x) + (y))
 #define OP_sub(x, y) ((x) - (y))
@@ -164,6 +167,8 @@ kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global 
 }
 
 /* ---- unary operators and their derivatives ---------------------------------------------- */
+/* An op's kernel lines: U_<name>(x) and its derivative UB_<name>(x, g) = g * op'(x) for
+ * floating programs; kind ANY also U_<name>(x) for integer programs (wrapping, no derivative). */
 #define ONE ((KILN_TC)1)
 #define ZERO ((KILN_TC)0)
 /* Fractional constants: a plain literal is a double, which a device without fp64 may warn

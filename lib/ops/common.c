@@ -24,21 +24,57 @@ kiln_status kiln__check_dtype_on(kiln_device *dev, kiln_dtype dtype, const char 
     return KILN_OK;
 }
 
+/* An integer scalar's bits, written at the start of kiln_arg's union (where every member
+ * starts) through the unsigned type of a.size's width: conversion to it is modulo 2^bits,
+ * which gives the two's complement bits of a signed value too. */
+static kiln_arg int_arg(kiln_arg a, uint64_t bits)
+{
+    uint8_t u8 = (uint8_t)bits;
+    uint16_t u16 = (uint16_t)bits;
+    uint32_t u32 = (uint32_t)bits;
+    switch (a.size) {
+    case 1:
+        memcpy(&a.value, &u8, 1);
+        break;
+    case 2:
+        memcpy(&a.value, &u16, 2);
+        break;
+    case 4:
+        memcpy(&a.value, &u32, 4);
+        break;
+    default:
+        memcpy(&a.value, &bits, sizeof bits);
+    }
+    return a;
+}
+
 kiln_arg kiln__arg_compute(kiln_dtype dtype, double v)
 {
-    bool fits = kiln__dtype_scalar_fits(dtype, v);
-    switch (kiln__dtype_compute(dtype)) { /* one case per C type of kiln_arg's value */
-    case KILN_F64:
-        return kiln_arg_f64(v);
-    case KILN_I32:
-        return kiln_arg_i32(fits ? (int32_t)v : 0);
-    case KILN_I64:
-        return kiln_arg_i64(fits ? (int64_t)v : 0);
-    case KILN_U8:
-        return kiln_arg_u8(fits ? (uint8_t)v : 0);
-    default: /* f32, and f16 which computes in f32 */
-        return kiln_arg_f32((float)v);
+    /* From the table's size and float columns. Floating compute types are float or double;
+     * integers go through int_arg. */
+    kiln_dtype c = kiln__dtype_compute(dtype);
+    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = c, .size = kiln__dtype_size(c)};
+    if (kiln__dtype_is_float(c)) {
+        if (a.size == sizeof(double))
+            a.value.f64 = v;
+        else
+            a.value.f32 = (float)v;
+        return a;
     }
+    return int_arg(a, (uint64_t)(kiln__dtype_scalar_fits(c, v) ? (int64_t)v : 0));
+}
+
+kiln_status kiln__check_tensors(const char *op, int n, int required, const kiln_tensor *const *ts,
+                                const char *const *names, kiln_device **dev)
+{
+    for (int i = 0; i < required; i++) {
+        char argname[32];
+        snprintf(argname, sizeof argname, "argument %d", i + 1);
+        kiln_status s = kiln__check_tensor(ts[i], op, names ? names[i] : argname);
+        if (s != KILN_OK)
+            return s;
+    }
+    return kiln__same_device(op, n, ts, dev);
 }
 
 bool kiln__same_shape(const kiln_tensor *t, int ndim, const int64_t *shape)
@@ -53,18 +89,15 @@ bool kiln__same_shape(const kiln_tensor *t, int ndim, const int64_t *shape)
 
 kiln_arg kiln__arg_compute_i64(kiln_dtype dtype, int64_t v)
 {
-    switch (kiln__dtype_compute(dtype)) { /* integers wrap: exact when v fits */
-    case KILN_F64:
-        return kiln_arg_f64((double)v);
-    case KILN_I32:
-        return kiln_arg_i32((int32_t)(uint32_t)(uint64_t)v);
-    case KILN_I64:
-        return kiln_arg_i64(v);
-    case KILN_U8:
-        return kiln_arg_u8((uint8_t)(uint64_t)v);
-    default: /* f32 (one rounding from int64), and f16 which computes in f32 */
-        return kiln_arg_f32((float)v);
-    }
+    kiln_dtype c = kiln__dtype_compute(dtype);
+    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = c, .size = kiln__dtype_size(c)};
+    if (!kiln__dtype_is_float(c))
+        return int_arg(a, (uint64_t)v); /* modulo 2^bits: v itself when it fits */
+    if (a.size == sizeof(double))
+        a.value.f64 = (double)v;
+    else
+        a.value.f32 = (float)v; /* one rounding from int64_t, not two through double */
+    return a;
 }
 
 bool kiln__i64_fits(kiln_dtype dtype, int64_t v)

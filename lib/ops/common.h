@@ -16,6 +16,13 @@ kiln_status kiln__check_dtype_on(kiln_device *dev, kiln_dtype dtype, const char 
  * zero), converted from v. The caller checks the range (kiln__dtype_scalar_fits). */
 kiln_arg kiln__arg_compute(kiln_dtype dtype, double v);
 
+/* Check tensor arguments ts[0..required-1] one by one, so that a NULL or released one is
+ * KILN_ERR_INVALID_ARGUMENT naming it (names[i], or "argument i+1" when names is NULL); then
+ * that every non-NULL one of ts[0..n-1] is on one device (KILN_ERR_DEVICE_MISMATCH), written
+ * to *dev when dev is not NULL. */
+kiln_status kiln__check_tensors(const char *op, int n, int required, const kiln_tensor *const *ts,
+                                const char *const *names, kiln_device **dev);
+
 /* Whether t has exactly this shape. */
 bool kiln__same_shape(const kiln_tensor *t, int ndim, const int64_t *shape);
 

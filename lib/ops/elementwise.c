@@ -47,14 +47,7 @@ static kiln_status result(const char *op, kiln_device *dev, kiln_dtype dtype, in
 static kiln_status check_args(const char *op, int n, int required, const kiln_tensor *const *ts,
                               kiln_device **dev)
 {
-    for (int i = 0; i < required; i++) {
-        char argname[32];
-        snprintf(argname, sizeof argname, "argument %d", i + 1);
-        kiln_status s = kiln__check_tensor(ts[i], op, argname);
-        if (s != KILN_OK)
-            return s;
-    }
-    return kiln__same_device(op, n, ts, dev);
+    return kiln__check_tensors(op, n, required, ts, NULL, dev);
 }
 
 static kiln_status check_out_ptr(const char *op, kiln_tensor **out)

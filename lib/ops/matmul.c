@@ -237,6 +237,9 @@ static kiln_status compute(const char *op, kiln__matmul_problem *p)
     return path->run(p);
 }
 
+/* a, b and out in messages (out is the last argument of the _out forms, after the flags). */
+static const char *const operand_names[] = {"argument 1 (a)", "argument 2 (b)", "argument 4 (out)"};
+
 static kiln_status matmul_new(const char *op, const kiln_tensor *a, const kiln_tensor *b,
                               unsigned flags, kiln_tensor **out)
 {
@@ -244,11 +247,8 @@ static kiln_status matmul_new(const char *op, const kiln_tensor *a, const kiln_t
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
     *out = NULL;
     kiln__matmul_problem p = {0};
-    kiln_status s = kiln__check_tensor(a, op, "argument 1 (a)");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(b, op, "argument 2 (b)");
-    if (s == KILN_OK)
-        s = kiln__same_device(op, 2, (const kiln_tensor *[]){a, b}, &p.dev);
+    kiln_status s =
+        kiln__check_tensors(op, 2, 2, (const kiln_tensor *[]){a, b}, operand_names, &p.dev);
     if (s != KILN_OK)
         return s;
     plan pl;
@@ -289,13 +289,8 @@ static kiln_status matmul_into(const char *op, const kiln_tensor *a, const kiln_
                                unsigned flags, kiln_tensor *out)
 {
     kiln__matmul_problem p = {0};
-    kiln_status s = kiln__check_tensor(a, op, "argument 1 (a)");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(b, op, "argument 2 (b)");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(out, op, "argument 4 (out)");
-    if (s == KILN_OK)
-        s = kiln__same_device(op, 3, (const kiln_tensor *[]){a, b, out}, &p.dev);
+    kiln_status s =
+        kiln__check_tensors(op, 3, 3, (const kiln_tensor *[]){a, b, out}, operand_names, &p.dev);
     if (s != KILN_OK)
         return s;
     plan pl;

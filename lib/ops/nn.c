@@ -217,11 +217,8 @@ static kiln_status start_loss(const char *op, kiln_tensor **loss, kiln_tensor **
 static kiln_status check_inputs(const char *op, const kiln_tensor *x, const char *xname,
                                 const kiln_tensor *y, const char *yname)
 {
-    kiln_status s = kiln__check_tensor(x, op, xname);
-    if (s == KILN_OK)
-        s = kiln__check_tensor(y, op, yname);
-    if (s == KILN_OK)
-        s = kiln__same_device(op, 2, (const kiln_tensor *[]){x, y}, NULL);
+    kiln_status s = kiln__check_tensors(op, 2, 2, (const kiln_tensor *[]){x, y},
+                                        (const char *const[]){xname, yname}, NULL);
     if (s == KILN_OK)
         s = check_float(x, op, xname, false);
     return s;
@@ -358,12 +355,7 @@ kiln_status kiln_mse_loss_out(const kiln_tensor *pred, const kiln_tensor *target
 static kiln_status check_step(const char *op, int n, const kiln_tensor *const *ts,
                               const char *const *names)
 {
-    for (int i = 0; i < n; i++) {
-        kiln_status s = kiln__check_tensor(ts[i], op, names[i]);
-        if (s != KILN_OK)
-            return s;
-    }
-    kiln_status s = kiln__same_device(op, n, ts, NULL);
+    kiln_status s = kiln__check_tensors(op, n, n, ts, names, NULL);
     if (s == KILN_OK)
         s = check_float(ts[0], op, names[0], false);
     for (int i = 1; s == KILN_OK && i < n; i++) {

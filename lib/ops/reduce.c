@@ -268,9 +268,8 @@ kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool 
 kiln_status kiln_reduce_out(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
                             kiln_tensor *out)
 {
-    kiln_status s = kiln__check_tensor(out, OP, "out");
-    if (s == KILN_OK)
-        s = kiln__same_device(OP, 2, (const kiln_tensor *[]){x, out}, NULL);
+    kiln_status s = kiln__check_tensors(OP, 2, 2, (const kiln_tensor *[]){x, out},
+                                        (const char *const[]){"x", "out"}, NULL);
     reduce_plan p;
     if (s == KILN_OK)
         s = prepare(op, x, axis, keepdim, &p);
