@@ -401,7 +401,10 @@ KILN_API const char *kiln_cache_dir(void);
  * Every op checks that its tensors are on one device (KILN_ERR_DEVICE_MISMATCH, naming both)
  * and have fitting dtypes and shapes before any work is queued. Ops are asynchronous. An op
  * with a `**out` parameter allocates its result from the caching allocator; the `_out` forms
- * write into an existing tensor of the right shape and dtype instead.
+ * write into an existing tensor instead, which must be on the inputs' device
+ * (KILN_ERR_DEVICE_MISMATCH) with exactly the result's dtype (KILN_ERR_DTYPE_MISMATCH) and shape
+ * (KILN_ERR_SHAPE_MISMATCH, naming both shapes); a NULL out is KILN_ERR_INVALID_ARGUMENT. Every
+ * check comes before anything is queued, so a failed call leaves out untouched.
  * ---------------------------------------------------------------------------------------- */
 
 /* Creation. The value converts to the dtype as kiln_cast does: floats round to nearest (f16
@@ -421,11 +424,15 @@ KILN_API kiln_status kiln_full_i64(kiln_device *dev, kiln_dtype dtype, int ndim,
 /* 1-D tensor start, start+step, ... < end (> end for a negative step): ceil((end - start) /
  * step) elements, element i = start + i * step computed in the dtype's compute type. A step of
  * 0 or of the wrong sign is KILN_ERR_INVALID_ARGUMENT; integer dtypes need integral start and
- * step. An empty range gives a [0] tensor. */
+ * step and every element within the dtype's range (u8 takes negative steps too). An empty range
+ * gives a [0] tensor. */
 KILN_API kiln_status kiln_arange(kiln_device *dev, kiln_dtype dtype, double start, double end,
                                  double step, kiln_tensor **out);
-/* Exact integer forms: element i = start + i * step over an integer (or floating) dtype, with
- * the same rules. kiln_arange_out writes start + i * step into every element of a 1-D out. */
+/* Exact integer form: element i = start + i * step over an integer (or floating: start and step
+ * rounded to nearest) dtype, with the same rules, counted without rounding. kiln_arange_out
+ * writes start + i * step into every element of an existing 1-D out, in out's dtype, with the
+ * same rules (step 0 is KILN_ERR_INVALID_ARGUMENT; an out that is not 1-D is
+ * KILN_ERR_SHAPE_MISMATCH). */
 KILN_API kiln_status kiln_arange_i64(kiln_device *dev, kiln_dtype dtype, int64_t start, int64_t end,
                                      int64_t step, kiln_tensor **out);
 KILN_API kiln_status kiln_arange_out(double start, double step, kiln_tensor *out);
@@ -442,7 +449,8 @@ KILN_API kiln_status kiln_rand_uniform(kiln_device *dev, kiln_dtype dtype, int n
 KILN_API kiln_status kiln_rand_normal(kiln_device *dev, kiln_dtype dtype, int ndim,
                                       const int64_t *shape, uint64_t seed, double mean,
                                       double stddev, kiln_tensor **out);
-/* Refill an existing tensor with the numbers the allocating forms would give for its shape. */
+/* Refill an existing tensor with the numbers the allocating forms would give for its dtype and
+ * shape (bit for bit), with the same checks. */
 KILN_API kiln_status kiln_rand_uniform_out(uint64_t seed, double low, double high, kiln_tensor *out);
 KILN_API kiln_status kiln_rand_normal_out(uint64_t seed, double mean, double stddev,
                                           kiln_tensor *out);
@@ -476,6 +484,9 @@ typedef enum kiln_binary_op {
 #undef KILN__BINARY_ENUM
 } kiln_binary_op;
 
+/* The _out forms of the elementwise ops (binary, scalar, add ... div, where, unary, unary
+ * backward, cast) may write in place: out may be (a view of) an input of the result's shape,
+ * since each element is read before it is written by the same work-item. */
 KILN_API kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                                  kiln_tensor **out);
 KILN_API kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
@@ -491,7 +502,7 @@ KILN_API kiln_status kiln_binary_scalar_i64(kiln_binary_op op, const kiln_tensor
                                             int64_t scalar, kiln_tensor **out);
 KILN_API kiln_status kiln_binary_scalar_i64_out(kiln_binary_op op, const kiln_tensor *a,
                                                 int64_t scalar, kiln_tensor *out);
-/* Shorthands for kiln_binary with ADD, SUB, MUL and DIV. */
+/* Shorthands for kiln_binary and kiln_binary_out with ADD, SUB, MUL and DIV. */
 KILN_API kiln_status kiln_add(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
 KILN_API kiln_status kiln_add_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out);
 KILN_API kiln_status kiln_sub(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
@@ -598,7 +609,9 @@ KILN_API const char *kiln_matmul_path(kiln_device *dev);
 /* Copies: permute dimensions (perm has ndim entries, each dimension once, negative counts from
  * the end), transpose the last two (ndim >= 2), cast, concatenate n >= 1 tensors of one dtype
  * and equal shapes outside axis, slice [start, end) along an axis (negative bounds count from
- * the end; no clamping: bounds outside the axis are KILN_ERR_INVALID_ARGUMENT). */
+ * the end; no clamping: bounds outside the axis are KILN_ERR_INVALID_ARGUMENT). The _out forms
+ * of permute, transpose, cat and slice need an out that shares no memory with an input
+ * (KILN_ERR_INVALID_ARGUMENT): the copy reads the inputs while it writes out. */
 KILN_API kiln_status kiln_permute(const kiln_tensor *x, const int *perm, kiln_tensor **out);
 KILN_API kiln_status kiln_permute_out(const kiln_tensor *x, const int *perm, kiln_tensor *out);
 KILN_API kiln_status kiln_transpose(const kiln_tensor *x, kiln_tensor **out);
@@ -607,7 +620,7 @@ KILN_API kiln_status kiln_transpose_out(const kiln_tensor *x, kiln_tensor *out);
  * zero and saturates to the target range, NaN gives 0; integer -> integer wraps (two's
  * complement); anything -> float rounds to nearest (f16: nearest even). */
 KILN_API kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out);
-/* kiln_cast_out converts into out's dtype (same shape as x). */
+/* kiln_cast_out converts into out's dtype (out has x's shape). */
 KILN_API kiln_status kiln_cast_out(const kiln_tensor *x, kiln_tensor *out);
 KILN_API kiln_status kiln_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out);
 KILN_API kiln_status kiln_cat_out(const kiln_tensor *const *xs, int n, int axis, kiln_tensor *out);
@@ -617,7 +630,8 @@ KILN_API kiln_status kiln_slice_out(const kiln_tensor *x, int axis, int64_t star
                                     kiln_tensor *out);
 
 /* Neural-network helpers (f32, f64; softmax also f16). softmax/log_softmax are max-subtracted
- * (stable). */
+ * (stable); their _out forms need an out of x's shape and dtype that shares no memory with x
+ * (KILN_ERR_INVALID_ARGUMENT). */
 KILN_API kiln_status kiln_softmax(const kiln_tensor *x, int axis, kiln_tensor **out);
 KILN_API kiln_status kiln_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out);
 KILN_API kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tensor **out);
@@ -631,7 +645,8 @@ KILN_API kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_te
 KILN_API kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target,
                                    kiln_tensor **loss, kiln_tensor **grad);
 /* The _out forms of the losses write the [1] loss into loss and, when grad is not NULL, the
- * gradient into grad (shaped like logits / pred). */
+ * gradient into grad (shaped like logits / pred), both of the input's dtype. loss is required;
+ * neither may share memory with an input or with the other (KILN_ERR_INVALID_ARGUMENT). */
 KILN_API kiln_status kiln_cross_entropy_out(const kiln_tensor *logits, const kiln_tensor *labels,
                                             kiln_tensor *loss, kiln_tensor *grad);
 KILN_API kiln_status kiln_mse_loss_out(const kiln_tensor *pred, const kiln_tensor *target,

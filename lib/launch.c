@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "clcall.h"
+#include "dtype.h"
 #include "program.h"
 #include "queue.h"
 #include "registry.h"
@@ -15,26 +16,13 @@
 /* Bytes of a scalar argument of dtype; 0 for an unknown dtype. */
 static size_t scalar_size(kiln_dtype dtype)
 {
-    return kiln_dtype_size(dtype);
+    return kiln__dtype_size(dtype);
 }
 
+/* Every member of the value union starts at its address; NULL for an unknown dtype. */
 static const void *scalar_ptr(const kiln_arg *a)
 {
-    switch (a->dtype) {
-    case KILN_F32:
-        return &a->value.f32;
-    case KILN_F64:
-        return &a->value.f64;
-    case KILN_F16:
-        return &a->value.f16_bits;
-    case KILN_I32:
-        return &a->value.i32;
-    case KILN_I64:
-        return &a->value.i64;
-    case KILN_U8:
-        return &a->value.u8;
-    }
-    return NULL;
+    return kiln__dtype_valid(a->dtype) ? (const void *)&a->value : NULL;
 }
 
 /* Every argument well-formed, every tensor live and on dev. */

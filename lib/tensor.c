@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "clcall.h"
+#include "dtype.h"
 #include "memory.h"
 #include "queue.h"
 #include "registry.h"
@@ -16,26 +17,7 @@
 #define KILN__TENSOR_DEAD 0x64656164u /* "dead": a released header */
 #define KILN__GRAVEYARD 256           /* released headers kept recognisable */
 
-static const struct {
-    size_t size;
-    const char *name;
-} dtypes[KILN_DTYPE_COUNT] = {
-    [KILN_F32] = {4, "f32"}, [KILN_F64] = {8, "f64"}, [KILN_F16] = {2, "f16"},
-    [KILN_I32] = {4, "i32"}, [KILN_I64] = {8, "i64"}, [KILN_U8] = {1, "u8"},
-};
-
-size_t kiln_dtype_size(kiln_dtype dtype)
-{
-    return (unsigned)dtype < KILN_DTYPE_COUNT ? dtypes[dtype].size : 0;
-}
-
-const char *kiln_dtype_name(kiln_dtype dtype)
-{
-    return (unsigned)dtype < KILN_DTYPE_COUNT ? dtypes[dtype].name : "?";
-}
-
-/* "[2, 3, 4]" into buf. */
-static const char *shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
+char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
 {
     size_t n = (size_t)snprintf(buf, size, "[");
     for (int i = 0; i < ndim && n < size; i++)
@@ -127,10 +109,8 @@ kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, 
 {
     size_t size = kiln_dtype_size(dtype);
     if (!size)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: unknown dtype %d; use KILN_F32, KILN_F64, KILN_F16, KILN_I32, "
-                           "KILN_I64 or KILN_U8",
-                           op, (int)dtype);
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d; use one of %s", op,
+                           (int)dtype, kiln__dtype_list());
     if (ndim < 1 || ndim > KILN_MAX_DIMS)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: ndim is %d; tensors have 1 to %d dimensions", op, ndim,
@@ -144,7 +124,7 @@ kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, 
         if (shape[i] < 0)
             return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                                "%s: dimension %d of shape %s is negative; dimensions must be >= 0",
-                               op, i, shape_str(buf, sizeof buf, ndim, shape));
+                               op, i, kiln__shape_str(buf, sizeof buf, ndim, shape));
         if (shape[i] == 0)
             empty = true;
         else if (n > INT64_MAX / shape[i])
@@ -160,7 +140,7 @@ kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, 
 overflow:
     return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                        "%s: shape %s of %s has more bytes than an address can count (overflow)", op,
-                       shape_str(buf, sizeof buf, ndim, shape), kiln_dtype_name(dtype));
+                       kiln__shape_str(buf, sizeof buf, ndim, shape), kiln_dtype_name(dtype));
 }
 
 static kiln__storage *storage_new(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity,
@@ -291,7 +271,8 @@ static kiln_status check_io(const kiln_tensor *t, const void *ptr, size_t nbytes
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: nbytes is %zu but the tensor holds %zu bytes (%s of %s); pass "
                            "kiln_tensor_nbytes(t)",
-                           op, nbytes, t->nbytes, shape_str(buf, sizeof buf, t->ndim, t->shape),
+                           op, nbytes, t->nbytes,
+                           kiln__shape_str(buf, sizeof buf, t->ndim, t->shape),
                            kiln_dtype_name(t->dtype));
     if (!ptr && nbytes > 0)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, ptrname);
@@ -543,8 +524,8 @@ static kiln_status infer_shape(const kiln_tensor *t, int ndim, const int64_t *sh
     return KILN_OK;
 mismatch:
     return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: cannot view %s (%" PRId64 " elements) as %s",
-                       op, shape_str(buf, sizeof buf, t->ndim, t->shape), t->numel,
-                       shape_str(buf2, sizeof buf2, ndim, shape));
+                       op, kiln__shape_str(buf, sizeof buf, t->ndim, t->shape), t->numel,
+                       kiln__shape_str(buf2, sizeof buf2, ndim, shape));
 }
 
 kiln_status kiln_tensor_reshape(const kiln_tensor *t, int ndim, const int64_t *shape,
@@ -570,8 +551,8 @@ kiln_status kiln_tensor_reshape(const kiln_tensor *t, int ndim, const int64_t *s
         char buf[256], buf2[256];
         s = kiln__error(KILN_ERR_SHAPE_MISMATCH,
                         "%s: cannot view %s (%" PRId64 " elements) as %s (%" PRId64 " elements)",
-                        op, shape_str(buf, sizeof buf, t->ndim, t->shape), t->numel,
-                        shape_str(buf2, sizeof buf2, ndim, resolved), numel);
+                        op, kiln__shape_str(buf, sizeof buf, t->ndim, t->shape), t->numel,
+                        kiln__shape_str(buf2, sizeof buf2, ndim, resolved), numel);
     }
     if (s != KILN_OK)
         return s;

@@ -48,6 +48,9 @@ kiln_status kiln__same_device(const char *op, int n, const kiln_tensor *const *t
 kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, const char *op,
                               int64_t *numel, size_t *nbytes);
 
+/* "[2, 3, 4]" into buf (truncated to size); returns buf. For messages. */
+char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
+
 /* A new tensor of the given shape on dev (like kiln_tensor_empty, with op in messages). */
 kiln_status kiln__tensor_new(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                              const char *op, kiln_tensor **out);

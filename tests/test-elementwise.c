@@ -276,7 +276,8 @@ static const bcase bcases[] = {
 
 START_TEST(test_broadcast)
 {
-    static const kiln_binary_op ops[] = {KILN_BINARY_ADD, KILN_BINARY_SUB, KILN_BINARY_LT, KILN_BINARY_MAXIMUM};
+    static const kiln_binary_op ops[] = {KILN_BINARY_ADD, KILN_BINARY_SUB, KILN_BINARY_LT,
+                                         KILN_BINARY_MAXIMUM};
     static const kiln_dtype dts[] = {KILN_F32, KILN_I32, KILN_F16, KILN_I64};
     for (size_t c = 0; c < sizeof bcases / sizeof bcases[0]; c++) {
         const bcase *bc = &bcases[c];
@@ -667,6 +668,293 @@ START_TEST(test_cast_all_pairs)
 }
 END_TEST
 
+/* ---- _out and _i64 forms ------------------------------------------------------------------ */
+
+typedef kiln_status (*binary_out_fn)(const kiln_tensor *, const kiln_tensor *, kiln_tensor *);
+static const binary_out_fn binary_outs[4] = {kiln_add_out, kiln_sub_out, kiln_mul_out,
+                                             kiln_div_out};
+
+/* add/sub/mul/div_out and binary_scalar_out into an existing tensor, every dtype, against the
+ * C reference; a [3, 4] + [4] broadcast and an in-place add. */
+START_TEST(test_binary_out_forms)
+{
+    int64_t n = n_small;
+    for (int k = 0; k < ndtypes; k++) {
+        kiln_dtype dt = dtypes[k];
+        kiln_tensor *o = NULL;
+        ASSERT_OK(kiln_tensor_empty(dev, dt, 1, &n, &o));
+        for (int op = KILN_BINARY_ADD; op <= KILN_BINARY_DIV; op++) {
+            double *a, *b;
+            binary_inputs((kiln_binary_op)op, dt, n, &a, &b);
+            kiln_tensor *ta = upload(dev, dt, 1, &n, a), *tb = upload(dev, dt, 1, &n, b);
+            ASSERT_OK(binary_outs[op](ta, tb, o));
+            double *got = download(o);
+            for (int64_t i = 0; i < n; i++)
+                check_binary_result((kiln_binary_op)op, dt, a, b, got, i, i, i, "_out");
+            free(got);
+            /* the scalar form: a op b[0] */
+            ASSERT_OK(kiln_binary_scalar_out((kiln_binary_op)op, ta, b[0], o));
+            got = download(o);
+            for (int64_t i = 0; i < n; i++)
+                check_binary_result((kiln_binary_op)op, dt, a, b, got, i, i, 0, "scalar_out");
+            free(got);
+            free(a);
+            free(b);
+            kiln_tensor_release(ta);
+            kiln_tensor_release(tb);
+        }
+        kiln_tensor_release(o);
+        /* broadcast [3, 4] op [4], then in place: a = a + b */
+        int64_t s34[2] = {3, 4}, s4 = 4;
+        double *a = values(dt, 12, 0, 50, 3), *b = values(dt, 4, 0, 50, 4);
+        kiln_tensor *ta = upload(dev, dt, 2, s34, a), *tb = upload(dev, dt, 1, &s4, b);
+        ASSERT_OK(kiln_tensor_empty(dev, dt, 2, s34, &o));
+        ASSERT_OK(kiln_mul_out(ta, tb, o));
+        double *got = download(o);
+        for (int64_t i = 0; i < 12; i++)
+            check_binary_result(KILN_BINARY_MUL, dt, a, b, got, i, i, i % 4, "mul_out bcast");
+        free(got);
+        ASSERT_OK(kiln_add_out(ta, tb, ta));
+        got = download(ta);
+        for (int64_t i = 0; i < 12; i++)
+            check_binary_result(KILN_BINARY_ADD, dt, a, b, got, i, i, i % 4, "add_out in place");
+        free(got);
+        free(a);
+        free(b);
+        kiln_tensor_release(ta);
+        kiln_tensor_release(tb);
+        kiln_tensor_release(o);
+    }
+}
+END_TEST
+
+/* The _i64 scalar is passed exactly: values past 2^53 on i64 compare with C's int64_t
+ * arithmetic (wrapping), floats get it rounded to nearest, i32 the exact ends of its range. */
+START_TEST(test_binary_scalar_i64)
+{
+    const int64_t p53 = (1LL << 53) + 1;
+    int64_t n = 6;
+    int64_t a[6] = {INT64_MAX - 1, p53, -p53, 0, 5, INT64_MIN};
+    kiln_tensor *ta = NULL, *r = NULL, *o = NULL, *m = NULL;
+    ASSERT_OK(kiln_tensor_from_host(dev, KILN_I64, 1, &n, a, &ta));
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_I64, 1, &n, &o));
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_U8, 1, &n, &m));
+    const kiln_binary_op ops[] = {KILN_BINARY_ADD, KILN_BINARY_SUB, KILN_BINARY_MUL,
+                                  KILN_BINARY_MAXIMUM};
+    const int64_t scalars[] = {1, p53, INT64_MAX - 1, -p53, 3};
+    for (size_t si = 0; si < sizeof scalars / sizeof scalars[0]; si++) {
+        int64_t sc = scalars[si];
+        for (size_t oi = 0; oi < sizeof ops / sizeof ops[0]; oi++) {
+            ASSERT_OK(kiln_binary_scalar_i64(ops[oi], ta, sc, &r));
+            ASSERT_OK(kiln_binary_scalar_i64_out(ops[oi], ta, sc, o));
+            int64_t got[6], got_out[6];
+            ASSERT_OK(kiln_tensor_read(r, got, sizeof got));
+            ASSERT_OK(kiln_tensor_read(o, got_out, sizeof got_out));
+            for (int i = 0; i < 6; i++) {
+                uint64_t x = (uint64_t)a[i], y = (uint64_t)sc;
+                int64_t want = ops[oi] == KILN_BINARY_ADD   ? (int64_t)(x + y)
+                               : ops[oi] == KILN_BINARY_SUB ? (int64_t)(x - y)
+                               : ops[oi] == KILN_BINARY_MUL ? (int64_t)(x * y)
+                                                            : (a[i] > sc ? a[i] : sc);
+                ck_assert_msg(got[i] == want && got_out[i] == want,
+                              "%s %lld, %lld: %lld / %lld, want %lld", binary_names[ops[oi]],
+                              (long long)a[i], (long long)sc, (long long)got[i],
+                              (long long)got_out[i], (long long)want);
+            }
+            kiln_tensor_release(r);
+        }
+        /* a comparison tells 2^53 + 1 from 2^53 */
+        ASSERT_OK(kiln_binary_scalar_i64_out(KILN_BINARY_EQ, ta, sc, m));
+        uint8_t eq[6];
+        ASSERT_OK(kiln_tensor_read(m, eq, sizeof eq));
+        for (int i = 0; i < 6; i++)
+            ck_assert_uint_eq(eq[i], a[i] == sc);
+    }
+    kiln_tensor_release(ta);
+    kiln_tensor_release(o);
+    kiln_tensor_release(m);
+    /* i32: the ends of the range are exact */
+    int32_t ai[3] = {0, -1, 1};
+    n = 3;
+    ASSERT_OK(kiln_tensor_from_host(dev, KILN_I32, 1, &n, ai, &ta));
+    ASSERT_OK(kiln_binary_scalar_i64(KILN_BINARY_ADD, ta, INT32_MIN, &r));
+    int32_t gi[3];
+    ASSERT_OK(kiln_tensor_read(r, gi, sizeof gi));
+    ck_assert_int_eq(gi[0], INT32_MIN);
+    ck_assert_int_eq(gi[1], INT32_MAX); /* wraps */
+    ck_assert_int_eq(gi[2], INT32_MIN + 1);
+    kiln_tensor_release(r);
+    kiln_tensor_release(ta);
+    /* floats: rounded to nearest (2^24 + 1 -> 2^24 in f32, 2^53 + 1 -> 2^53 in f64) */
+    float af[3] = {0, 1, -1};
+    ASSERT_OK(kiln_tensor_from_host(dev, KILN_F32, 1, &n, af, &ta));
+    ASSERT_OK(kiln_binary_scalar_i64(KILN_BINARY_ADD, ta, (1LL << 24) + 1, &r));
+    float gf[3];
+    ASSERT_OK(kiln_tensor_read(r, gf, sizeof gf));
+    ck_assert(gf[0] == 16777216.0f);
+    kiln_tensor_release(r);
+    kiln_tensor_release(ta);
+    if (has_fp64(dev)) {
+        double ad[3] = {0, 1, -1}, gd[3];
+        ASSERT_OK(kiln_tensor_from_host(dev, KILN_F64, 1, &n, ad, &ta));
+        ASSERT_OK(kiln_binary_scalar_i64(KILN_BINARY_ADD, ta, p53, &r));
+        ASSERT_OK(kiln_tensor_read(r, gd, sizeof gd));
+        ck_assert(gd[0] == 9007199254740992.0);
+        kiln_tensor_release(r);
+        kiln_tensor_release(ta);
+    }
+}
+END_TEST
+
+/* where_out, unary_backward_out and cast_out against C loops, and in place. */
+START_TEST(test_other_out_forms)
+{
+    for (int k = 0; k < ndtypes; k++) {
+        kiln_dtype dt = dtypes[k];
+        int64_t s34[2] = {3, 4}, s4 = 4;
+        double *cv = values(KILN_U8, 4, 0, 2, 8), *a = values(dt, 12, 0, 99, 1);
+        double *b = values(dt, 12, 0, 99, 2);
+        kiln_tensor *tc = upload(dev, KILN_U8, 1, &s4, cv), *ta = upload(dev, dt, 2, s34, a);
+        kiln_tensor *tb = upload(dev, dt, 2, s34, b), *o = NULL;
+        ASSERT_OK(kiln_tensor_empty(dev, dt, 2, s34, &o));
+        ASSERT_OK(kiln_where_out(tc, ta, tb, o));
+        double *got = download(o);
+        for (int i = 0; i < 12; i++)
+            ck_assert_msg(got[i] == (cv[i % 4] ? a[i] : b[i]), "where_out %s [%d]",
+                          kiln_dtype_name(dt), i);
+        free(got);
+        ASSERT_OK(kiln_where_out(tc, ta, tb, tb)); /* in place */
+        got = download(tb);
+        for (int i = 0; i < 12; i++)
+            ck_assert(got[i] == (cv[i % 4] ? a[i] : b[i]));
+        free(got);
+        /* cast_out into every other dtype */
+        for (int j = 0; j < ndtypes; j++) {
+            kiln_tensor *r = NULL;
+            ASSERT_OK(kiln_tensor_empty(dev, dtypes[j], 2, s34, &r));
+            ASSERT_OK(kiln_cast_out(ta, r));
+            got = download(r);
+            for (int i = 0; i < 12; i++)
+                ck_assert_msg(got[i] == ref_cast(dt, dtypes[j], a[i]), "cast_out %s -> %s [%d]",
+                              kiln_dtype_name(dt), kiln_dtype_name(dtypes[j]), i);
+            free(got);
+            kiln_tensor_release(r);
+        }
+        ASSERT_OK(kiln_cast_out(ta, ta)); /* in place: the same dtype, unchanged */
+        got = download(ta);
+        for (int i = 0; i < 12; i++)
+            ck_assert(got[i] == a[i]);
+        free(got);
+        /* unary_backward_out: RELU' is exact (grad where x > 0, else 0), also in place */
+        if (is_float(dt)) {
+            double *x = values(dt, 12, -5, 5, 9);
+            kiln_tensor *tx = upload(dev, dt, 2, s34, x);
+            ASSERT_OK(kiln_unary_backward_out(KILN_UNARY_RELU, tx, ta, o));
+            got = download(o);
+            for (int i = 0; i < 12; i++)
+                ck_assert(got[i] == (x[i] > 0 ? a[i] : 0));
+            free(got);
+            ASSERT_OK(kiln_unary_backward_out(KILN_UNARY_NEG, tx, ta, ta));
+            got = download(ta);
+            for (int i = 0; i < 12; i++)
+                ck_assert(got[i] == -a[i]);
+            free(got);
+            free(x);
+            kiln_tensor_release(tx);
+        }
+        free(cv);
+        free(a);
+        free(b);
+        kiln_tensor_release(tc);
+        kiln_tensor_release(ta);
+        kiln_tensor_release(tb);
+        kiln_tensor_release(o);
+    }
+}
+END_TEST
+
+/* Every _out form: wrong shape (both shapes named), wrong dtype, NULL out; out untouched. */
+START_TEST(test_out_errors)
+{
+    int64_t s23[2] = {2, 3}, s4 = 4;
+    static const float vals[6] = {1, 2, 3, 4, 5, 6};
+    kiln_tensor *a = NULL, *ai = NULL, *c = NULL, *o4 = NULL, *oi = NULL, *ou = NULL;
+    ASSERT_OK(kiln_tensor_from_host(dev, KILN_F32, 2, s23, vals, &a));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_I32, 2, s23, &ai));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_U8, 2, s23, &c));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, &s4, &o4));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_I32, 2, s23, &oi));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_U8, 2, s23, &ou));
+    static const char *const names[4] = {"kiln_add_out", "kiln_sub_out", "kiln_mul_out",
+                                         "kiln_div_out"};
+    for (int op = 0; op < 4; op++) {
+        ASSERT_FAILS(binary_outs[op](a, a, o4), KILN_ERR_SHAPE_MISMATCH, "[4]");
+        ASSERT_ERROR_HAS("[2, 3]");
+        ASSERT_ERROR_HAS(names[op]);
+        ASSERT_FAILS(binary_outs[op](a, a, oi), KILN_ERR_DTYPE_MISMATCH, "i32");
+        ASSERT_FAILS(binary_outs[op](a, a, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+        ASSERT_ERROR_HAS(names[op]);
+    }
+    ASSERT_FAILS(kiln_binary_scalar_out(KILN_BINARY_ADD, a, 1, o4), KILN_ERR_SHAPE_MISMATCH, "[4]");
+    ASSERT_ERROR_HAS("[2, 3]");
+    ASSERT_FAILS(kiln_binary_scalar_out(KILN_BINARY_GT, a, 1, oi), KILN_ERR_DTYPE_MISMATCH, "u8");
+    ASSERT_FAILS(kiln_binary_scalar_out(KILN_BINARY_ADD, a, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_binary_scalar_out: out is NULL");
+    ASSERT_FAILS(kiln_binary_scalar_out(KILN_BINARY_ADD, ai, 1e12, oi), KILN_ERR_INVALID_ARGUMENT,
+                 "does not fit");
+    ASSERT_FAILS(kiln_binary_scalar_i64_out(KILN_BINARY_ADD, a, 1, o4), KILN_ERR_SHAPE_MISMATCH,
+                 "[2, 3]");
+    ASSERT_FAILS(kiln_binary_scalar_i64_out(KILN_BINARY_ADD, a, 1, oi), KILN_ERR_DTYPE_MISMATCH,
+                 "f32");
+    ASSERT_FAILS(kiln_binary_scalar_i64_out(KILN_BINARY_ADD, a, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_binary_scalar_i64_out: out is NULL");
+    ASSERT_FAILS(kiln_binary_scalar_i64_out(KILN_BINARY_ADD, ai, (int64_t)INT32_MAX + 1, oi),
+                 KILN_ERR_INVALID_ARGUMENT, "2147483648 does not fit");
+    kiln_tensor *r = a;
+    ASSERT_FAILS(kiln_binary_scalar_i64(KILN_BINARY_ADD, ai, (int64_t)INT32_MIN - 1, &r),
+                 KILN_ERR_INVALID_ARGUMENT, "i32");
+    ck_assert_ptr_null(r);
+    ASSERT_FAILS(kiln_binary_scalar_i64(KILN_BINARY_ADD, ou, -1, &r), KILN_ERR_INVALID_ARGUMENT,
+                 "u8");
+    ASSERT_FAILS(kiln_binary_scalar_i64(KILN_BINARY_POW, ai, 2, &r), KILN_ERR_UNSUPPORTED, "pow");
+    ASSERT_FAILS(kiln_binary_scalar_i64(KILN_BINARY_ADD, NULL, 2, &r), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_binary_scalar_i64");
+    ASSERT_FAILS(kiln_binary_scalar_i64(KILN_BINARY_ADD, ai, 2, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "out is NULL");
+    ASSERT_FAILS(kiln_where_out(c, a, a, o4), KILN_ERR_SHAPE_MISMATCH, "[4]");
+    ASSERT_ERROR_HAS("[2, 3]");
+    ASSERT_FAILS(kiln_where_out(c, a, a, oi), KILN_ERR_DTYPE_MISMATCH, "i32");
+    ASSERT_FAILS(kiln_where_out(c, a, a, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_where_out: out is NULL");
+    ASSERT_FAILS(kiln_unary_backward_out(KILN_UNARY_TANH, a, a, o4), KILN_ERR_SHAPE_MISMATCH,
+                 "[4]");
+    ASSERT_ERROR_HAS("[2, 3]");
+    ASSERT_FAILS(kiln_unary_backward_out(KILN_UNARY_TANH, a, a, oi), KILN_ERR_DTYPE_MISMATCH,
+                 "i32");
+    ASSERT_FAILS(kiln_unary_backward_out(KILN_UNARY_TANH, a, a, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "grad_in is NULL");
+    ASSERT_FAILS(kiln_cast_out(a, o4), KILN_ERR_SHAPE_MISMATCH, "[4]");
+    ASSERT_ERROR_HAS("[2, 3]");
+    ASSERT_FAILS(kiln_cast_out(a, NULL), KILN_ERR_INVALID_ARGUMENT, "kiln_cast_out: out is NULL");
+    ASSERT_FAILS(kiln_cast_out(NULL, oi), KILN_ERR_INVALID_ARGUMENT, "kiln_cast_out");
+    /* out untouched by every failure above */
+    float f4[4];
+    ASSERT_OK(kiln_tensor_read(o4, f4, sizeof f4));
+    for (int i = 0; i < 4; i++)
+        ck_assert(f4[i] == 0);
+    int32_t i6[6];
+    ASSERT_OK(kiln_tensor_read(oi, i6, sizeof i6));
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(i6[i], 0);
+    kiln_tensor_release(a);
+    kiln_tensor_release(ai);
+    kiln_tensor_release(c);
+    kiln_tensor_release(o4);
+    kiln_tensor_release(oi);
+    kiln_tensor_release(ou);
+}
+END_TEST
+
 /* ---- errors ------------------------------------------------------------------------------ */
 
 START_TEST(test_errors)
@@ -772,6 +1060,26 @@ START_TEST(test_device_mismatch)
     ASSERT_FAILS(kiln_where(c, a, a, &r), KILN_ERR_DEVICE_MISMATCH, s0);
     ASSERT_FAILS(kiln_unary_out(KILN_UNARY_EXP, a, b), KILN_ERR_DEVICE_MISMATCH, s1);
     ASSERT_FAILS(kiln_unary_backward(KILN_UNARY_EXP, a, b, &r), KILN_ERR_DEVICE_MISMATCH, s1);
+    /* the _out forms: out on the other device */
+    kiln_tensor *c0 = NULL;
+    ck_assert_int_eq(kiln_tensor_zeros(devs[0], KILN_U8, 1, &n, &c0), KILN_OK);
+    const binary_out_fn outs[4] = {kiln_add_out, kiln_sub_out, kiln_mul_out, kiln_div_out};
+    for (int op = 0; op < 4; op++) {
+        ASSERT_FAILS(outs[op](a, a, b), KILN_ERR_DEVICE_MISMATCH, s1);
+        ASSERT_ERROR_HAS(s0);
+    }
+    ASSERT_FAILS(kiln_binary_scalar_out(KILN_BINARY_ADD, a, 1, b), KILN_ERR_DEVICE_MISMATCH, s1);
+    ASSERT_ERROR_HAS(s0);
+    ASSERT_FAILS(kiln_binary_scalar_i64_out(KILN_BINARY_ADD, a, 1, b), KILN_ERR_DEVICE_MISMATCH,
+                 s1);
+    ASSERT_ERROR_HAS(s0);
+    ASSERT_FAILS(kiln_where_out(c0, a, a, b), KILN_ERR_DEVICE_MISMATCH, s1);
+    ASSERT_ERROR_HAS(s0);
+    ASSERT_FAILS(kiln_unary_backward_out(KILN_UNARY_EXP, a, a, b), KILN_ERR_DEVICE_MISMATCH, s1);
+    ASSERT_ERROR_HAS(s0);
+    ASSERT_FAILS(kiln_cast_out(a, b), KILN_ERR_DEVICE_MISMATCH, s1);
+    ASSERT_ERROR_HAS(s0);
+    kiln_tensor_release(c0);
     kiln_tensor_release(a);
     kiln_tensor_release(b);
     kiln_tensor_release(c);
@@ -792,6 +1100,10 @@ Suite *elementwise_suite(void)
     tcase_add_test(tc, test_unary_and_backward);
     tcase_add_test(tc, test_unary_edges);
     tcase_add_test(tc, test_cast_all_pairs);
+    tcase_add_test(tc, test_binary_out_forms);
+    tcase_add_test(tc, test_binary_scalar_i64);
+    tcase_add_test(tc, test_other_out_forms);
+    tcase_add_test(tc, test_out_errors);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_zero_size);
     tcase_add_test(tc, test_device_mismatch);

@@ -96,6 +96,14 @@ static void check_softmax(kiln_device *dev, kiln_dtype dt, int ndim, const int64
         }
     }
     free(got);
+    /* the _out form writes the same into an existing tensor */
+    kiln_tensor *o = NULL;
+    ASSERT_OK(kiln_tensor_empty(dev, dt, ndim, shape, &o));
+    ASSERT_OK(logmode ? kiln_log_softmax_out(t, axis, o) : kiln_softmax_out(t, axis, o));
+    got = download(o);
+    assert_close(got, ref, n, tol, logmode ? "log_softmax_out" : "softmax_out", dev, dt);
+    free(got);
+    kiln_tensor_release(o);
     free(x);
     free(ref);
     kiln_tensor_release(t);
@@ -206,6 +214,23 @@ static void check_cross_entropy(kiln_device *dev, kiln_dtype dt, kiln_dtype labe
     }
     kiln_tensor_release(loss);
     kiln_tensor_release(grad);
+    /* the _out form into existing tensors */
+    int64_t one = 1;
+    grad = NULL;
+    ASSERT_OK(kiln_tensor_empty(dev, dt, 1, &one, &loss));
+    if (want_grad)
+        ASSERT_OK(kiln_tensor_empty(dev, dt, 2, shape, &grad));
+    ASSERT_OK(kiln_cross_entropy_out(t, l, loss, grad));
+    got = download(loss);
+    assert_close(got, &ref, 1, 64 * eps_of(dt), "cross_entropy_out loss", dev, dt);
+    free(got);
+    if (want_grad) {
+        got = download(grad);
+        assert_close(got, g, n, 16 * eps_of(dt), "cross_entropy_out grad", dev, dt);
+        free(got);
+    }
+    kiln_tensor_release(loss);
+    kiln_tensor_release(grad);
     kiln_tensor_release(t);
     kiln_tensor_release(l);
     free(x);
@@ -307,6 +332,23 @@ static void check_mse(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *
     kiln_tensor_release(grad);
     ASSERT_OK(kiln_mse_loss(tp, tt, &loss, NULL));
     kiln_tensor_release(loss);
+    /* the _out form into existing tensors, with and without grad */
+    int64_t one = 1;
+    ASSERT_OK(kiln_tensor_empty(dev, dt, 1, &one, &loss));
+    ASSERT_OK(kiln_tensor_empty(dev, dt, ndim, shape, &grad));
+    ASSERT_OK(kiln_mse_loss_out(tp, tt, loss, grad));
+    got = download(loss);
+    assert_close(got, &ref, 1, 64 * eps_of(dt), "mse_loss_out loss", dev, dt);
+    free(got);
+    got = download(grad);
+    assert_close(got, g, n, 16 * eps_of(dt), "mse_loss_out grad", dev, dt);
+    free(got);
+    ASSERT_OK(kiln_mse_loss_out(tp, tt, loss, NULL));
+    got = download(loss);
+    assert_close(got, &ref, 1, 64 * eps_of(dt), "mse_loss_out loss", dev, dt);
+    free(got);
+    kiln_tensor_release(loss);
+    kiln_tensor_release(grad);
     kiln_tensor_release(tp);
     kiln_tensor_release(tt);
     free(p);
@@ -482,6 +524,83 @@ START_TEST(test_optimizer_errors)
 END_TEST
 
 /* Two devices: every op refuses tensors of cpu:0 and cpu:1 together, naming both. */
+/* The _out forms: wrong shape (both named), wrong dtype, NULL, shared memory; outs untouched. */
+START_TEST(test_out_errors)
+{
+    static const int64_t s23[] = {2, 3}, s32[] = {3, 2}, s2[] = {2}, one[] = {1};
+    static const float xv[6] = {1, 2, 3, 4, 5, 6};
+    static const int32_t lv[2] = {0, 2};
+    kiln_tensor *x = NULL, *l = NULL, *o32 = NULL, *o23 = NULL, *od = NULL, *loss = NULL;
+    kiln_tensor *loss2 = NULL, *lossd = NULL, *view = NULL;
+    ASSERT_OK(kiln_tensor_from_host(devs[0], KILN_F32, 2, s23, xv, &x));
+    ASSERT_OK(kiln_tensor_from_host(devs[0], KILN_I32, 1, s2, lv, &l));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s32, &o32));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s23, &o23));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F64, 2, s23, &od));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 1, one, &loss));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 1, s2, &loss2));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F64, 1, one, &lossd));
+    ASSERT_OK(kiln_tensor_reshape(x, 2, s32, &view));
+    /* softmax and log_softmax */
+    ASSERT_FAILS(kiln_softmax_out(x, 1, o32), KILN_ERR_SHAPE_MISMATCH, "[3, 2]");
+    ASSERT_ERROR_HAS("[2, 3]");
+    ASSERT_FAILS(kiln_log_softmax_out(x, 1, o32), KILN_ERR_SHAPE_MISMATCH, "kiln_log_softmax_out");
+    ASSERT_FAILS(kiln_softmax_out(x, 1, od), KILN_ERR_DTYPE_MISMATCH, "f64");
+    ASSERT_FAILS(kiln_log_softmax_out(x, 1, od), KILN_ERR_DTYPE_MISMATCH, "f32");
+    ASSERT_FAILS(kiln_softmax_out(x, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_softmax_out: out is NULL");
+    ASSERT_FAILS(kiln_log_softmax_out(x, 1, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    ASSERT_FAILS(kiln_softmax_out(x, 1, x), KILN_ERR_INVALID_ARGUMENT, "shares memory");
+    ASSERT_FAILS(kiln_log_softmax_out(x, 2, o23), KILN_ERR_INVALID_ARGUMENT, "axis 2");
+    /* cross-entropy */
+    ASSERT_FAILS(kiln_cross_entropy_out(x, l, loss2, NULL), KILN_ERR_SHAPE_MISMATCH, "[2]");
+    ASSERT_ERROR_HAS("[1]");
+    ASSERT_FAILS(kiln_cross_entropy_out(x, l, lossd, NULL), KILN_ERR_DTYPE_MISMATCH, "f64");
+    ASSERT_FAILS(kiln_cross_entropy_out(x, l, loss, o32), KILN_ERR_SHAPE_MISMATCH, "[3, 2]");
+    ASSERT_ERROR_HAS("grad");
+    ASSERT_FAILS(kiln_cross_entropy_out(x, l, loss, od), KILN_ERR_DTYPE_MISMATCH, "grad");
+    ASSERT_FAILS(kiln_cross_entropy_out(x, l, NULL, o23), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_cross_entropy_out: loss is NULL");
+    ASSERT_FAILS(kiln_cross_entropy_out(x, l, loss, x), KILN_ERR_INVALID_ARGUMENT, "shares memory");
+    ASSERT_FAILS(kiln_cross_entropy_out(x, l, loss, loss), KILN_ERR_INVALID_ARGUMENT,
+                 "shares memory");
+    /* mse */
+    ASSERT_FAILS(kiln_mse_loss_out(x, x, loss2, NULL), KILN_ERR_SHAPE_MISMATCH, "[2]");
+    ASSERT_ERROR_HAS("[1]");
+    ASSERT_FAILS(kiln_mse_loss_out(x, x, lossd, NULL), KILN_ERR_DTYPE_MISMATCH, "f64");
+    ASSERT_FAILS(kiln_mse_loss_out(x, x, loss, o32), KILN_ERR_SHAPE_MISMATCH, "[3, 2]");
+    ASSERT_ERROR_HAS("[2, 3]");
+    ASSERT_FAILS(kiln_mse_loss_out(x, x, loss, od), KILN_ERR_DTYPE_MISMATCH, "f64");
+    ASSERT_FAILS(kiln_mse_loss_out(x, x, NULL, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_mse_loss_out: loss is NULL");
+    ASSERT_FAILS(kiln_mse_loss_out(x, o23, loss, view), KILN_ERR_SHAPE_MISMATCH, "grad");
+    ASSERT_FAILS(kiln_mse_loss_out(o23, o23, loss, o23), KILN_ERR_INVALID_ARGUMENT,
+                 "shares memory");
+    /* every failure left the outs as they were */
+    float f[6];
+    ASSERT_OK(kiln_tensor_read(o32, f, sizeof f));
+    for (int i = 0; i < 6; i++)
+        ck_assert(f[i] == 0);
+    ASSERT_OK(kiln_tensor_read(o23, f, sizeof f));
+    for (int i = 0; i < 6; i++)
+        ck_assert(f[i] == 0);
+    ASSERT_OK(kiln_tensor_read(loss, f, sizeof(float)));
+    ck_assert(f[0] == 0);
+    ASSERT_OK(kiln_tensor_read(x, f, sizeof f));
+    for (int i = 0; i < 6; i++)
+        ck_assert(f[i] == xv[i]);
+    kiln_tensor_release(x);
+    kiln_tensor_release(l);
+    kiln_tensor_release(o32);
+    kiln_tensor_release(o23);
+    kiln_tensor_release(od);
+    kiln_tensor_release(loss);
+    kiln_tensor_release(loss2);
+    kiln_tensor_release(lossd);
+    kiln_tensor_release(view);
+}
+END_TEST
+
 START_TEST(test_device_mismatch)
 {
     kiln_device *d0 = NULL, *d1 = NULL;
@@ -500,6 +619,28 @@ START_TEST(test_device_mismatch)
     ASSERT_FAILS(kiln_sgd_step(a, b, NULL, 0.1, 0, 0), KILN_ERR_DEVICE_MISMATCH, "cpu:0");
     ASSERT_FAILS(kiln_adam_step(a, a, a, b, 1, 0.1, 0.9, 0.999, 1e-8), KILN_ERR_DEVICE_MISMATCH,
                  "cpu:1");
+    /* the _out forms: an out on the other device */
+    static const int64_t one[] = {1};
+    kiln_tensor *o1 = NULL, *a2 = NULL, *l0 = NULL;
+    ASSERT_OK(kiln_tensor_zeros(d1, KILN_F32, 1, one, &o1));
+    ASSERT_OK(kiln_tensor_zeros(d0, KILN_F32, 2, s23, &a2));
+    ASSERT_OK(kiln_tensor_zeros(d0, KILN_I32, 1, s2, &l0));
+    ASSERT_FAILS(kiln_softmax_out(a, 1, b), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ASSERT_ERROR_HAS("cpu:0");
+    ASSERT_FAILS(kiln_log_softmax_out(a, 1, b), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ASSERT_ERROR_HAS("cpu:0");
+    ASSERT_FAILS(kiln_cross_entropy_out(a, l0, o1, NULL), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ASSERT_ERROR_HAS("cpu:0");
+    ASSERT_FAILS(kiln_mse_loss_out(a, a2, o1, NULL), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ASSERT_ERROR_HAS("cpu:0");
+    kiln_tensor *o0 = NULL;
+    ASSERT_OK(kiln_tensor_zeros(d0, KILN_F32, 1, one, &o0));
+    ASSERT_FAILS(kiln_mse_loss_out(a, a2, o0, b), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ASSERT_ERROR_HAS("cpu:0");
+    kiln_tensor_release(o0);
+    kiln_tensor_release(o1);
+    kiln_tensor_release(a2);
+    kiln_tensor_release(l0);
     /* Each device alone works. */
     ASSERT_OK(kiln_mse_loss(b, b, &loss, NULL));
     float f;
@@ -576,6 +717,7 @@ Suite *nn_suite(void)
     tcase_add_test(te, test_cross_entropy_errors);
     tcase_add_test(te, test_mse_errors);
     tcase_add_test(te, test_optimizer_errors);
+    tcase_add_test(te, test_out_errors);
     tcase_add_test(te, test_device_mismatch);
     suite_add_tcase(s, te);
     return s;

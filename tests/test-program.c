@@ -643,8 +643,8 @@ START_TEST(builtin_kernel_runs)
     int64_t n = small ? 29 : 300;
     kiln_tensor *out = NULL;
     ck_assert_int_eq(kiln_tensor_empty(dev, KILN_F32, 1, &n, &out), KILN_OK);
-    kiln_arg args[] = {kiln_arg_tensor(out), kiln_arg_f32(1.5f), kiln_arg_f32(0.25f),
-                       kiln_arg_i64(n)};
+    kiln_arg args[] = {kiln_arg_tensor(out), kiln_arg_i64(n), kiln_arg_f32(1.5f),
+                       kiln_arg_f32(0.25f)};
     size_t g = (size_t)n;
     ck_assert_int_eq(kiln__kernel_launch(dev, k, "test", 1, &g, NULL, 4, args), KILN_OK);
     float got[300];

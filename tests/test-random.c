@@ -331,6 +331,79 @@ START_TEST(test_statistics)
 }
 END_TEST
 
+/* The _out forms refill an existing tensor with exactly the allocating forms' numbers (and the
+ * C reference's for f32), on every device and floating dtype. */
+static void check_out_same(kiln_device *d, kiln_dtype dt, bool uniform, uint64_t seed, double a,
+                           double b)
+{
+    int64_t shape[3] = {2, 5, 7};
+    kiln_tensor *want = NULL, *got = NULL;
+    if (uniform)
+        ASSERT_OK(kiln_rand_uniform(d, dt, 3, shape, seed, a, b, &want));
+    else
+        ASSERT_OK(kiln_rand_normal(d, dt, 3, shape, seed, a, b, &want));
+    ASSERT_OK(kiln_full(d, dt, 3, shape, 0, &got));
+    if (uniform)
+        ASSERT_OK(kiln_rand_uniform_out(seed, a, b, got));
+    else
+        ASSERT_OK(kiln_rand_normal_out(seed, a, b, got));
+    void *hw = read_host(want), *hg = read_host(got);
+    ck_assert_msg(memcmp(hw, hg, kiln_tensor_nbytes(want)) == 0, "%s %s %s_out differs",
+                  kiln_device_spec(d), kiln_dtype_name(dt), uniform ? "uniform" : "normal");
+    for (int i = 0; dt == KILN_F32 && i < 70; i++) {
+        float r = uniform ? ref_uniform(i, seed, (float)a, (float)b)
+                          : ref_normal(i, seed, (float)a, (float)b);
+        ck_assert(f2u(((float *)hg)[i]) == f2u(r));
+    }
+    free(hw);
+    free(hg);
+    kiln_tensor_release(want);
+    kiln_tensor_release(got);
+}
+
+START_TEST(test_out_forms)
+{
+    for (int i = 0; i < kiln_device_count(KILN_DEVICE_ALL); i++) {
+        kiln_device *d = kiln_device_at(i);
+        check_out_same(d, KILN_F32, true, 42, -2.0, 3.0);
+        check_out_same(d, KILN_F32, false, 0xffffffff00000001ull, 1.5, 0.25);
+        check_out_same(d, KILN_F16, true, 5, -1, 1);
+        check_out_same(d, KILN_F16, false, 5, 0, 1);
+        if (has_fp64(d)) {
+            check_out_same(d, KILN_F64, true, 9, 0, 1);
+            check_out_same(d, KILN_F64, false, 9, 0, 1);
+        }
+    }
+}
+END_TEST
+
+/* The _out forms' errors leave out as it was. */
+START_TEST(test_out_errors)
+{
+    int64_t n = 4;
+    kiln_tensor *t = NULL, *i = NULL;
+    ASSERT_OK(kiln_full(dev, KILN_F32, 1, &n, 7, &t));
+    ASSERT_OK(kiln_full(dev, KILN_I32, 1, &n, 7, &i));
+    ASSERT_FAILS(kiln_rand_uniform_out(1, 0, 1, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    ASSERT_FAILS(kiln_rand_normal_out(1, 0, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_rand_normal_out: out is NULL");
+    ASSERT_FAILS(kiln_rand_uniform_out(1, 0, 1, i), KILN_ERR_UNSUPPORTED, "i32");
+    ASSERT_FAILS(kiln_rand_normal_out(1, 0, 1, i), KILN_ERR_UNSUPPORTED, "kiln_rand_normal_out");
+    ASSERT_FAILS(kiln_rand_uniform_out(1, 1, 1, t), KILN_ERR_INVALID_ARGUMENT, "less than high");
+    ASSERT_FAILS(kiln_rand_uniform_out(1, 0, NAN, t), KILN_ERR_INVALID_ARGUMENT, "finite");
+    ASSERT_FAILS(kiln_rand_normal_out(1, 0, -1, t), KILN_ERR_INVALID_ARGUMENT, "negative");
+    float h[4];
+    ASSERT_OK(kiln_tensor_read(t, h, sizeof h));
+    for (int k = 0; k < 4; k++)
+        ck_assert(h[k] == 7.0f);
+    kiln_tensor_release(t);
+    kiln_tensor_release(i);
+    /* a released tensor is refused by name */
+    ASSERT_FAILS(kiln_rand_uniform_out(1, 0, 1, t), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_rand_uniform_out");
+}
+END_TEST
+
 START_TEST(test_zero_size)
 {
     int64_t shape[2] = {0, 4};
@@ -382,6 +455,8 @@ Suite *random_suite(void)
     tcase_add_test(tc, test_counter_per_element);
     tcase_add_test(tc, test_other_float_dtypes);
     tcase_add_test(tc, test_statistics);
+    tcase_add_test(tc, test_out_forms);
+    tcase_add_test(tc, test_out_errors);
     tcase_add_test(tc, test_zero_size);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);

@@ -10,6 +10,16 @@
 
 /* Copies move elements bit for bit: every comparison is exact. */
 
+/* The _out form's result: a new empty tensor shaped like y, filled by the _out call in the
+ * caller, compared with the same reference. */
+static kiln_tensor *empty_like(const kiln_tensor *y)
+{
+    kiln_tensor *o = NULL;
+    ASSERT_OK(kiln_tensor_empty(kiln_tensor_device(y), kiln_tensor_dtype(y), kiln_tensor_ndim(y),
+                                kiln_tensor_shape(y), &o));
+    return o;
+}
+
 static void strides_of(int ndim, const int64_t *shape, int64_t *st)
 {
     int64_t s = 1;
@@ -63,6 +73,10 @@ static void check_permute(kiln_device *dev, kiln_dtype dt, int ndim, const int64
     assert_shape(y, ndim, oshape);
     ck_assert_int_eq(kiln_tensor_dtype(y), dt);
     assert_values(y, ref, n, "permute");
+    kiln_tensor *o = empty_like(y);
+    ASSERT_OK(kiln_permute_out(t, perm, o));
+    assert_values(o, ref, n, "permute_out");
+    kiln_tensor_release(o);
     kiln_tensor_release(t);
     kiln_tensor_release(y);
     free(x);
@@ -149,6 +163,10 @@ START_TEST(test_transpose)
             static const int64_t want[] = {61, 7};
             assert_shape(y, 2, want);
             assert_values(y, ref, n, "transpose");
+            kiln_tensor *o = empty_like(y);
+            ASSERT_OK(kiln_transpose_out(t, o));
+            assert_values(o, ref, n, "transpose_out");
+            kiln_tensor_release(o);
             kiln_tensor_release(y);
             kiln_tensor_release(t);
         }
@@ -217,6 +235,10 @@ static void check_cat(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *
     ASSERT_OK(kiln_cat((const kiln_tensor *const *)parts, n, axis, &y));
     assert_shape(y, ndim, oshape);
     assert_values(y, ref, outer * total * inner, "cat");
+    kiln_tensor *o = empty_like(y);
+    ASSERT_OK(kiln_cat_out((const kiln_tensor *const *)parts, n, axis, o));
+    assert_values(o, ref, outer * total * inner, "cat_out");
+    kiln_tensor_release(o);
     kiln_tensor_release(y);
     for (int i = 0; i < n; i++)
         kiln_tensor_release(parts[i]);
@@ -298,6 +320,10 @@ static void check_slice(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t
     ASSERT_OK(kiln_slice(t, axis, start, end, &y));
     assert_shape(y, ndim, oshape);
     assert_values(y, ref, k, "slice");
+    kiln_tensor *o = empty_like(y);
+    ASSERT_OK(kiln_slice_out(t, axis, start, end, o));
+    assert_values(o, ref, k, "slice_out");
+    kiln_tensor_release(o);
     kiln_tensor_release(t);
     kiln_tensor_release(y);
     free(x);
@@ -338,6 +364,76 @@ START_TEST(test_slice_errors)
 }
 END_TEST
 
+/* The _out forms: wrong shape (both named), wrong dtype, NULL out, out sharing memory with an
+ * input (a reshaped view); out untouched by all of them. */
+START_TEST(test_out_errors)
+{
+    static const int64_t s23[] = {2, 3}, s32[] = {3, 2}, s43[] = {4, 3};
+    static const double vals[6] = {1, 2, 3, 4, 5, 6};
+    static const int p10[] = {1, 0};
+    kiln_tensor *a = upload(devs[0], KILN_F32, 2, s23, vals), *o = NULL, *oi = NULL, *v = NULL;
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s23, &o));  /* wrong shape for most */
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I32, 2, s32, &oi)); /* wrong dtype */
+    ASSERT_OK(kiln_tensor_reshape(a, 2, s32, &v));                /* a's memory as [3, 2] */
+    ASSERT_FAILS(kiln_permute_out(a, p10, o), KILN_ERR_SHAPE_MISMATCH, "[2, 3]");
+    ASSERT_ERROR_HAS("[3, 2]");
+    ASSERT_ERROR_HAS("kiln_permute_out");
+    ASSERT_FAILS(kiln_permute_out(a, p10, oi), KILN_ERR_DTYPE_MISMATCH, "i32");
+    ASSERT_FAILS(kiln_permute_out(a, p10, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    ASSERT_FAILS(kiln_permute_out(a, p10, v), KILN_ERR_INVALID_ARGUMENT, "shares memory");
+    ASSERT_FAILS(kiln_permute_out(a, NULL, oi), KILN_ERR_INVALID_ARGUMENT, "perm is NULL");
+    ASSERT_FAILS(kiln_transpose_out(a, o), KILN_ERR_SHAPE_MISMATCH, "[2, 3]");
+    ASSERT_ERROR_HAS("[3, 2]");
+    ASSERT_FAILS(kiln_transpose_out(a, oi), KILN_ERR_DTYPE_MISMATCH, "f32");
+    ASSERT_FAILS(kiln_transpose_out(a, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_transpose_out: out is NULL");
+    ASSERT_FAILS(kiln_transpose_out(a, v), KILN_ERR_INVALID_ARGUMENT, "shares memory");
+    ASSERT_FAILS(kiln_transpose_out(NULL, o), KILN_ERR_INVALID_ARGUMENT, "kiln_transpose_out");
+    const kiln_tensor *aa[] = {a, a};
+    kiln_tensor *o43 = NULL, *big = NULL, *bigv = NULL;
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s43, &big));
+    ASSERT_OK(kiln_tensor_reshape(big, 1, (const int64_t[]){12}, &bigv));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I32, 2, s43, &o43));
+    ASSERT_FAILS(kiln_cat_out(aa, 2, 0, o), KILN_ERR_SHAPE_MISMATCH, "[4, 3]");
+    ASSERT_ERROR_HAS("[2, 3]");
+    ASSERT_FAILS(kiln_cat_out(aa, 2, 0, o43), KILN_ERR_DTYPE_MISMATCH, "i32");
+    ASSERT_FAILS(kiln_cat_out(aa, 2, 0, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_cat_out: out is NULL");
+    const kiln_tensor *ab[] = {a, bigv};
+    ASSERT_FAILS(kiln_cat_out(ab, 2, 0, big), KILN_ERR_SHAPE_MISMATCH, "kiln_cat_out");
+    const kiln_tensor *sb[] = {bigv};
+    ASSERT_FAILS(kiln_cat_out(sb, 1, 0, bigv), KILN_ERR_INVALID_ARGUMENT, "shares memory");
+    const kiln_tensor *sc[] = {big};
+    ASSERT_FAILS(kiln_cat_out(sc, 1, 0, big), KILN_ERR_INVALID_ARGUMENT, "shares memory");
+    ASSERT_FAILS(kiln_slice_out(a, 1, 0, 2, o), KILN_ERR_SHAPE_MISMATCH, "[2, 2]");
+    ASSERT_ERROR_HAS("[2, 3]");
+    ASSERT_FAILS(kiln_slice_out(a, 0, 0, 2, oi), KILN_ERR_DTYPE_MISMATCH, "i32");
+    ASSERT_FAILS(kiln_slice_out(a, 0, 0, 2, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_slice_out: out is NULL");
+    ASSERT_FAILS(kiln_slice_out(a, 0, 0, 2, a), KILN_ERR_INVALID_ARGUMENT, "shares memory");
+    ASSERT_FAILS(kiln_slice_out(a, 0, 0, 5, o), KILN_ERR_INVALID_ARGUMENT, "no clamping");
+    /* every failure left the outs as they were */
+    float f[6];
+    ASSERT_OK(kiln_tensor_read(o, f, sizeof f));
+    for (int i = 0; i < 6; i++)
+        ck_assert(f[i] == 0);
+    int32_t iv[6];
+    ASSERT_OK(kiln_tensor_read(oi, iv, sizeof iv));
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(iv[i], 0);
+    ASSERT_OK(kiln_tensor_read(a, f, sizeof f));
+    for (int i = 0; i < 6; i++)
+        ck_assert(f[i] == vals[i]);
+    kiln_tensor_release(a);
+    kiln_tensor_release(o);
+    kiln_tensor_release(oi);
+    kiln_tensor_release(v);
+    kiln_tensor_release(o43);
+    kiln_tensor_release(big);
+    kiln_tensor_release(bigv);
+}
+END_TEST
+
 /* Two devices: mixing cpu:0 and cpu:1 tensors is refused, naming both; each works alone. */
 START_TEST(test_device_mismatch)
 {
@@ -353,6 +449,25 @@ START_TEST(test_device_mismatch)
     ASSERT_FAILS(kiln_cat(ab, 2, 0, &y), KILN_ERR_DEVICE_MISMATCH, "cpu:0");
     ASSERT_FAILS(kiln_cat(ab, 2, 0, &y), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
     ck_assert_ptr_null(y);
+    /* the _out forms: out on the other device */
+    static const int64_t s32[] = {3, 2}, s43[] = {4, 3};
+    static const int p10[] = {1, 0};
+    kiln_tensor *o32 = NULL, *o43 = NULL, *o23 = NULL;
+    ASSERT_OK(kiln_tensor_zeros(d1, KILN_F32, 2, s32, &o32));
+    ASSERT_OK(kiln_tensor_zeros(d1, KILN_F32, 2, s43, &o43));
+    ASSERT_OK(kiln_tensor_zeros(d1, KILN_F32, 2, shape, &o23));
+    ASSERT_FAILS(kiln_permute_out(a, p10, o32), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ASSERT_ERROR_HAS("cpu:0");
+    ASSERT_FAILS(kiln_transpose_out(a, o32), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ASSERT_ERROR_HAS("cpu:0");
+    const kiln_tensor *aa[] = {a, a};
+    ASSERT_FAILS(kiln_cat_out(aa, 2, 0, o43), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ASSERT_ERROR_HAS("cpu:0");
+    ASSERT_FAILS(kiln_slice_out(a, 0, 0, 2, o23), KILN_ERR_DEVICE_MISMATCH, "cpu:1");
+    ASSERT_ERROR_HAS("cpu:0");
+    kiln_tensor_release(o32);
+    kiln_tensor_release(o43);
+    kiln_tensor_release(o23);
     kiln_tensor_release(a);
     kiln_tensor_release(b);
 }
@@ -378,6 +493,7 @@ Suite *shape_suite(void)
     tcase_add_test(te, test_permute_errors);
     tcase_add_test(te, test_cat_errors);
     tcase_add_test(te, test_slice_errors);
+    tcase_add_test(te, test_out_errors);
     tcase_add_test(te, test_device_mismatch);
     suite_add_tcase(s, te);
     return s;

@@ -1,9 +1,10 @@
 /* creation.cl - kernels over slot T (prelude.cl: KILN_T, KILN_TC, STORE_T):
- *   kiln_fill(out, value, n)          out[i] = value
- *   kiln_arange(out, start, step, n)  out[i] = start + i * step, in the compute type
+ *   kiln_fill(out, n, value)          out[i] = value
+ *   kiln_arange(out, n, start, step)  out[i] = start + i * step, in the compute type
+ * (the output and its length first, as kiln__fill_kernel in lib/ops/common.c passes them)
  * A kernel rather than clEnqueueFillBuffer: Oclgrind does not count a pattern fill as
  * initialising memory, so every later read of it would be reported. */
-kernel void kiln_fill(global KILN_T *out, KILN_TC value, long n)
+kernel void kiln_fill(global KILN_T *out, long n, KILN_TC value)
 {
     long i = get_global_id(0);
     if (i >= n)
@@ -11,7 +12,7 @@ kernel void kiln_fill(global KILN_T *out, KILN_TC value, long n)
     STORE_T(out, i, value);
 }
 
-kernel void kiln_arange(global KILN_T *out, KILN_TC start, KILN_TC step, long n)
+kernel void kiln_arange(global KILN_T *out, long n, KILN_TC start, KILN_TC step)
 {
     long i = get_global_id(0);
     if (i >= n)

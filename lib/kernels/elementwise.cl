@@ -1,8 +1,8 @@
 /* elementwise.cl - elementwise kernels over one element type T (one program per dtype).
  * Expects the prelude's slot T (KILN_T, KILN_TC, LOAD_T, STORE_T) and either KILN_IS_FLOAT or
  * KILN_IS_INT; integer programs also get KILN_UT (the unsigned type of T's width, for wrapping
- * arithmetic) and KILN_IS_SIGNED for i32/i64. Kernels (OP: add sub mul div pow minimum maximum
- * eq ne lt le gt ge; UOP: neg abs exp log sqrt rsqrt sin cos tanh sigmoid relu gelu):
+ * arithmetic) and KILN_IS_SIGNED for signed ones. Kernels, instantiated from the tables of
+ * kiln.h (OP: every name of KILN_BINARY_OP_MAP; UOP: every name of KILN_UNARY_OP_MAP):
  *   kiln_b_OP(a, b, out, n)                      same shape, contiguous
  *   kiln_bs_OP(a, scalar, out, n)                a OP scalar
  *   kiln_bb_OP(a, b, out, n, shape[8], sa[8], sb[8])   broadcast: 8 result dims (outermost
@@ -11,11 +11,15 @@
  *                                                dims, a 2-D range without divisions
  *   kiln_where(c, a, b, out, n), kiln_where_bb(c, a, b, out, n, shape[8], sc[8], sa[8], sb[8])
  *   kiln_u_UOP(x, out, n), kiln_ub_UOP(x, grad, out, n)   unary and its backward
- *   kiln_cast_to_{f32,f64,f16,i32,i64,u8}(x, out, n)      float -> integer truncates toward zero
- *                                                and saturates (NaN -> 0); integers wrap
+ *   kiln_cast_to_NAME(x, out, n)                 NAME: every dtype of KILN_DTYPE_MAP; float ->
+ *                                                integer truncates toward zero and saturates
+ *                                                (NaN -> 0); integers wrap
  * Every kernel bounds-checks its global id against n (global sizes are padded). */
 
 /* ---- binary operators ------------------------------------------------------------------- */
+/* An op's kernel line: OP_<name>(x, y) in the compute type KILN_TC. Kind ARITH needs one for
+ * floating programs and one for integer programs (wrapping through KILN_UT), FLOAT one for
+ * floating programs, COMPARE one for all (a truth value, stored as a u8 0/1). */
 #ifdef KILN_IS_FLOAT
 #define OP_add(x, y) ((x) + (y))
 #define OP_sub(x, y) ((x) - (y))
@@ -60,7 +64,7 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
  * (s7) first; once the rest is 0 every outer coordinate is 0 too. The remainder is written as
  * r - q * s, not %: LLVM turns a div/rem pair into a `freeze` that Oclgrind cannot run. */
 #define BB_SHAPE long s0, long s1, long s2, long s3, long s4, long s5, long s6, long s7
-#define BB_STRIDES(a) long a##0, long a##1, long a##2, long a##3, long a##4, long a##5, \
+#define BB_STRIDES(a) long a##0, long a##1, long a##2, long a##3, long a##4, long a##5,       \
                       long a##6, long a##7
 #define BB_STEP2(k)                                                                           \
     if (r) {                                                                                  \
@@ -74,25 +78,25 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
     BB_STEP2(7) BB_STEP2(6) BB_STEP2(5) BB_STEP2(4) BB_STEP2(3) BB_STEP2(2) BB_STEP2(1)       \
     BB_STEP2(0)
 
-#define DEF_BINARY(op, OUTT, STORE)                                                           \
-    kernel void kiln_b_##op(global const KILN_T *a, global const KILN_T *b,                   \
+#define DEF_BINARY(OPF, KB, KBS, KBB, KB2, OUTT, STORE)                                       \
+    kernel void KB(global const KILN_T *a, global const KILN_T *b,                            \
                             global OUTT *out, long n)                                         \
     {                                                                                         \
         long i = get_global_id(0);                                                            \
         if (i >= n)                                                                           \
             return;                                                                           \
         KILN_TC x = LOAD_T(a, i), y = LOAD_T(b, i);                                           \
-        STORE(out, i, OP_##op(x, y));                                                         \
+        STORE(out, i, OPF(x, y));                                                             \
     }                                                                                         \
-    kernel void kiln_bs_##op(global const KILN_T *a, KILN_TC y, global OUTT *out, long n)     \
+    kernel void KBS(global const KILN_T *a, KILN_TC y, global OUTT *out, long n)              \
     {                                                                                         \
         long i = get_global_id(0);                                                            \
         if (i >= n)                                                                           \
             return;                                                                           \
         KILN_TC x = LOAD_T(a, i);                                                             \
-        STORE(out, i, OP_##op(x, y));                                                         \
+        STORE(out, i, OPF(x, y));                                                             \
     }                                                                                         \
-    kernel void kiln_bb_##op(global const KILN_T *a, global const KILN_T *b,                  \
+    kernel void KBB(global const KILN_T *a, global const KILN_T *b,                           \
                              global OUTT *out, long n, BB_SHAPE, BB_STRIDES(sa),              \
                              BB_STRIDES(sb))                                                  \
     {                                                                                         \
@@ -101,9 +105,9 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
             return;                                                                           \
         BB_INDEX2                                                                             \
         KILN_TC x = LOAD_T(a, ia), y = LOAD_T(b, ib);                                         \
-        STORE(out, i, OP_##op(x, y));                                                         \
+        STORE(out, i, OPF(x, y));                                                             \
     }                                                                                         \
-    kernel void kiln_b2_##op(global const KILN_T *a, global const KILN_T *b,                  \
+    kernel void KB2(global const KILN_T *a, global const KILN_T *b,                           \
                              global OUTT *out, long rows, long cols, long sar, long sac,      \
                              long sbr, long sbc)                                              \
     {                                                                                         \
@@ -111,24 +115,24 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
         if (c >= cols || r >= rows)                                                           \
             return;                                                                           \
         KILN_TC x = LOAD_T(a, r * sar + c * sac), y = LOAD_T(b, r * sbr + c * sbc);           \
-        STORE(out, r * cols + c, OP_##op(x, y));                                              \
+        STORE(out, r * cols + c, OPF(x, y));                                                  \
     }
 
-DEF_BINARY(add, KILN_T, STORE_T)
-DEF_BINARY(sub, KILN_T, STORE_T)
-DEF_BINARY(mul, KILN_T, STORE_T)
-DEF_BINARY(div, KILN_T, STORE_T)
+/* One set of kernels per line of KILN_BINARY_OP_MAP (kiln.h, copied in front of the prelude),
+ * by its kind: ARITH on every dtype, FLOAT on floating dtypes only, COMPARE on every dtype
+ * giving a u8 mask. An op's only line here is its OP_<name>. */
+#define DEF_BINARY_ARITH(...) DEF_BINARY(__VA_ARGS__, KILN_T, STORE_T)
+#define DEF_BINARY_COMPARE(...) DEF_BINARY(__VA_ARGS__, uchar, STORE_U8)
 #ifdef KILN_IS_FLOAT
-DEF_BINARY(pow, KILN_T, STORE_T)
+#define DEF_BINARY_FLOAT(...) DEF_BINARY(__VA_ARGS__, KILN_T, STORE_T)
+#else
+#define DEF_BINARY_FLOAT(...)
 #endif
-DEF_BINARY(minimum, KILN_T, STORE_T)
-DEF_BINARY(maximum, KILN_T, STORE_T)
-DEF_BINARY(eq, uchar, STORE_U8)
-DEF_BINARY(ne, uchar, STORE_U8)
-DEF_BINARY(lt, uchar, STORE_U8)
-DEF_BINARY(le, uchar, STORE_U8)
-DEF_BINARY(gt, uchar, STORE_U8)
-DEF_BINARY(ge, uchar, STORE_U8)
+/* Every name is pasted here, at the first level: a bare `pow` or `abs` would be expanded by
+ * OpenCL implementations that define builtins as macros (PoCL: #define pow _cl_pow). */
+#define DEF_BINARY_X(NAME, num, name, kind)                                                   \
+    DEF_BINARY_##kind(OP_##name, kiln_b_##name, kiln_bs_##name, kiln_bb_##name, kiln_b2_##name)
+KILN_BINARY_OP_MAP(DEF_BINARY_X)
 
 /* ---- where ------------------------------------------------------------------------------ */
 kernel void kiln_where(global const uchar *c, global const KILN_T *a, global const KILN_T *b,
@@ -163,6 +167,8 @@ kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global 
 }
 
 /* ---- unary operators and their derivatives ---------------------------------------------- */
+/* An op's kernel lines: U_<name>(x) and its derivative UB_<name>(x, g) = g * op'(x) for
+ * floating programs; kind ANY also U_<name>(x) for integer programs (wrapping, no derivative). */
 #define ONE ((KILN_TC)1)
 #define ZERO ((KILN_TC)0)
 /* Fractional constants: a plain literal is a double, which a device without fp64 may warn
@@ -247,78 +253,66 @@ KILN_TC kiln_gelu_d(KILN_TC x)
 #endif
 #endif
 
-#define DEF_UNARY(op)                                                                         \
-    kernel void kiln_u_##op(global const KILN_T *x, global KILN_T *out, long n)               \
+#define DEF_UNARY(UF, KU)                                                                     \
+    kernel void KU(global const KILN_T *x, global KILN_T *out, long n)                        \
     {                                                                                         \
         long i = get_global_id(0);                                                            \
         if (i >= n)                                                                           \
             return;                                                                           \
         KILN_TC v = LOAD_T(x, i);                                                             \
-        STORE_T(out, i, U_##op(v));                                                           \
+        STORE_T(out, i, UF(v));                                                               \
     }
-#define DEF_UNARY_BW(op)                                                                      \
-    kernel void kiln_ub_##op(global const KILN_T *x, global const KILN_T *g,                  \
+#define DEF_UNARY_BW(UBF, KUB)                                                                \
+    kernel void KUB(global const KILN_T *x, global const KILN_T *g,                           \
                              global KILN_T *out, long n)                                      \
     {                                                                                         \
         long i = get_global_id(0);                                                            \
         if (i >= n)                                                                           \
             return;                                                                           \
         KILN_TC v = LOAD_T(x, i), gv = LOAD_T(g, i);                                          \
-        STORE_T(out, i, UB_##op(v, gv));                                                      \
+        STORE_T(out, i, UBF(v, gv));                                                          \
     }
 
-DEF_UNARY(neg)
-DEF_UNARY(abs)
-DEF_UNARY(relu)
+/* One kernel (and on floating dtypes its derivative) per line of KILN_UNARY_OP_MAP, by its
+ * kind: ANY on every dtype (U_<name> for floating and integer dtypes), FLOAT on floating dtypes
+ * only. Derivatives (UB_<name>) exist for floating dtypes only. */
 #ifdef KILN_IS_FLOAT
-DEF_UNARY(exp)
-DEF_UNARY(log)
-DEF_UNARY(sqrt)
-DEF_UNARY(rsqrt)
-DEF_UNARY(sin)
-DEF_UNARY(cos)
-DEF_UNARY(tanh)
-DEF_UNARY(sigmoid)
-DEF_UNARY(gelu)
-DEF_UNARY_BW(neg)
-DEF_UNARY_BW(abs)
-DEF_UNARY_BW(relu)
-DEF_UNARY_BW(exp)
-DEF_UNARY_BW(log)
-DEF_UNARY_BW(sqrt)
-DEF_UNARY_BW(rsqrt)
-DEF_UNARY_BW(sin)
-DEF_UNARY_BW(cos)
-DEF_UNARY_BW(tanh)
-DEF_UNARY_BW(sigmoid)
-DEF_UNARY_BW(gelu)
+#define DEF_UNARY_ANY(UF, KU, UBF, KUB) DEF_UNARY(UF, KU) DEF_UNARY_BW(UBF, KUB)
+#define DEF_UNARY_FLOAT(UF, KU, UBF, KUB) DEF_UNARY(UF, KU) DEF_UNARY_BW(UBF, KUB)
+#else
+#define DEF_UNARY_ANY(UF, KU, UBF, KUB) DEF_UNARY(UF, KU)
+#define DEF_UNARY_FLOAT(UF, KU, UBF, KUB)
 #endif
+#define DEF_UNARY_X(NAME, num, name, kind)                                                    \
+    DEF_UNARY_##kind(U_##name, kiln_u_##name, UB_##name, kiln_ub_##name)
+KILN_UNARY_OP_MAP(DEF_UNARY_X)
 
 /* ---- casts ------------------------------------------------------------------------------ */
+/* One kiln_cast_to_<name> per line of KILN_DTYPE_MAP that the device can hold (KILN_IF_<name>
+ * and KILN_STORE_AS_<name> come with the tables, see lib/kernels/embed.py). To an integer:
+ * from floating, truncate toward zero and saturate, NaN -> 0 as the spec says for _sat
+ * (tested explicitly: Oclgrind gives MIN); from integers, wrap. To floating: convert in the
+ * target's compute type (a floating source goes to vstore_half as it is: one rounding). */
 #ifdef KILN_IS_FLOAT
-/* NaN -> 0 as the spec says for _sat (tested explicitly: Oclgrind gives MIN). */
 #define TO_INT(ty, v) (isnan(v) ? (ty)0 : convert_##ty##_sat_rtz(v))
-#define TO_HALF(v) (v)
+#define TO_FLOAT(ty, v) (v)
 #else
 #define TO_INT(ty, v) ((ty)(v))
-#define TO_HALF(v) ((float)(v))
+#define TO_FLOAT(ty, v) ((ty)(v))
 #endif
+#define CAST_VALUE_1(cl, clc, v) TO_FLOAT(clc, v)
+#define CAST_VALUE_0(cl, clc, v) TO_INT(cl, v)
 
-#define DEF_CAST(name, OUTT, EXPR)                                                            \
-    kernel void kiln_cast_to_##name(global const KILN_T *x, global OUTT *out, long n)         \
+#define DEF_CAST(KC, STORE, OUTT, VALUE)                                                      \
+    kernel void KC(global const KILN_T *x, global OUTT *out, long n)                          \
     {                                                                                         \
         long i = get_global_id(0);                                                            \
         if (i >= n)                                                                           \
             return;                                                                           \
         KILN_TC v = LOAD_T(x, i);                                                             \
-        EXPR;                                                                                 \
+        STORE(out, i, VALUE);                                                                 \
     }
-
-DEF_CAST(f32, float, out[i] = (float)v)
-#ifdef KILN_HAS_FP64
-DEF_CAST(f64, double, out[i] = (double)v)
-#endif
-DEF_CAST(f16, half, vstore_half(TO_HALF(v), i, out))
-DEF_CAST(i32, int, out[i] = TO_INT(int, v))
-DEF_CAST(i64, long, out[i] = TO_INT(long, v))
-DEF_CAST(u8, uchar, out[i] = TO_INT(uchar, v))
+#define DEF_CAST_X(NAME, num, name, bytes, cl, clc, fl, sg)                                   \
+    KILN_IF_##name(                                                                           \
+        DEF_CAST(kiln_cast_to_##name, KILN_STORE_AS_##name, cl, CAST_VALUE_##fl(cl, clc, v)))
+KILN_DTYPE_MAP(DEF_CAST_X)

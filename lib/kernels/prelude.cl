@@ -1,5 +1,9 @@
-/* prelude.cl - prepended to every built-in kernel source. Defines the element-type slots that
- * ops select with -D options (see lib/ops/common.c, kiln__dtype_defines):
+/* prelude.cl - prepended to every built-in kernel source. At build time lib/kernels/embed.py
+ * puts in front of it the X-macro tables of include/kiln.h (KILN_DTYPE_MAP, KILN_BINARY_OP_MAP,
+ * KILN_UNARY_OP_MAP, KILN_REDUCE_OP_MAP) and, per dtype <name>, KILN_IF_<name>(...) and
+ * KILN_STORE_AS_<name>(p, i, v), so kernels instantiate from the same lines as the C enums.
+ * Defines the element-type slots that ops select with -D options (see lib/dtype.c,
+ * kiln__dtype_defines):
  *   KILN_T / KILN_TC   storage and compute type of slot T (also U and O), with
  *   KILN_T_HALF        set when T is stored as f16 (computed in float via vload/vstore_half)
  *   LOAD_T(p, i), STORE_T(p, i, v)   element access for the slot (LOAD_U/STORE_U, LOAD_O/...)

@@ -1,120 +1,202 @@
-/* common.c - helpers shared by the ops: dtype names for kernels, capability checks, scalar
- * arguments and NumPy broadcasting. */
+/* common.c - helpers shared by the ops: capability checks, scalar arguments, result tensors,
+ * shape messages and NumPy broadcasting. */
 #include "common.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "launch.h"
+#include "program.h"
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
 
-const char *kiln__cl_type(kiln_dtype dtype)
-{
-    static const char *const names[KILN_DTYPE_COUNT] = {"float", "double", "half",
-                                                        "int",   "long",   "uchar"};
-    return kiln__dtype_valid(dtype) ? names[dtype] : "?";
-}
-
-const char *kiln__cl_compute_type(kiln_dtype dtype)
-{
-    return dtype == KILN_F16 ? "float" : kiln__cl_type(dtype);
-}
-
-bool kiln__dtype_valid(kiln_dtype dtype)
-{
-    return (int)dtype >= 0 && (int)dtype < KILN_DTYPE_COUNT;
-}
-
-bool kiln__dtype_is_float(kiln_dtype dtype)
-{
-    return dtype == KILN_F32 || dtype == KILN_F64 || dtype == KILN_F16;
-}
-
-char *kiln__dtype_defines(char *buf, size_t size, const char *slot, kiln_dtype dtype)
-{
-    size_t used = strnlen(buf, size);
-    snprintf(buf + used, size - used, "%s-DKILN_%s=%s -DKILN_%sC=%s%s%s%s", used ? " " : "", slot,
-             kiln__cl_type(dtype), slot, kiln__cl_compute_type(dtype),
-             dtype == KILN_F16 ? " -DKILN_" : "", dtype == KILN_F16 ? slot : "",
-             dtype == KILN_F16 ? "_HALF=1" : "");
-    return buf;
-}
-
 kiln_status kiln__check_dtype_on(kiln_device *dev, kiln_dtype dtype, const char *op)
 {
     if (!kiln__dtype_valid(dtype))
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", op, (int)dtype);
-    if (dtype == KILN_F64 && !dev->info.fp64)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d; use one of %s", op,
+                           (int)dtype, kiln__dtype_list());
+    if (kiln__dtype_needs_fp64(dtype) && !dev->info.fp64)
         return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "%s: device %s (%s) has no fp64 support (cl_khr_fp64); use f32", op,
-                           dev->info.spec, dev->info.name);
+                           "%s: device %s (%s) has no fp64 support (cl_khr_fp64), which %s "
+                           "needs; use f32",
+                           op, dev->info.spec, dev->info.name, kiln__dtype_name(dtype));
     return KILN_OK;
 }
 
-/* Scalar args are built here rather than with kiln_arg_f32() and friends so that the ops'
- * argument lists stay plain data. */
-static kiln_arg scalar_arg(kiln_dtype dtype, size_t size)
+/* An integer scalar's bits, written at the start of kiln_arg's union (where every member
+ * starts) through the unsigned type of a.size's width: conversion to it is modulo 2^bits,
+ * which gives the two's complement bits of a signed value too. */
+static kiln_arg int_arg(kiln_arg a, uint64_t bits)
 {
-    kiln_arg a;
-    memset(&a, 0, sizeof a);
-    a.kind = KILN_ARG_SCALAR;
-    a.dtype = dtype;
-    a.size = size;
+    uint8_t u8 = (uint8_t)bits;
+    uint16_t u16 = (uint16_t)bits;
+    uint32_t u32 = (uint32_t)bits;
+    switch (a.size) {
+    case 1:
+        memcpy(&a.value, &u8, 1);
+        break;
+    case 2:
+        memcpy(&a.value, &u16, 2);
+        break;
+    case 4:
+        memcpy(&a.value, &u32, 4);
+        break;
+    default:
+        memcpy(&a.value, &bits, sizeof bits);
+    }
     return a;
 }
 
 kiln_arg kiln__arg_compute(kiln_dtype dtype, double v)
 {
-    kiln_arg a;
-    switch (dtype) {
-    case KILN_F64:
-        a = scalar_arg(KILN_F64, sizeof(double));
-        a.value.f64 = v;
-        return a;
-    case KILN_I32:
-        a = scalar_arg(KILN_I32, sizeof(int32_t));
-        a.value.i32 = kiln__scalar_fits(dtype, v) ? (int32_t)v : 0;
-        return a;
-    case KILN_I64:
-        a = scalar_arg(KILN_I64, sizeof(int64_t));
-        a.value.i64 = kiln__scalar_fits(dtype, v) ? (int64_t)v : 0;
-        return a;
-    case KILN_U8:
-        a = scalar_arg(KILN_U8, sizeof(uint8_t));
-        a.value.u8 = kiln__scalar_fits(dtype, v) ? (uint8_t)v : 0;
-        return a;
-    default: /* f32, and f16 which computes in f32 */
-        a = scalar_arg(KILN_F32, sizeof(float));
-        a.value.f32 = (float)v;
+    /* From the table's size and float columns. Floating compute types are float or double;
+     * integers go through int_arg. */
+    kiln_dtype c = kiln__dtype_compute(dtype);
+    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = c, .size = kiln__dtype_size(c)};
+    if (kiln__dtype_is_float(c)) {
+        if (a.size == sizeof(double))
+            a.value.f64 = v;
+        else
+            a.value.f32 = (float)v;
         return a;
     }
+    return int_arg(a, (uint64_t)(kiln__dtype_scalar_fits(c, v) ? (int64_t)v : 0));
 }
 
-bool kiln__scalar_fits(kiln_dtype dtype, double v)
+kiln_status kiln__check_tensors(const char *op, int n, int required, const kiln_tensor *const *ts,
+                                const char *const *names, kiln_device **dev)
 {
-    /* Bounds are exact powers of two, so the comparisons are exact in double. */
-    switch (dtype) {
-    case KILN_I32:
-        return v > -2147483649.0 && v < 2147483648.0;
-    case KILN_I64:
-        return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
-    case KILN_U8:
-        return v > -1.0 && v < 256.0;
-    default:
+    for (int i = 0; i < required; i++) {
+        char argname[32];
+        snprintf(argname, sizeof argname, "argument %d", i + 1);
+        kiln_status s = kiln__check_tensor(ts[i], op, names ? names[i] : argname);
+        if (s != KILN_OK)
+            return s;
+    }
+    return kiln__same_device(op, n, ts, dev);
+}
+
+bool kiln__same_shape(const kiln_tensor *t, int ndim, const int64_t *shape)
+{
+    if (t->ndim != ndim)
+        return false;
+    for (int d = 0; d < ndim; d++)
+        if (t->shape[d] != shape[d])
+            return false;
+    return true;
+}
+
+kiln_arg kiln__arg_compute_i64(kiln_dtype dtype, int64_t v)
+{
+    kiln_dtype c = kiln__dtype_compute(dtype);
+    kiln_arg a = {.kind = KILN_ARG_SCALAR, .dtype = c, .size = kiln__dtype_size(c)};
+    if (!kiln__dtype_is_float(c))
+        return int_arg(a, (uint64_t)v); /* modulo 2^bits: v itself when it fits */
+    if (a.size == sizeof(double))
+        a.value.f64 = (double)v;
+    else
+        a.value.f32 = (float)v; /* one rounding from int64_t, not two through double */
+    return a;
+}
+
+bool kiln__i64_fits(kiln_dtype dtype, int64_t v)
+{
+    size_t bits = 8 * kiln__dtype_size(dtype);
+    if (kiln__dtype_is_float(dtype) || bits >= 64)
         return true;
-    }
+    if (kiln__dtype_is_signed(dtype))
+        return v >= -((int64_t)1 << (bits - 1)) && v < ((int64_t)1 << (bits - 1));
+    return v >= 0 && v < ((int64_t)1 << bits);
 }
 
-char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
+bool kiln__scalar_value_fits(kiln_dtype dtype, kiln__scalar v)
 {
-    size_t used = (size_t)snprintf(buf, size, "[");
-    for (int d = 0; d < ndim && used < size; d++)
-        used +=
-            (size_t)snprintf(buf + used, size - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    if (used < size)
-        snprintf(buf + used, size - used, "]");
+    return v.is_i64 ? kiln__i64_fits(dtype, v.i) : kiln__dtype_scalar_fits(dtype, v.f);
+}
+
+kiln_arg kiln__arg_scalar(kiln_dtype dtype, kiln__scalar v)
+{
+    return v.is_i64 ? kiln__arg_compute_i64(dtype, v.i) : kiln__arg_compute(dtype, v.f);
+}
+
+char *kiln__scalar_str(char *buf, size_t size, kiln__scalar v)
+{
+    if (v.is_i64)
+        snprintf(buf, size, "%lld", (long long)v.i);
+    else
+        snprintf(buf, size, "%g", v.f);
     return buf;
+}
+
+kiln_status kiln__shape_mismatch(const char *op, const char *aname, int andim,
+                                 const int64_t *ashape, const char *bname, int bndim,
+                                 const int64_t *bshape, const char *hint)
+{
+    char sa[160], sb[160];
+    kiln__shape_str(sa, sizeof sa, andim, ashape);
+    kiln__shape_str(sb, sizeof sb, bndim, bshape);
+    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: %s has shape %s but %s has shape %s%s", op,
+                       aname, sa, bname, sb, hint ? hint : "");
+}
+
+kiln_status kiln__check_out(const char *op, const kiln_tensor *out, const kiln_device *dev,
+                            kiln_dtype dtype, int ndim, const int64_t *shape)
+{
+    if (out->dev != dev)
+        return kiln__error(KILN_ERR_DEVICE_MISMATCH,
+                           "%s: out is on %s but the result is computed on %s; copy it with "
+                           "kiln_tensor_to()",
+                           op, out->dev->info.spec, dev->info.spec);
+    if (out->dtype != dtype)
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: out has dtype %s but the result is %s", op,
+                           kiln__dtype_name(out->dtype), kiln__dtype_name(dtype));
+    if (!kiln__same_shape(out, ndim, shape))
+        return kiln__shape_mismatch(op, "out", out->ndim, out->shape, "the result", ndim, shape,
+                                    "");
+    return KILN_OK;
+}
+
+kiln_status kiln__check_not_aliased(const char *op, const kiln_tensor *out, int n,
+                                    const kiln_tensor *const *ins)
+{
+    for (int i = 0; i < n; i++)
+        if (ins[i] && out->storage == ins[i]->storage && out->numel > 0 && ins[i]->numel > 0)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: out shares memory with an input (argument %d); write to a "
+                               "separate tensor",
+                               op, i + 1);
+    return KILN_OK;
+}
+
+kiln_status kiln__finish(kiln_status s, kiln_tensor *t, const kiln_tensor *given, kiln_tensor **out)
+{
+    if (s != KILN_OK) {
+        if (t != given)
+            kiln_tensor_release(t);
+        return s;
+    }
+    if (out)
+        *out = t;
+    return KILN_OK;
+}
+
+kiln_status kiln__fill_kernel(kiln_tensor *t, const char *source, const char *kernel,
+                              const char *op, int nextra, const kiln_arg *extra)
+{
+    if (t->numel == 0)
+        return KILN_OK;
+    char defines[160] = "";
+    kiln__dtype_defines(defines, sizeof defines, "T", t->dtype);
+    kiln__kernel *k;
+    kiln_status s = kiln__builtin_kernel(t->dev, source, defines, kernel, op, &k);
+    if (s != KILN_OK)
+        return s;
+    kiln_arg args[2 + 8] = {kiln_arg_tensor(t), kiln_arg_i64(t->numel)};
+    for (int i = 0; i < nextra && i < 8; i++)
+        args[2 + i] = extra[i];
+    size_t global = (size_t)t->numel;
+    return kiln__kernel_launch(t->dev, k, op, 1, &global, NULL, 2 + nextra, args);
 }
 
 static kiln_status bcast_error(const char *op, int n, const kiln_tensor *const *ts)
@@ -199,13 +281,11 @@ int kiln__bcast_args(const kiln__bcast *bc, kiln_arg *args)
 {
     int k = 0, pad = KILN_MAX_DIMS - bc->nd;
     for (int s = 0; s < KILN_MAX_DIMS; s++) {
-        args[k] = scalar_arg(KILN_I64, sizeof(int64_t));
-        args[k++].value.i64 = s < pad ? 1 : bc->cshape[s - pad];
+        args[k++] = kiln_arg_i64(s < pad ? 1 : bc->cshape[s - pad]);
     }
     for (int i = 0; i < bc->n; i++) {
         for (int s = 0; s < KILN_MAX_DIMS; s++) {
-            args[k] = scalar_arg(KILN_I64, sizeof(int64_t));
-            args[k++].value.i64 = s < pad ? 0 : bc->cstride[i][s - pad];
+            args[k++] = kiln_arg_i64(s < pad ? 0 : bc->cstride[i][s - pad]);
         }
     }
     return k;

@@ -5,49 +5,29 @@
 
 #include "common.h"
 #include "launch.h"
+#include "optables.h"
 #include "program.h"
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
 
-static const char *const binary_names[] = {"add", "sub", "mul", "div", "pow", "minimum", "maximum",
-                                           "eq",  "ne",  "lt",  "le",  "gt",  "ge"};
-static const char *const unary_names[] = {"neg", "abs", "exp",  "log",     "sqrt", "rsqrt",
-                                          "sin", "cos", "tanh", "sigmoid", "relu", "gelu"};
-#define N_BINARY ((int)(sizeof binary_names / sizeof binary_names[0]))
-#define N_UNARY ((int)(sizeof unary_names / sizeof unary_names[0]))
-
-static bool is_comparison(kiln_binary_op op)
-{
-    return op >= KILN_BINARY_EQ && op <= KILN_BINARY_GE;
-}
-
 /* One program per dtype holds every elementwise kernel of that dtype. */
 static kiln_status get_kernel(kiln_device *dev, kiln_dtype dtype, const char *name, const char *op,
                               kiln__kernel **k)
 {
-    char defines[192] = "";
-    kiln__dtype_defines(defines, sizeof defines, "T", dtype);
-    size_t used = strlen(defines);
-    if (kiln__dtype_is_float(dtype))
-        snprintf(defines + used, sizeof defines - used, " -DKILN_IS_FLOAT=1");
-    else
-        snprintf(defines + used, sizeof defines - used, " -DKILN_IS_INT=1 -DKILN_UT=%s%s",
-                 dtype == KILN_I32   ? "uint"
-                 : dtype == KILN_I64 ? "ulong"
-                                     : "uchar",
-                 dtype == KILN_U8 ? "" : " -DKILN_IS_SIGNED=1");
+    char defines[192];
+    kiln__elementwise_defines(defines, sizeof defines, dtype);
     return kiln__builtin_kernel(dev, "elementwise", defines, name, op, k);
 }
 
-static bool same_shape(int ndim, const int64_t *shape, const kiln_tensor *t)
+/* The kernel `name` of dtype's program over n work-items (1-D, args as given). */
+static kiln_status launch_n(kiln_device *dev, kiln_dtype dtype, const char *name, const char *fn,
+                            int64_t n, int nargs, const kiln_arg *args)
 {
-    if (t->ndim != ndim)
-        return false;
-    for (int d = 0; d < ndim; d++)
-        if (t->shape[d] != shape[d])
-            return false;
-    return true;
+    kiln__kernel *k;
+    kiln_status s = get_kernel(dev, dtype, name, fn, &k);
+    size_t global = (size_t)n;
+    return s == KILN_OK ? kiln__kernel_launch(dev, k, fn, 1, &global, NULL, nargs, args) : s;
 }
 
 /* The tensor a result goes to: `given` after checking its dtype and shape, else a new one. */
@@ -56,18 +36,10 @@ static kiln_status result(const char *op, kiln_device *dev, kiln_dtype dtype, in
 {
     if (!given)
         return kiln__tensor_new(dev, dtype, ndim, shape, op, res);
-    if (given->dtype != dtype)
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: out has dtype %s, the result is %s", op,
-                           kiln_dtype_name(given->dtype), kiln_dtype_name(dtype));
-    if (!same_shape(ndim, shape, given)) {
-        char want[160], got[160];
-        kiln__shape_str(want, sizeof want, ndim, shape);
-        kiln__shape_str(got, sizeof got, given->ndim, given->shape);
-        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: out has shape %s, the result has %s", op,
-                           got, want);
-    }
-    *res = given;
-    return KILN_OK;
+    kiln_status s = kiln__check_out(op, given, dev, dtype, ndim, shape);
+    if (s == KILN_OK)
+        *res = given;
+    return s;
 }
 
 /* Check tensor arguments one by one (so a NULL names its argument), then the same-device
@@ -75,14 +47,7 @@ static kiln_status result(const char *op, kiln_device *dev, kiln_dtype dtype, in
 static kiln_status check_args(const char *op, int n, int required, const kiln_tensor *const *ts,
                               kiln_device **dev)
 {
-    for (int i = 0; i < required; i++) {
-        char argname[32];
-        snprintf(argname, sizeof argname, "argument %d", i + 1);
-        kiln_status s = kiln__check_tensor(ts[i], op, argname);
-        if (s != KILN_OK)
-            return s;
-    }
-    return kiln__same_device(op, n, ts, dev);
+    return kiln__check_tensors(op, n, required, ts, NULL, dev);
 }
 
 static kiln_status check_out_ptr(const char *op, kiln_tensor **out)
@@ -93,28 +58,14 @@ static kiln_status check_out_ptr(const char *op, kiln_tensor **out)
     return KILN_OK;
 }
 
-/* Launch and hand the result over; on failure release it unless the caller gave it. */
-static kiln_status finish(kiln_status s, kiln_tensor *res, kiln_tensor *given, kiln_tensor **out)
-{
-    if (s != KILN_OK) {
-        if (res != given)
-            kiln_tensor_release(res);
-        return s;
-    }
-    if (out)
-        *out = res;
-    return KILN_OK;
-}
-
 static kiln_status check_binary_op(const char *fn, kiln_binary_op op, kiln_dtype dtype)
 {
-    if ((int)op < 0 || (int)op >= N_BINARY)
+    if (!kiln__binary_name(op))
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown binary op %d", fn, (int)op);
-    if (op == KILN_BINARY_POW && !kiln__dtype_is_float(dtype))
+    if (!kiln__binary_supports(op, dtype))
         return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "%s: pow needs a floating dtype (f32, f64, f16), got %s; cast first "
-                           "with kiln_cast()",
-                           fn, kiln_dtype_name(dtype));
+                           "%s: %s needs a floating dtype, got %s; cast first with kiln_cast()", fn,
+                           kiln__binary_name(op), kiln_dtype_name(dtype));
     return KILN_OK;
 }
 
@@ -168,18 +119,23 @@ static kiln_status binary(const char *fn, kiln_binary_op op, const kiln_tensor *
     if ((s = kiln__broadcast(fn, 2, (const kiln_tensor *[]){a, b}, &bc)) != KILN_OK)
         return s;
     kiln_tensor *res = NULL;
-    s = result(fn, dev, is_comparison(op) ? KILN_U8 : a->dtype, bc.ndim, bc.shape, given, &res);
+    s = result(fn, dev, kiln__binary_is_compare(op) ? KILN_U8 : a->dtype, bc.ndim, bc.shape, given,
+               &res);
     if (s != KILN_OK || bc.numel == 0)
-        return finish(s, res, given, out);
+        return kiln__finish(s, res, given, out);
     /* Same shape: flat. Up to 2 collapsed dims (a bias row or column): a 2-D range. Else the
      * general kernel, which divides to find each coordinate. */
     bool flat = kiln__bcast_flat(&bc), two = !flat && bc.nd <= 2;
     char name[64];
-    snprintf(name, sizeof name, "kiln_b%s_%s", flat ? "" : two ? "2" : "b", binary_names[op]);
+    kiln__binary_kernel(name, sizeof name,
+                        flat  ? KILN__BINARY_FLAT
+                        : two ? KILN__BINARY_2D
+                              : KILN__BINARY_BCAST,
+                        op);
     kiln__kernel *k;
     if ((s = get_kernel(dev, a->dtype, name, fn, &k)) == KILN_OK)
         s = two ? launch_2d(dev, k, fn, &bc, a, b, res) : launch_1d(dev, k, fn, &bc, a, b, res);
-    return finish(s, res, given, out);
+    return kiln__finish(s, res, given, out);
 }
 
 kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
@@ -197,57 +153,100 @@ kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_
     return binary("kiln_binary_out", op, a, b, out, NULL);
 }
 
+static kiln_status check_given(const char *fn, const kiln_tensor *given)
+{
+    if (!given)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    return KILN_OK;
+}
+
 #define KILN__BINARY_WRAPPER(fn, OP)                                                               \
     kiln_status fn(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out)                  \
     {                                                                                              \
         kiln_status s = check_out_ptr(#fn, out);                                                   \
         return s != KILN_OK ? s : binary(#fn, OP, a, b, NULL, out);                                \
+    }                                                                                              \
+    kiln_status fn##_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out)             \
+    {                                                                                              \
+        kiln_status s = check_given(#fn "_out", out);                                              \
+        return s != KILN_OK ? s : binary(#fn "_out", OP, a, b, out, NULL);                         \
     }
 KILN__BINARY_WRAPPER(kiln_add, KILN_BINARY_ADD)
 KILN__BINARY_WRAPPER(kiln_sub, KILN_BINARY_SUB)
 KILN__BINARY_WRAPPER(kiln_mul, KILN_BINARY_MUL)
 KILN__BINARY_WRAPPER(kiln_div, KILN_BINARY_DIV)
 
-kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
-                               kiln_tensor **out)
+static kiln_status binary_scalar(const char *fn, kiln_binary_op op, const kiln_tensor *a,
+                                 kiln__scalar scalar, kiln_tensor *given, kiln_tensor **out)
 {
-    const char *fn = "kiln_binary_scalar";
     kiln_device *dev;
-    kiln_status s = check_out_ptr(fn, out);
-    if (s != KILN_OK || (s = check_args(fn, 1, 1, &a, &dev)) != KILN_OK)
+    kiln_status s = check_args(fn, 2, given ? 2 : 1, (const kiln_tensor *[]){a, given}, &dev);
+    if (s != KILN_OK)
         return s;
     if ((s = kiln__check_dtype_on(dev, a->dtype, fn)) != KILN_OK ||
         (s = check_binary_op(fn, op, a->dtype)) != KILN_OK)
         return s;
-    if (!kiln__scalar_fits(a->dtype, scalar))
+    if (!kiln__scalar_value_fits(a->dtype, scalar)) {
+        char v[48];
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: scalar %g does not fit the tensor's dtype %s; cast the tensor "
+                           "%s: scalar %s does not fit the tensor's dtype %s; cast the tensor "
                            "with kiln_cast()",
-                           fn, scalar, kiln_dtype_name(a->dtype));
-    kiln_tensor *res = NULL;
-    s = result(fn, dev, is_comparison(op) ? KILN_U8 : a->dtype, a->ndim, a->shape, NULL, &res);
-    if (s != KILN_OK || a->numel == 0)
-        return finish(s, res, NULL, out);
-    char name[64];
-    snprintf(name, sizeof name, "kiln_bs_%s", binary_names[op]);
-    kiln__kernel *k;
-    if ((s = get_kernel(dev, a->dtype, name, fn, &k)) == KILN_OK) {
-        kiln_arg args[4] = {kiln_arg_tensor(a), kiln__arg_compute(a->dtype, scalar),
-                            kiln_arg_tensor(res), kiln_arg_i64(a->numel)};
-        size_t global = (size_t)a->numel;
-        s = kiln__kernel_launch(dev, k, fn, 1, &global, NULL, 4, args);
+                           fn, kiln__scalar_str(v, sizeof v, scalar), kiln_dtype_name(a->dtype));
     }
-    return finish(s, res, NULL, out);
+    kiln_tensor *res = NULL;
+    s = result(fn, dev, kiln__binary_is_compare(op) ? KILN_U8 : a->dtype, a->ndim, a->shape, given,
+               &res);
+    if (s != KILN_OK || a->numel == 0)
+        return kiln__finish(s, res, given, out);
+    char name[64];
+    kiln_arg args[4] = {kiln_arg_tensor(a), kiln__arg_scalar(a->dtype, scalar),
+                        kiln_arg_tensor(res), kiln_arg_i64(a->numel)};
+    s = launch_n(dev, a->dtype, kiln__binary_kernel(name, sizeof name, KILN__BINARY_SCALAR, op), fn,
+                 a->numel, 4, args);
+    return kiln__finish(s, res, given, out);
 }
 
-kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln_tensor *b,
-                       kiln_tensor **out)
+kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
+                               kiln_tensor **out)
 {
-    const char *fn = "kiln_where";
-    kiln_device *dev;
-    const kiln_tensor *ts[3] = {cond, a, b};
+    const char *fn = "kiln_binary_scalar";
     kiln_status s = check_out_ptr(fn, out);
-    if (s != KILN_OK || (s = check_args(fn, 3, 3, ts, &dev)) != KILN_OK)
+    return s != KILN_OK ? s : binary_scalar(fn, op, a, (kiln__scalar){.f = scalar}, NULL, out);
+}
+
+kiln_status kiln_binary_scalar_out(kiln_binary_op op, const kiln_tensor *a, double scalar,
+                                   kiln_tensor *out)
+{
+    const char *fn = "kiln_binary_scalar_out";
+    kiln_status s = check_given(fn, out);
+    return s != KILN_OK ? s : binary_scalar(fn, op, a, (kiln__scalar){.f = scalar}, out, NULL);
+}
+
+kiln_status kiln_binary_scalar_i64(kiln_binary_op op, const kiln_tensor *a, int64_t scalar,
+                                   kiln_tensor **out)
+{
+    const char *fn = "kiln_binary_scalar_i64";
+    kiln_status s = check_out_ptr(fn, out);
+    kiln__scalar v = {.is_i64 = true, .i = scalar};
+    return s != KILN_OK ? s : binary_scalar(fn, op, a, v, NULL, out);
+}
+
+kiln_status kiln_binary_scalar_i64_out(kiln_binary_op op, const kiln_tensor *a, int64_t scalar,
+                                       kiln_tensor *out)
+{
+    const char *fn = "kiln_binary_scalar_i64_out";
+    kiln_status s = check_given(fn, out);
+    kiln__scalar v = {.is_i64 = true, .i = scalar};
+    return s != KILN_OK ? s : binary_scalar(fn, op, a, v, out, NULL);
+}
+
+static kiln_status where(const char *fn, const kiln_tensor *cond, const kiln_tensor *a,
+                         const kiln_tensor *b, kiln_tensor *given, kiln_tensor **out)
+{
+    kiln_device *dev;
+    const kiln_tensor *ts[4] = {cond, a, b, given};
+    kiln_status s = check_args(fn, 4, given ? 4 : 3, ts, &dev);
+    if (s != KILN_OK)
         return s;
     if (cond->dtype != KILN_U8)
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
@@ -264,32 +263,40 @@ kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln
     if ((s = kiln__broadcast(fn, 3, ts, &bc)) != KILN_OK)
         return s;
     kiln_tensor *res = NULL;
-    s = result(fn, dev, a->dtype, bc.ndim, bc.shape, NULL, &res);
+    s = result(fn, dev, a->dtype, bc.ndim, bc.shape, given, &res);
     if (s != KILN_OK || bc.numel == 0)
-        return finish(s, res, NULL, out);
+        return kiln__finish(s, res, given, out);
     bool flat = kiln__bcast_flat(&bc);
-    kiln__kernel *k;
-    if ((s = get_kernel(dev, a->dtype, flat ? "kiln_where" : "kiln_where_bb", fn, &k)) == KILN_OK) {
-        kiln_arg args[5 + 4 * KILN_MAX_DIMS] = {kiln_arg_tensor(cond), kiln_arg_tensor(a),
-                                                kiln_arg_tensor(b), kiln_arg_tensor(res),
-                                                kiln_arg_i64(bc.numel)};
-        int nargs = 5 + (flat ? 0 : kiln__bcast_args(&bc, args + 5));
-        size_t global = (size_t)bc.numel;
-        s = kiln__kernel_launch(dev, k, fn, 1, &global, NULL, nargs, args);
-    }
-    return finish(s, res, NULL, out);
+    kiln_arg args[5 + 4 * KILN_MAX_DIMS] = {kiln_arg_tensor(cond), kiln_arg_tensor(a),
+                                            kiln_arg_tensor(b), kiln_arg_tensor(res),
+                                            kiln_arg_i64(bc.numel)};
+    int nargs = 5 + (flat ? 0 : kiln__bcast_args(&bc, args + 5));
+    s = launch_n(dev, a->dtype, flat ? "kiln_where" : "kiln_where_bb", fn, bc.numel, nargs, args);
+    return kiln__finish(s, res, given, out);
+}
+
+kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln_tensor *b,
+                       kiln_tensor **out)
+{
+    kiln_status s = check_out_ptr("kiln_where", out);
+    return s != KILN_OK ? s : where("kiln_where", cond, a, b, NULL, out);
+}
+
+kiln_status kiln_where_out(const kiln_tensor *cond, const kiln_tensor *a, const kiln_tensor *b,
+                           kiln_tensor *out)
+{
+    kiln_status s = check_given("kiln_where_out", out);
+    return s != KILN_OK ? s : where("kiln_where_out", cond, a, b, out, NULL);
 }
 
 static kiln_status check_unary_op(const char *fn, kiln_unary_op op, kiln_dtype dtype, bool backward)
 {
-    if ((int)op < 0 || (int)op >= N_UNARY)
+    if (!kiln__unary_name(op))
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown unary op %d", fn, (int)op);
-    bool int_ok = !backward && (op == KILN_UNARY_NEG || op == KILN_UNARY_ABS || op == KILN_UNARY_RELU);
-    if (!kiln__dtype_is_float(dtype) && !int_ok)
+    if (!kiln__unary_supports(op, dtype, backward))
         return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "%s: %s needs a floating dtype (f32, f64, f16), got %s; cast first "
-                           "with kiln_cast()",
-                           fn, unary_names[op], kiln_dtype_name(dtype));
+                           "%s: %s%s needs a floating dtype, got %s; cast first with kiln_cast()",
+                           fn, kiln__unary_name(op), backward ? "'" : "", kiln_dtype_name(dtype));
     return KILN_OK;
 }
 
@@ -306,16 +313,12 @@ static kiln_status unary(const char *fn, kiln_unary_op op, const kiln_tensor *x,
     kiln_tensor *res = NULL;
     s = result(fn, dev, x->dtype, x->ndim, x->shape, given, &res);
     if (s != KILN_OK || x->numel == 0)
-        return finish(s, res, given, out);
+        return kiln__finish(s, res, given, out);
     char name[64];
-    snprintf(name, sizeof name, "kiln_u_%s", unary_names[op]);
-    kiln__kernel *k;
-    if ((s = get_kernel(dev, x->dtype, name, fn, &k)) == KILN_OK) {
-        kiln_arg args[3] = {kiln_arg_tensor(x), kiln_arg_tensor(res), kiln_arg_i64(x->numel)};
-        size_t global = (size_t)x->numel;
-        s = kiln__kernel_launch(dev, k, fn, 1, &global, NULL, 3, args);
-    }
-    return finish(s, res, given, out);
+    kiln_arg args[3] = {kiln_arg_tensor(x), kiln_arg_tensor(res), kiln_arg_i64(x->numel)};
+    s = launch_n(dev, x->dtype, kiln__unary_kernel(name, sizeof name, false, op), fn, x->numel, 3,
+                 args);
+    return kiln__finish(s, res, given, out);
 }
 
 kiln_status kiln_unary(kiln_unary_op op, const kiln_tensor *x, kiln_tensor **out)
@@ -331,14 +334,14 @@ kiln_status kiln_unary_out(kiln_unary_op op, const kiln_tensor *x, kiln_tensor *
     return unary("kiln_unary_out", op, x, out, NULL);
 }
 
-kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x, const kiln_tensor *grad_out,
-                                kiln_tensor **grad_in)
+static kiln_status unary_backward(const char *fn, kiln_unary_op op, const kiln_tensor *x,
+                                  const kiln_tensor *grad_out, kiln_tensor *given,
+                                  kiln_tensor **grad_in)
 {
-    const char *fn = "kiln_unary_backward";
     kiln_device *dev;
-    kiln_status s = check_out_ptr(fn, grad_in);
-    if (s != KILN_OK ||
-        (s = check_args(fn, 2, 2, (const kiln_tensor *[]){x, grad_out}, &dev)) != KILN_OK)
+    kiln_status s =
+        check_args(fn, 3, given ? 3 : 2, (const kiln_tensor *[]){x, grad_out, given}, &dev);
+    if (s != KILN_OK)
         return s;
     if (x->dtype != grad_out->dtype)
         return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: x is %s but grad_out is %s", fn,
@@ -346,51 +349,69 @@ kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x, const ki
     if ((s = kiln__check_dtype_on(dev, x->dtype, fn)) != KILN_OK ||
         (s = check_unary_op(fn, op, x->dtype, true)) != KILN_OK)
         return s;
-    if (!same_shape(x->ndim, x->shape, grad_out)) {
-        char xs[160], gs[160];
-        kiln__shape_str(xs, sizeof xs, x->ndim, x->shape);
-        kiln__shape_str(gs, sizeof gs, grad_out->ndim, grad_out->shape);
-        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: x has shape %s but grad_out has %s", fn,
-                           xs, gs);
-    }
+    if (!kiln__same_shape(grad_out, x->ndim, x->shape))
+        return kiln__shape_mismatch(fn, "x", x->ndim, x->shape, "grad_out", grad_out->ndim,
+                                    grad_out->shape, "; they must be equal");
     kiln_tensor *res = NULL;
-    s = result(fn, dev, x->dtype, x->ndim, x->shape, NULL, &res);
+    s = result(fn, dev, x->dtype, x->ndim, x->shape, given, &res);
     if (s != KILN_OK || x->numel == 0)
-        return finish(s, res, NULL, grad_in);
+        return kiln__finish(s, res, given, grad_in);
     char name[64];
-    snprintf(name, sizeof name, "kiln_ub_%s", unary_names[op]);
-    kiln__kernel *k;
-    if ((s = get_kernel(dev, x->dtype, name, fn, &k)) == KILN_OK) {
-        kiln_arg args[4] = {kiln_arg_tensor(x), kiln_arg_tensor(grad_out), kiln_arg_tensor(res),
-                            kiln_arg_i64(x->numel)};
-        size_t global = (size_t)x->numel;
-        s = kiln__kernel_launch(dev, k, fn, 1, &global, NULL, 4, args);
-    }
-    return finish(s, res, NULL, grad_in);
+    kiln_arg args[4] = {kiln_arg_tensor(x), kiln_arg_tensor(grad_out), kiln_arg_tensor(res),
+                        kiln_arg_i64(x->numel)};
+    s = launch_n(dev, x->dtype, kiln__unary_kernel(name, sizeof name, true, op), fn, x->numel, 4,
+                 args);
+    return kiln__finish(s, res, given, grad_in);
 }
 
-kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out)
+kiln_status kiln_unary_backward(kiln_unary_op op, const kiln_tensor *x, const kiln_tensor *grad_out,
+                                kiln_tensor **grad_in)
 {
-    static const char *const to_names[KILN_DTYPE_COUNT] = {"f32", "f64", "f16", "i32", "i64", "u8"};
-    const char *fn = "kiln_cast";
+    const char *fn = "kiln_unary_backward";
+    kiln_status s = check_out_ptr(fn, grad_in);
+    return s != KILN_OK ? s : unary_backward(fn, op, x, grad_out, NULL, grad_in);
+}
+
+kiln_status kiln_unary_backward_out(kiln_unary_op op, const kiln_tensor *x,
+                                    const kiln_tensor *grad_out, kiln_tensor *grad_in)
+{
+    const char *fn = "kiln_unary_backward_out";
+    if (!grad_in)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: grad_in is NULL", fn);
+    return unary_backward(fn, op, x, grad_out, grad_in, NULL);
+}
+
+static kiln_status cast(const char *fn, const kiln_tensor *x, kiln_dtype dtype, kiln_tensor *given,
+                        kiln_tensor **out)
+{
     kiln_device *dev;
-    kiln_status s = check_out_ptr(fn, out);
-    if (s != KILN_OK || (s = check_args(fn, 1, 1, &x, &dev)) != KILN_OK)
+    kiln_status s = check_args(fn, 2, given ? 2 : 1, (const kiln_tensor *[]){x, given}, &dev);
+    if (s != KILN_OK)
         return s;
+    if (given)
+        dtype = given->dtype;
     if ((s = kiln__check_dtype_on(dev, x->dtype, fn)) != KILN_OK ||
         (s = kiln__check_dtype_on(dev, dtype, fn)) != KILN_OK)
         return s;
     kiln_tensor *res = NULL;
-    s = result(fn, dev, dtype, x->ndim, x->shape, NULL, &res);
+    s = result(fn, dev, dtype, x->ndim, x->shape, given, &res);
     if (s != KILN_OK || x->numel == 0)
-        return finish(s, res, NULL, out);
+        return kiln__finish(s, res, given, out);
     char name[64];
-    snprintf(name, sizeof name, "kiln_cast_to_%s", to_names[dtype]);
-    kiln__kernel *k;
-    if ((s = get_kernel(dev, x->dtype, name, fn, &k)) == KILN_OK) {
-        kiln_arg args[3] = {kiln_arg_tensor(x), kiln_arg_tensor(res), kiln_arg_i64(x->numel)};
-        size_t global = (size_t)x->numel;
-        s = kiln__kernel_launch(dev, k, fn, 1, &global, NULL, 3, args);
-    }
-    return finish(s, res, NULL, out);
+    kiln_arg args[3] = {kiln_arg_tensor(x), kiln_arg_tensor(res), kiln_arg_i64(x->numel)};
+    s = launch_n(dev, x->dtype, kiln__cast_kernel(name, sizeof name, dtype), fn, x->numel, 3, args);
+    return kiln__finish(s, res, given, out);
+}
+
+kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out)
+{
+    kiln_status s = check_out_ptr("kiln_cast", out);
+    return s != KILN_OK ? s : cast("kiln_cast", x, dtype, NULL, out);
+}
+
+kiln_status kiln_cast_out(const kiln_tensor *x, kiln_tensor *out)
+{
+    kiln_status s = check_given("kiln_cast_out", out);
+    /* out's dtype, read once out is checked */
+    return s != KILN_OK ? s : cast("kiln_cast_out", x, KILN_F32, out, NULL);
 }

@@ -107,26 +107,15 @@ const char *kiln_matmul_path(kiln_device *dev)
     return p->name;
 }
 
-/* "[2, 3, 4]" into buf. */
-static const char *shape_str(const kiln_tensor *t, char *buf, size_t size)
-{
-    size_t used = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < t->ndim && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, "%s%lld", i ? ", " : "",
-                                 (long long)t->shape[i]);
-    if (used < size)
-        snprintf(buf + used, size - used, "]");
-    return buf;
-}
-
 static kiln_status shape_error(const char *op, const kiln_tensor *a, const kiln_tensor *b,
                                unsigned flags, const char *what)
 {
     char sa[160], sb[160];
-    return kiln__error(
-        KILN_ERR_SHAPE_MISMATCH, "%s: shapes %s%s and %s%s %s", op, shape_str(a, sa, sizeof sa),
-        (flags & KILN_MATMUL_TRANS_A) ? " (transposed)" : "", shape_str(b, sb, sizeof sb),
-        (flags & KILN_MATMUL_TRANS_B) ? " (transposed)" : "", what);
+    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: shapes %s%s and %s%s %s", op,
+                       kiln__shape_str(sa, sizeof sa, a->ndim, a->shape),
+                       (flags & KILN_MATMUL_TRANS_A) ? " (transposed)" : "",
+                       kiln__shape_str(sb, sizeof sb, b->ndim, b->shape),
+                       (flags & KILN_MATMUL_TRANS_B) ? " (transposed)" : "", what);
 }
 
 static int64_t batch_numel(const kiln_tensor *t)
@@ -248,6 +237,9 @@ static kiln_status compute(const char *op, kiln__matmul_problem *p)
     return path->run(p);
 }
 
+/* a, b and out in messages (out is the last argument of the _out forms, after the flags). */
+static const char *const operand_names[] = {"argument 1 (a)", "argument 2 (b)", "argument 4 (out)"};
+
 static kiln_status matmul_new(const char *op, const kiln_tensor *a, const kiln_tensor *b,
                               unsigned flags, kiln_tensor **out)
 {
@@ -255,11 +247,8 @@ static kiln_status matmul_new(const char *op, const kiln_tensor *a, const kiln_t
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
     *out = NULL;
     kiln__matmul_problem p = {0};
-    kiln_status s = kiln__check_tensor(a, op, "argument 1 (a)");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(b, op, "argument 2 (b)");
-    if (s == KILN_OK)
-        s = kiln__same_device(op, 2, (const kiln_tensor *[]){a, b}, &p.dev);
+    kiln_status s =
+        kiln__check_tensors(op, 2, 2, (const kiln_tensor *[]){a, b}, operand_names, &p.dev);
     if (s != KILN_OK)
         return s;
     plan pl;
@@ -273,13 +262,7 @@ static kiln_status matmul_new(const char *op, const kiln_tensor *a, const kiln_t
     p.a = a;
     p.b = b;
     p.c = c;
-    s = compute(op, &p);
-    if (s != KILN_OK) {
-        kiln_tensor_release(c);
-        return s;
-    }
-    *out = c;
-    return KILN_OK;
+    return kiln__finish(compute(op, &p), c, NULL, out);
 }
 
 kiln_status kiln_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out)
@@ -293,40 +276,21 @@ kiln_status kiln_matmul_trans(const kiln_tensor *a, const kiln_tensor *b, kiln_m
     return matmul_new("kiln_matmul_trans", a, b, (unsigned)flags, out);
 }
 
+/* out must have the product's exact dtype and shape; every path writes C while it still reads
+ * A and B, so out must not share their memory. */
 static kiln_status check_out(const char *op, const kiln_tensor *a, const kiln_tensor *b,
                              const kiln_tensor *c, const kiln__matmul_problem *p, const plan *pl)
 {
-    char sc[160], se[160];
-    if (c->dtype != p->dtype)
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: out has dtype %s, the product is %s", op,
-                           kiln_dtype_name(c->dtype), kiln_dtype_name(p->dtype));
-    bool same = c->ndim == pl->ndim;
-    for (int i = 0; same && i < pl->ndim; i++)
-        same = c->shape[i] == pl->shape[i];
-    if (!same) {
-        kiln_tensor expect = {.ndim = pl->ndim};
-        memcpy(expect.shape, pl->shape, sizeof expect.shape);
-        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: out has shape %s, the product is %s", op,
-                           shape_str(c, sc, sizeof sc), shape_str(&expect, se, sizeof se));
-    }
-    /* Every path writes C while it still reads A and B. */
-    if (c->numel > 0 && (c->storage == a->storage || c->storage == b->storage))
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: out shares memory with an input; write to a separate tensor", op);
-    return KILN_OK;
+    kiln_status s = kiln__check_out(op, c, p->dev, p->dtype, pl->ndim, pl->shape);
+    return s == KILN_OK ? kiln__check_not_aliased(op, c, 2, (const kiln_tensor *[]){a, b}) : s;
 }
 
 static kiln_status matmul_into(const char *op, const kiln_tensor *a, const kiln_tensor *b,
                                unsigned flags, kiln_tensor *out)
 {
     kiln__matmul_problem p = {0};
-    kiln_status s = kiln__check_tensor(a, op, "argument 1 (a)");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(b, op, "argument 2 (b)");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(out, op, "argument 4 (out)");
-    if (s == KILN_OK)
-        s = kiln__same_device(op, 3, (const kiln_tensor *[]){a, b, out}, &p.dev);
+    kiln_status s =
+        kiln__check_tensors(op, 3, 3, (const kiln_tensor *[]){a, b, out}, operand_names, &p.dev);
     if (s != KILN_OK)
         return s;
     plan pl;

@@ -37,17 +37,11 @@ static kiln_status launch2(kiln_device *dev, kiln__kernel *k, const char *op, si
     return kiln__kernel_launch(dev, k, op, 2, global, local, nargs, args);
 }
 
-/* A scalar in the kernel's compute type (float for f32 and f16). */
-static kiln_arg arg_real(kiln_dtype dtype, double v)
-{
-    return dtype == KILN_F64 ? kiln_arg_f64(v) : kiln_arg_f32((float)v);
-}
-
 /* f32 or f64 (and f16 when allowed), computable on the tensor's device. */
 static kiln_status check_float(const kiln_tensor *t, const char *op, const char *arg,
                                bool allow_f16)
 {
-    if (t->dtype != KILN_F32 && t->dtype != KILN_F64 && (!allow_f16 || t->dtype != KILN_F16))
+    if (!kiln__dtype_is_float(t->dtype) || (!allow_f16 && kiln__dtype_is_half(t->dtype)))
         return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s is %s; %s takes f32%s or f64", op, arg,
                            kiln_dtype_name(t->dtype), op, allow_f16 ? ", f16" : "");
     return kiln__check_dtype_on(t->dev, t->dtype, op);
@@ -65,29 +59,42 @@ static kiln_status check_same_dtype(const kiln_tensor *a, const kiln_tensor *b, 
 static kiln_status check_same_shape(const kiln_tensor *a, const kiln_tensor *b, const char *op,
                                     const char *aname, const char *bname)
 {
-    bool same = a->ndim == b->ndim;
-    for (int d = 0; same && d < a->ndim; d++)
-        same = a->shape[d] == b->shape[d];
-    if (same)
+    if (kiln__same_shape(b, a->ndim, a->shape))
         return KILN_OK;
-    char sa[160], sb[160];
-    kiln__shape_str(sa, sizeof sa, a->ndim, a->shape);
-    kiln__shape_str(sb, sizeof sb, b->ndim, b->shape);
-    return kiln__error(KILN_ERR_SHAPE_MISMATCH,
-                       "%s: %s has shape %s but %s has shape %s; they "
-                       "must be equal",
-                       op, aname, sa, bname, sb);
+    return kiln__shape_mismatch(op, aname, a->ndim, a->shape, bname, b->ndim, b->shape,
+                                "; they must be equal");
 }
 
-static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor **out, int logmode,
-                           const char *op)
+/* An _out form's result tensor `given` (named name): exactly dtype and shape, sharing no memory
+ * with the n inputs (the kernels read them while writing it). Its device is checked with the
+ * inputs'. */
+static kiln_status check_given(const char *op, const char *name, const kiln_tensor *given,
+                               kiln_dtype dtype, int ndim, const int64_t *shape,
+                               const kiln_tensor *const *inputs, int n)
 {
-    if (!out)
+    if (given->dtype != dtype)
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s has dtype %s but the result is %s", op,
+                           name, kiln_dtype_name(given->dtype), kiln_dtype_name(dtype));
+    if (!kiln__same_shape(given, ndim, shape))
+        return kiln__shape_mismatch(op, name, given->ndim, given->shape, "the result", ndim, shape,
+                                    "");
+    return kiln__check_not_aliased(op, given, n, inputs);
+}
+
+static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, kiln_tensor **out,
+                           int logmode, const char *op)
+{
+    if (!given && !out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    *out = NULL;
+    if (out)
+        *out = NULL;
     kiln_status s = kiln__check_tensor(x, op, "x");
+    if (s == KILN_OK && given)
+        s = kiln__same_device(op, 3, (const kiln_tensor *[]){x, NULL, given}, NULL);
     if (s == KILN_OK)
         s = check_float(x, op, "x", true);
+    if (s == KILN_OK && given)
+        s = check_given(op, "out", given, x->dtype, x->ndim, x->shape, &x, 1);
     if (s != KILN_OK)
         return s;
     if (axis < -x->ndim || axis >= x->ndim)
@@ -100,9 +107,8 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor **out, in
         outer *= d < a ? x->shape[d] : 1;
         inner *= d > a ? x->shape[d] : 1;
     }
-    kiln_tensor *y;
-    s = kiln__tensor_new(x->dev, x->dtype, x->ndim, x->shape, op, &y);
-    if (s != KILN_OK)
+    kiln_tensor *y = given;
+    if (!given && (s = kiln__tensor_new(x->dev, x->dtype, x->ndim, x->shape, op, &y)) != KILN_OK)
         return s;
     kiln__kernel *k;
     if (x->numel > 0) {
@@ -117,49 +123,110 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor **out, in
             s = launch2(x->dev, k, op, global, 7, args);
         }
     }
-    if (s != KILN_OK) {
-        kiln_tensor_release(y);
-        return s;
-    }
-    *out = y;
-    return KILN_OK;
+    return kiln__finish(s, y, given, out);
 }
 
 kiln_status kiln_softmax(const kiln_tensor *x, int axis, kiln_tensor **out)
 {
-    return softmax(x, axis, out, 0, "kiln_softmax");
+    return softmax(x, axis, NULL, out, 0, "kiln_softmax");
+}
+
+kiln_status kiln_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out)
+{
+    return softmax(x, axis, out, NULL, 0, "kiln_softmax_out");
 }
 
 kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tensor **out)
 {
-    return softmax(x, axis, out, 1, "kiln_log_softmax");
+    return softmax(x, axis, NULL, out, 1, "kiln_log_softmax");
 }
 
-/* loss = mean of the per-element tensor `terms`; on failure *grad is released too. */
-static kiln_status finish_loss(kiln_tensor *terms, kiln_status s, kiln_tensor **loss,
-                               kiln_tensor **grad, kiln_tensor *g)
+kiln_status kiln_log_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out)
+{
+    return softmax(x, axis, out, NULL, 1, "kiln_log_softmax_out");
+}
+
+/* loss = mean of the per-element tensor `terms`, which is released. */
+static kiln_status finish_loss(kiln_tensor *terms, kiln_status s, kiln_tensor *loss)
 {
     if (s == KILN_OK)
-        s = kiln_reduce(KILN_REDUCE_MEAN, terms, KILN_ALL_AXES, false, loss);
+        s = kiln_reduce_out(KILN_REDUCE_MEAN, terms, KILN_ALL_AXES, false, loss);
     kiln_tensor_release(terms);
+    return s;
+}
+
+/* The result tensors of a loss of inputs x and y: present, on the inputs' device (arguments 3
+ * and 4), loss [1] and grad (optional) shaped like x, both of x's dtype and sharing no memory
+ * with the inputs or each other. */
+static kiln_status check_loss_out(const char *op, const kiln_tensor *x, const kiln_tensor *y,
+                                  const kiln_tensor *loss, const kiln_tensor *grad)
+{
+    kiln_status s = kiln__check_tensor(loss, op, "loss");
+    if (s == KILN_OK && grad)
+        s = kiln__check_tensor(grad, op, "grad");
+    if (s == KILN_OK)
+        s = kiln__same_device(op, 4, (const kiln_tensor *[]){x, y, loss, grad}, NULL);
+    int64_t one = 1;
+    if (s == KILN_OK)
+        s = check_given(op, "loss", loss, x->dtype, 1, &one, (const kiln_tensor *[]){x, y, grad},
+                        3);
+    if (s == KILN_OK && grad)
+        s = check_given(op, "grad", grad, x->dtype, x->ndim, x->shape,
+                        (const kiln_tensor *[]){x, y}, 2);
+    return s;
+}
+
+typedef kiln_status (*loss_fn)(const char *op, const kiln_tensor *x, const kiln_tensor *y,
+                               kiln_tensor *loss, kiln_tensor *grad);
+
+/* The allocating forms, once x and y are checked: new loss [1] and (when asked for) grad tensors
+ * that fn fills, handed over on success. */
+static kiln_status loss_new(const char *op, loss_fn fn, const kiln_tensor *x, const kiln_tensor *y,
+                            kiln_tensor **loss, kiln_tensor **grad)
+{
+    kiln_tensor *l = NULL, *g = NULL;
+    int64_t one = 1;
+    kiln_status s = kiln__tensor_new(x->dev, x->dtype, 1, &one, op, &l);
+    if (s == KILN_OK && grad)
+        s = kiln__tensor_new(x->dev, x->dtype, x->ndim, x->shape, op, &g);
+    if (s == KILN_OK)
+        s = fn(op, x, y, l, g);
     if (s != KILN_OK) {
+        kiln_tensor_release(l);
         kiln_tensor_release(g);
         return s;
     }
+    *loss = l;
     if (grad)
         *grad = g;
     return KILN_OK;
 }
 
+/* The allocating forms' output pointers: *grad (optional) and *loss NULL, loss required. */
+static kiln_status start_loss(const char *op, kiln_tensor **loss, kiln_tensor **grad)
+{
+    if (grad)
+        *grad = NULL;
+    if (!loss)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
+    *loss = NULL;
+    return KILN_OK;
+}
+
+/* The two inputs of a loss: present, on one device, the first f32 or f64. */
+static kiln_status check_inputs(const char *op, const kiln_tensor *x, const char *xname,
+                                const kiln_tensor *y, const char *yname)
+{
+    kiln_status s = kiln__check_tensors(op, 2, 2, (const kiln_tensor *[]){x, y},
+                                        (const char *const[]){xname, yname}, NULL);
+    if (s == KILN_OK)
+        s = check_float(x, op, xname, false);
+    return s;
+}
+
 static kiln_status check_ce(const kiln_tensor *logits, const kiln_tensor *labels, const char *op)
 {
-    kiln_status s = kiln__check_tensor(logits, op, "logits");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(labels, op, "labels");
-    if (s == KILN_OK)
-        s = kiln__same_device(op, 2, (const kiln_tensor *[]){logits, labels}, NULL);
-    if (s == KILN_OK)
-        s = check_float(logits, op, "logits", false);
+    kiln_status s = check_inputs(op, logits, "logits", labels, "labels");
     if (s != KILN_OK)
         return s;
     if (labels->dtype != KILN_I32 && labels->dtype != KILN_I64)
@@ -178,67 +245,77 @@ static kiln_status check_ce(const kiln_tensor *logits, const kiln_tensor *labels
     return KILN_OK;
 }
 
-kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *labels,
-                               kiln_tensor **loss, kiln_tensor **grad)
+/* Cross-entropy into loss and grad (NULL: none), every tensor checked here. */
+static kiln_status cross_entropy(const char *op, const kiln_tensor *logits,
+                                 const kiln_tensor *labels, kiln_tensor *loss, kiln_tensor *g)
 {
-    const char *op = "kiln_cross_entropy";
-    if (grad)
-        *grad = NULL;
-    if (!loss)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
-    *loss = NULL;
     kiln_status s = check_ce(logits, labels, op);
+    if (s == KILN_OK)
+        s = check_loss_out(op, logits, labels, loss, g);
     if (s != KILN_OK)
         return s;
     int64_t rows = logits->shape[0], classes = logits->shape[1];
-    kiln_tensor *terms = NULL, *g = NULL;
+    kiln_tensor *terms = NULL;
     kiln__kernel *k;
     s = kiln__tensor_new(logits->dev, logits->dtype, 1, &rows, op, &terms);
-    if (s == KILN_OK && grad)
-        s = kiln__tensor_new(logits->dev, logits->dtype, 2, logits->shape, op, &g);
     if (s == KILN_OK && rows > 0) {
         const char *name =
             labels->dtype == KILN_I32 ? "kiln_cross_entropy_i32" : "kiln_cross_entropy_i64";
         s = nn_kernel(logits->dev, logits->dtype, name, op, &k);
         size_t global = (size_t)rows;
         /* Without a gradient the kernel never touches its grad argument: pass terms there. */
-        kiln_arg args[] = {kiln_arg_tensor(logits), kiln_arg_tensor(labels),
-                           kiln_arg_tensor(terms),  kiln_arg_tensor(g ? g : terms),
-                           kiln_arg_i64(rows),      kiln_arg_i64(classes),
-                           kiln_arg_i32(g != NULL), arg_real(logits->dtype, 1.0 / (double)rows)};
+        kiln_arg args[] = {
+            kiln_arg_tensor(logits), kiln_arg_tensor(labels),
+            kiln_arg_tensor(terms),  kiln_arg_tensor(g ? g : terms),
+            kiln_arg_i64(rows),      kiln_arg_i64(classes),
+            kiln_arg_i32(g != NULL), kiln__arg_compute(logits->dtype, 1.0 / (double)rows)};
         if (s == KILN_OK)
             s = launch1(logits->dev, k, op, global, 8, args);
     }
-    return finish_loss(terms, s, loss, grad, g);
+    return finish_loss(terms, s, loss);
 }
 
-kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, kiln_tensor **loss,
-                          kiln_tensor **grad)
+kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *labels,
+                               kiln_tensor **loss, kiln_tensor **grad)
 {
-    const char *op = "kiln_mse_loss";
-    if (grad)
-        *grad = NULL;
+    const char *op = "kiln_cross_entropy";
+    kiln_status s = start_loss(op, loss, grad);
+    if (s == KILN_OK)
+        s = check_ce(logits, labels, op);
+    return s != KILN_OK ? s : loss_new(op, cross_entropy, logits, labels, loss, grad);
+}
+
+kiln_status kiln_cross_entropy_out(const kiln_tensor *logits, const kiln_tensor *labels,
+                                   kiln_tensor *loss, kiln_tensor *grad)
+{
+    const char *op = "kiln_cross_entropy_out";
     if (!loss)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
-    *loss = NULL;
-    kiln_status s = kiln__check_tensor(pred, op, "pred");
-    if (s == KILN_OK)
-        s = kiln__check_tensor(target, op, "target");
-    if (s == KILN_OK)
-        s = kiln__same_device(op, 2, (const kiln_tensor *[]){pred, target}, NULL);
-    if (s == KILN_OK)
-        s = check_float(pred, op, "pred", false);
+    return cross_entropy(op, logits, labels, loss, grad);
+}
+
+static kiln_status check_mse(const kiln_tensor *pred, const kiln_tensor *target, const char *op)
+{
+    kiln_status s = check_inputs(op, pred, "pred", target, "target");
     if (s == KILN_OK)
         s = check_same_dtype(pred, target, op, "pred", "target");
     if (s == KILN_OK)
         s = check_same_shape(pred, target, op, "pred", "target");
+    return s;
+}
+
+/* MSE into loss and grad (NULL: none), every tensor checked here. */
+static kiln_status mse_loss(const char *op, const kiln_tensor *pred, const kiln_tensor *target,
+                            kiln_tensor *loss, kiln_tensor *g)
+{
+    kiln_status s = check_mse(pred, target, op);
+    if (s == KILN_OK)
+        s = check_loss_out(op, pred, target, loss, g);
     if (s != KILN_OK)
         return s;
-    kiln_tensor *terms = NULL, *g = NULL;
+    kiln_tensor *terms = NULL;
     kiln__kernel *k;
     s = kiln__tensor_new(pred->dev, pred->dtype, pred->ndim, pred->shape, op, &terms);
-    if (s == KILN_OK && grad)
-        s = kiln__tensor_new(pred->dev, pred->dtype, pred->ndim, pred->shape, op, &g);
     if (s == KILN_OK && pred->numel > 0) {
         s = nn_kernel(pred->dev, pred->dtype, "kiln_mse", op, &k);
         size_t global = (size_t)pred->numel;
@@ -248,23 +325,37 @@ kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, ki
                            kiln_arg_tensor(g ? g : terms),
                            kiln_arg_i64(pred->numel),
                            kiln_arg_i32(g != NULL),
-                           arg_real(pred->dtype, 2.0 / (double)pred->numel)};
+                           kiln__arg_compute(pred->dtype, 2.0 / (double)pred->numel)};
         if (s == KILN_OK)
             s = launch1(pred->dev, k, op, global, 7, args);
     }
-    return finish_loss(terms, s, loss, grad, g);
+    return finish_loss(terms, s, loss);
+}
+
+kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, kiln_tensor **loss,
+                          kiln_tensor **grad)
+{
+    const char *op = "kiln_mse_loss";
+    kiln_status s = start_loss(op, loss, grad);
+    if (s == KILN_OK)
+        s = check_mse(pred, target, op);
+    return s != KILN_OK ? s : loss_new(op, mse_loss, pred, target, loss, grad);
+}
+
+kiln_status kiln_mse_loss_out(const kiln_tensor *pred, const kiln_tensor *target, kiln_tensor *loss,
+                              kiln_tensor *grad)
+{
+    const char *op = "kiln_mse_loss_out";
+    if (!loss)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
+    return mse_loss(op, pred, target, loss, grad);
 }
 
 /* Every tensor of an optimizer step: present, one device, param's dtype (f32/f64) and shape. */
 static kiln_status check_step(const char *op, int n, const kiln_tensor *const *ts,
                               const char *const *names)
 {
-    for (int i = 0; i < n; i++) {
-        kiln_status s = kiln__check_tensor(ts[i], op, names[i]);
-        if (s != KILN_OK)
-            return s;
-    }
-    kiln_status s = kiln__same_device(op, n, ts, NULL);
+    kiln_status s = kiln__check_tensors(op, n, n, ts, names, NULL);
     if (s == KILN_OK)
         s = check_float(ts[0], op, names[0], false);
     for (int i = 1; s == KILN_OK && i < n; i++) {
@@ -273,6 +364,15 @@ static kiln_status check_step(const char *op, int n, const kiln_tensor *const *t
             s = check_same_shape(ts[0], ts[i], op, names[0], names[i]);
     }
     return s;
+}
+
+/* The optimizer kernel `name` over every element of param. */
+static kiln_status run_step(const char *op, const char *name, const kiln_tensor *param, int nargs,
+                            const kiln_arg *args)
+{
+    kiln__kernel *k;
+    kiln_status s = nn_kernel(param->dev, param->dtype, name, op, &k);
+    return s == KILN_OK ? launch1(param->dev, k, op, (size_t)param->numel, nargs, args) : s;
 }
 
 kiln_status kiln_sgd_step(kiln_tensor *param, const kiln_tensor *grad, kiln_tensor *velocity,
@@ -289,22 +389,17 @@ kiln_status kiln_sgd_step(kiln_tensor *param, const kiln_tensor *grad, kiln_tens
     kiln_status s = check_step(op, velocity ? 3 : 2, ts, names);
     if (s != KILN_OK || param->numel == 0)
         return s;
-    kiln__kernel *k;
-    s = nn_kernel(param->dev, param->dtype, "kiln_sgd", op, &k);
-    if (s != KILN_OK)
-        return s;
-    size_t global = (size_t)param->numel;
     kiln_dtype dt = param->dtype;
     /* Without velocity the kernel never touches its v argument: pass param there. */
     kiln_arg args[] = {kiln_arg_tensor(param),
                        kiln_arg_tensor(grad),
                        kiln_arg_tensor(velocity ? velocity : param),
                        kiln_arg_i64(param->numel),
-                       arg_real(dt, lr),
-                       arg_real(dt, momentum),
-                       arg_real(dt, weight_decay),
+                       kiln__arg_compute(dt, lr),
+                       kiln__arg_compute(dt, momentum),
+                       kiln__arg_compute(dt, weight_decay),
                        kiln_arg_i32(velocity != NULL)};
-    return launch1(param->dev, k, op, global, 8, args);
+    return run_step(op, "kiln_sgd", param, 8, args);
 }
 
 static kiln_status check_adam_scalars(int64_t step, double beta1, double beta2, double eps,
@@ -335,16 +430,12 @@ kiln_status kiln_adam_step(kiln_tensor *param, const kiln_tensor *grad, kiln_ten
         s = check_adam_scalars(step, beta1, beta2, eps, op);
     if (s != KILN_OK || param->numel == 0)
         return s;
-    kiln__kernel *k;
-    s = nn_kernel(param->dev, param->dtype, "kiln_adam", op, &k);
-    if (s != KILN_OK)
-        return s;
-    size_t global = (size_t)param->numel;
     kiln_dtype dt = param->dtype;
     double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
-    kiln_arg args[] = {kiln_arg_tensor(param), kiln_arg_tensor(grad),      kiln_arg_tensor(m),
-                       kiln_arg_tensor(v),     kiln_arg_i64(param->numel), arg_real(dt, lr),
-                       arg_real(dt, beta1),    arg_real(dt, beta2),        arg_real(dt, eps),
-                       arg_real(dt, bc1),      arg_real(dt, bc2)};
-    return launch1(param->dev, k, op, global, 11, args);
+    kiln_arg args[] = {
+        kiln_arg_tensor(param),       kiln_arg_tensor(grad),        kiln_arg_tensor(m),
+        kiln_arg_tensor(v),           kiln_arg_i64(param->numel),   kiln__arg_compute(dt, lr),
+        kiln__arg_compute(dt, beta1), kiln__arg_compute(dt, beta2), kiln__arg_compute(dt, eps),
+        kiln__arg_compute(dt, bc1),   kiln__arg_compute(dt, bc2)};
+    return run_step(op, "kiln_adam", param, 11, args);
 }

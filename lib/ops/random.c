@@ -28,56 +28,71 @@ static kiln_status check_params(const char *op, kiln_dtype dtype, double a, doub
     return KILN_OK;
 }
 
+/* Fill `given`, or a new tensor of dtype and shape on dev into *out. */
 static kiln_status generate(const char *op, bool uniform, kiln_device *dev, kiln_dtype dtype,
                             int ndim, const int64_t *shape, uint64_t seed, double a, double b,
-                            kiln_tensor **out)
+                            kiln_tensor *given, kiln_tensor **out)
 {
-    if (!out)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    *out = NULL;
-    kiln_status s = kiln__check_device(dev, op);
-    if (s != KILN_OK)
-        return s;
-    if ((s = check_params(op, dtype, a, b, uniform)) != KILN_OK)
-        return s;
-    if ((s = kiln__check_dtype_on(dev, dtype, op)) != KILN_OK)
-        return s;
-    kiln_tensor *t = NULL;
-    s = kiln__tensor_new(dev, dtype, ndim, shape, op, &t);
-    if (s != KILN_OK || t->numel == 0)
-        goto done;
-    char defines[160] = "";
-    kiln__dtype_defines(defines, sizeof defines, "T", dtype);
-    kiln__kernel *k;
-    s = kiln__builtin_kernel(dev, "random", defines, op, op, &k);
-    if (s != KILN_OK)
-        goto done;
-    /* The key words travel as i32 bit patterns: kiln_arg has no unsigned kind. */
-    kiln_arg args[6] = {kiln_arg_tensor(t),
-                        kiln_arg_i64(t->numel),
-                        kiln_arg_i32((int32_t)(uint32_t)(seed & 0xffffffffu)),
-                        kiln_arg_i32((int32_t)(uint32_t)(seed >> 32)),
-                        kiln_arg_f32((float)a),
-                        kiln_arg_f32((float)b)};
-    size_t global = (size_t)t->numel;
-    s = kiln__kernel_launch(dev, k, op, 1, &global, NULL, 6, args);
-done:
-    if (s != KILN_OK) {
-        kiln_tensor_release(t);
-        return s;
+    kiln_status s = KILN_OK;
+    if (given) {
+        dev = given->dev;
+        dtype = given->dtype;
+    } else {
+        if (!out)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+        *out = NULL;
+        s = kiln__check_device(dev, op);
     }
-    *out = t;
-    return KILN_OK;
+    if (s == KILN_OK)
+        s = check_params(op, dtype, a, b, uniform);
+    if (s == KILN_OK)
+        s = kiln__check_dtype_on(dev, dtype, op);
+    if (s != KILN_OK)
+        return s;
+    kiln_tensor *t = given;
+    if (!given && (s = kiln__tensor_new(dev, dtype, ndim, shape, op, &t)) != KILN_OK)
+        return s;
+    /* The kernel of the allocating form: the _out form makes the same numbers. The key words
+     * travel as i32 bit patterns: kiln_arg has no unsigned kind. */
+    const char *name = uniform ? "kiln_rand_uniform" : "kiln_rand_normal";
+    kiln_arg args[4] = {kiln_arg_i32((int32_t)(uint32_t)(seed & 0xffffffffu)),
+                        kiln_arg_i32((int32_t)(uint32_t)(seed >> 32)), kiln_arg_f32((float)a),
+                        kiln_arg_f32((float)b)};
+    return kiln__finish(kiln__fill_kernel(t, "random", name, op, 4, args), t, given, out);
 }
 
 kiln_status kiln_rand_uniform(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                               uint64_t seed, double low, double high, kiln_tensor **out)
 {
-    return generate("kiln_rand_uniform", true, dev, dtype, ndim, shape, seed, low, high, out);
+    return generate("kiln_rand_uniform", true, dev, dtype, ndim, shape, seed, low, high, NULL, out);
 }
 
 kiln_status kiln_rand_normal(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                              uint64_t seed, double mean, double stddev, kiln_tensor **out)
 {
-    return generate("kiln_rand_normal", false, dev, dtype, ndim, shape, seed, mean, stddev, out);
+    return generate("kiln_rand_normal", false, dev, dtype, ndim, shape, seed, mean, stddev, NULL,
+                    out);
+}
+
+/* The _out forms: out's own device, dtype and shape. */
+static kiln_status generate_out(const char *op, bool uniform, uint64_t seed, double a, double b,
+                                kiln_tensor *out)
+{
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    kiln_status s = kiln__check_tensor(out, op, "out");
+    if (s != KILN_OK)
+        return s;
+    return generate(op, uniform, out->dev, out->dtype, out->ndim, out->shape, seed, a, b, out,
+                    NULL);
+}
+
+kiln_status kiln_rand_uniform_out(uint64_t seed, double low, double high, kiln_tensor *out)
+{
+    return generate_out("kiln_rand_uniform_out", true, seed, low, high, out);
+}
+
+kiln_status kiln_rand_normal_out(uint64_t seed, double mean, double stddev, kiln_tensor *out)
+{
+    return generate_out("kiln_rand_normal_out", false, seed, mean, stddev, out);
 }

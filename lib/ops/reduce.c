@@ -5,6 +5,7 @@
 #include "common.h"
 #include "launch.h"
 #include "ndrange.h"
+#include "optables.h"
 #include "program.h"
 #include "registry.h"
 #include "status.h"
@@ -30,27 +31,15 @@ typedef struct reduce_plan {
     kiln_dtype out_dtype;
 } reduce_plan;
 
-static const char *const op_names[] = {"sum", "mean", "max", "min", "argmax"};
-
-static bool is_int(kiln_dtype dtype)
-{
-    return dtype == KILN_I32 || dtype == KILN_I64 || dtype == KILN_U8;
-}
-
 /* Sums of integers are i64 (no overflow at i32 range); mean of integers is refused. */
 static kiln_status out_dtype(kiln_reduce_op op, kiln_dtype dtype, kiln_dtype *out)
 {
-    if (op == KILN_REDUCE_ARGMAX)
-        *out = KILN_I64;
-    else if (op == KILN_REDUCE_SUM && is_int(dtype))
-        *out = KILN_I64;
-    else if (op == KILN_REDUCE_MEAN && is_int(dtype))
+    if (!kiln__reduce_supports(op, dtype))
         return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "%s: mean of %s is not supported; cast to f32 or f64 first "
+                           "%s: %s of %s is not supported; cast to f32 or f64 first "
                            "(kiln_cast), or use KILN_REDUCE_SUM (gives i64)",
-                           OP, kiln_dtype_name(dtype));
-    else
-        *out = dtype;
+                           OP, kiln__reduce_name(op), kiln_dtype_name(dtype));
+    *out = kiln__reduce_out_dtype(op, dtype);
     return KILN_OK;
 }
 
@@ -93,34 +82,12 @@ static kiln_status make_plan(const kiln_tensor *x, int axis, bool keepdim, reduc
     return KILN_OK;
 }
 
-static const char *acc_type(kiln_dtype dtype)
-{
-    if (dtype == KILN_F64)
-        return "double";
-    return is_int(dtype) ? "long" : "float";
-}
-
-static kiln_dtype acc_dtype(kiln_dtype dtype)
-{
-    if (dtype == KILN_F64)
-        return KILN_F64;
-    return is_int(dtype) ? KILN_I64 : KILN_F32;
-}
-
 /* One program per (input dtype, add or compare); defines must be identical per program. */
 static kiln_status get_kernel(kiln_device *dev, kiln_reduce_op op, kiln_dtype dtype,
                               const char *name, kiln__kernel **k)
 {
-    bool add = op == KILN_REDUCE_SUM || op == KILN_REDUCE_MEAN;
-    kiln_dtype o = KILN_I64;
-    if (!add || !is_int(dtype))
-        o = dtype;
-    char defs[256] = "";
-    kiln__dtype_defines(defs, sizeof defs, "T", dtype);
-    kiln__dtype_defines(defs, sizeof defs, "O", o);
-    size_t used = strlen(defs);
-    snprintf(defs + used, sizeof defs - used, " -DKILN_ACC=%s%s -DKILN_RED_%s", acc_type(dtype),
-             kiln__dtype_is_float(dtype) ? " -DKILN_ACC_FLOAT=1" : "", add ? "ADD" : "CMP");
+    char defs[256];
+    kiln__reduce_defines(defs, sizeof defs, op, dtype);
     return kiln__builtin_kernel(dev, "reduce", defs, name, OP, k);
 }
 
@@ -139,10 +106,9 @@ static kiln_status launch_rows(kiln_device *dev, kiln_reduce_op op, const kiln_t
 {
     kiln__kernel *k;
     bool cols = dev->info.type == KILN_DEVICE_CPU && p->inner >= COLS;
-    const char *name = cols ? "kiln_reduce_cols" : "kiln_reduce_rows";
-    char full[64];
-    snprintf(full, sizeof full, "%s%s", name, op == KILN_REDUCE_ARGMAX ? "_idx" : "");
-    kiln_status s = get_kernel(dev, op, x->dtype, full, &k);
+    char name[64];
+    kiln__reduce_kernel(name, sizeof name, cols ? "kiln_reduce_cols" : "kiln_reduce_rows", op);
+    kiln_status s = get_kernel(dev, op, x->dtype, name, &k);
     if (s != KILN_OK)
         return s;
     size_t items = cols ? (size_t)((p->inner + COLS - 1) / COLS) : (size_t)p->inner;
@@ -168,7 +134,7 @@ static kiln_status launch_rows(kiln_device *dev, kiln_reduce_op op, const kiln_t
  * local memory (two accumulators and an index per work-item). */
 static size_t wg_local_size(const kiln_device *dev, const kiln__kernel *k, kiln_dtype dtype)
 {
-    size_t per_item = 2 * kiln_dtype_size(acc_dtype(dtype)) + sizeof(int64_t);
+    size_t per_item = 2 * kiln_dtype_size(kiln__reduce_acc_dtype(dtype)) + sizeof(int64_t);
     size_t l = k->wg_size < WG_MAX_LOCAL ? k->wg_size : WG_MAX_LOCAL;
     if (dev->info.local_mem_bytes / per_item < l)
         l = (size_t)(dev->info.local_mem_bytes / per_item);
@@ -180,11 +146,11 @@ static kiln_status launch_wg(kiln_device *dev, kiln_reduce_op op, const kiln_ten
                              kiln_tensor *y, const reduce_plan *p)
 {
     kiln__kernel *kw, *kc;
-    bool idx = op == KILN_REDUCE_ARGMAX;
+    char combine[64];
+    kiln__reduce_kernel(combine, sizeof combine, "kiln_reduce_combine", op);
     kiln_status s = get_kernel(dev, op, x->dtype, "kiln_reduce_wg", &kw);
     if (s == KILN_OK)
-        s = get_kernel(dev, op, x->dtype, idx ? "kiln_reduce_combine_idx" : "kiln_reduce_combine",
-                       &kc);
+        s = get_kernel(dev, op, x->dtype, combine, &kc);
     if (s != KILN_OK)
         return s;
     size_t local = wg_local_size(dev, kw, x->dtype);
@@ -196,7 +162,7 @@ static kiln_status launch_wg(kiln_device *dev, kiln_reduce_op op, const kiln_ten
 
     kiln_tensor *ps = NULL, *pc = NULL, *pi = NULL;
     int64_t np = p->outputs * nchunks;
-    kiln_dtype ad = acc_dtype(x->dtype);
+    kiln_dtype ad = kiln__reduce_acc_dtype(x->dtype);
     size_t accsz = kiln_dtype_size(ad);
     s = kiln__tensor_new(dev, ad, 1, &np, OP, &ps);
     if (s == KILN_OK)
@@ -251,10 +217,9 @@ static kiln_status prepare(kiln_reduce_op op, const kiln_tensor *x, int axis, bo
     kiln_status s = kiln__check_tensor(x, OP, "x");
     if (s != KILN_OK)
         return s;
-    if ((int)op < 0 || (int)op > KILN_REDUCE_ARGMAX)
+    if (!kiln__reduce_name(op))
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: unknown op %d; use KILN_REDUCE_SUM..KILN_REDUCE_ARGMAX", OP,
-                           (int)op);
+                           "%s: unknown op %d; use a KILN_REDUCE_* value", OP, (int)op);
     s = kiln__check_dtype_on(x->dev, x->dtype, OP);
     if (s == KILN_OK)
         s = out_dtype(op, x->dtype, &p->out_dtype);
@@ -262,13 +227,13 @@ static kiln_status prepare(kiln_reduce_op op, const kiln_tensor *x, int axis, bo
         s = make_plan(x, axis, keepdim, p);
     if (s != KILN_OK)
         return s;
-    if (p->n == 0 && p->outputs > 0 && op != KILN_REDUCE_SUM && op != KILN_REDUCE_MEAN) {
+    if (p->n == 0 && p->outputs > 0 && !kiln__reduce_adds(op)) {
         char sh[160];
         kiln__shape_str(sh, sizeof sh, x->ndim, x->shape);
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: %s of an empty tensor (shape %s, reducing %lld elements) is "
                            "undefined; check the size first",
-                           OP, op_names[op], sh, (long long)p->n);
+                           OP, kiln__reduce_name(op), sh, (long long)p->n);
     }
     return KILN_OK;
 }
@@ -297,47 +262,20 @@ kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool 
     s = kiln__tensor_new(x->dev, p.out_dtype, p.ndim, p.shape, OP, &y);
     if (s != KILN_OK)
         return s;
-    s = run(op, x, y, &p);
-    if (s != KILN_OK) {
-        kiln_tensor_release(y);
-        return s;
-    }
-    *out = y;
-    return KILN_OK;
-}
-
-/* out must have exactly the shape and dtype kiln_reduce would give, and not share x's memory. */
-static kiln_status check_out(const kiln_tensor *x, const kiln_tensor *out, const reduce_plan *p)
-{
-    if (out->dtype != p->out_dtype)
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: out is %s but the result is %s", OP,
-                           kiln_dtype_name(out->dtype), kiln_dtype_name(p->out_dtype));
-    bool same = out->ndim == p->ndim;
-    for (int d = 0; same && d < p->ndim; d++)
-        same = out->shape[d] == p->shape[d];
-    if (!same) {
-        char want[160], got[160];
-        kiln__shape_str(want, sizeof want, p->ndim, p->shape);
-        kiln__shape_str(got, sizeof got, out->ndim, out->shape);
-        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: out has shape %s but the result is %s", OP,
-                           got, want);
-    }
-    if (out->storage == x->storage && x->numel > 0)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: out shares memory with x; reduce into a separate tensor", OP);
-    return KILN_OK;
+    return kiln__finish(run(op, x, y, &p), y, NULL, out);
 }
 
 kiln_status kiln_reduce_out(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
                             kiln_tensor *out)
 {
-    kiln_status s = kiln__check_tensor(out, OP, "out");
-    if (s == KILN_OK)
-        s = kiln__same_device(OP, 2, (const kiln_tensor *[]){x, out}, NULL);
+    kiln_status s = kiln__check_tensors(OP, 2, 2, (const kiln_tensor *[]){x, out},
+                                        (const char *const[]){"x", "out"}, NULL);
     reduce_plan p;
     if (s == KILN_OK)
         s = prepare(op, x, axis, keepdim, &p);
     if (s == KILN_OK)
-        s = check_out(x, out, &p);
+        s = kiln__check_out(OP, out, x->dev, p.out_dtype, p.ndim, p.shape);
+    if (s == KILN_OK)
+        s = kiln__check_not_aliased(OP, out, 1, &x);
     return s == KILN_OK ? run(op, x, out, &p) : s;
 }

@@ -51,20 +51,6 @@ static void simplify(copy_desc *c)
     c->ndim = m;
 }
 
-static const char *element_type(size_t size)
-{
-    switch (size) {
-    case 1:
-        return "uchar";
-    case 2:
-        return "ushort";
-    case 4:
-        return "uint";
-    default:
-        return "ulong";
-    }
-}
-
 #define TILE 16 /* KILN_TILE in shape.cl */
 
 /* Whether the innermost two dimensions swap contiguity (in along the first, out along the
@@ -159,7 +145,7 @@ static kiln_status strided_copy(const kiln_tensor *in, kiln_tensor *out, copy_de
         return KILN_OK;
     simplify(c);
     char defs[64];
-    snprintf(defs, sizeof defs, "-DKILN_E=%s", element_type(kiln_dtype_size(in->dtype)));
+    snprintf(defs, sizeof defs, "-DKILN_E=%s", kiln__dtype_cl_uint(kiln_dtype_size(in->dtype)));
     kiln__kernel *k, *kt;
     kiln_status s = kiln__builtin_kernel(in->dev, "shape", defs, "kiln_strided_copy", op, &k);
     if (s == KILN_OK)
@@ -184,34 +170,56 @@ static kiln_status strided_copy(const kiln_tensor *in, kiln_tensor *out, copy_de
     return s;
 }
 
-/* Allocate *out with the given shape and fill it with the copy; releases it on failure. */
-static kiln_status copy_new(const kiln_tensor *x, int ndim, const int64_t *shape, copy_desc *c,
-                            const char *op, kiln_tensor **out)
+/* The tensor a copy of xs[0..n-1] goes to: `given` after checking its dtype and shape and that
+ * it shares no memory with an input (the copy reads them while writing it), else a new one. */
+static kiln_status target(const kiln_tensor *const *xs, int n, int ndim, const int64_t *shape,
+                          kiln_tensor *given, const char *op, kiln_tensor **y)
 {
-    kiln_tensor *y;
-    kiln_status s = kiln__tensor_new(x->dev, x->dtype, ndim, shape, op, &y);
+    const kiln_tensor *x = xs[0];
+    if (!given)
+        return kiln__tensor_new(x->dev, x->dtype, ndim, shape, op, y);
+    kiln_status s = kiln__check_out(op, given, x->dev, x->dtype, ndim, shape);
+    if (s == KILN_OK)
+        s = kiln__check_not_aliased(op, given, n, xs);
+    if (s == KILN_OK)
+        *y = given;
+    return s;
+}
+
+/* Copy x into `given` or a new tensor of the given shape (*out). */
+static kiln_status copy_to(const kiln_tensor *x, int ndim, const int64_t *shape, copy_desc *c,
+                           kiln_tensor *given, const char *op, kiln_tensor **out)
+{
+    kiln_tensor *y = NULL;
+    kiln_status s = target(&x, 1, ndim, shape, given, op, &y);
     if (s != KILN_OK)
         return s;
-    s = strided_copy(x, y, c, op);
-    if (s != KILN_OK) {
-        kiln_tensor_release(y);
-        return s;
-    }
-    *out = y;
-    return KILN_OK;
+    return kiln__finish(strided_copy(x, y, c, op), y, given, out);
 }
 
-static kiln_status start(const kiln_tensor *x, kiln_tensor **out, const char *op)
+/* The tensor checks of every form: x, and for the _out forms `given` on x's device (given_arg:
+ * its argument number, for the message). */
+static kiln_status start(const kiln_tensor *x, kiln_tensor *given, int given_arg, kiln_tensor **out,
+                         const char *op)
 {
-    if (!out)
+    if (!given && !out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    *out = NULL;
-    return kiln__check_tensor(x, op, "x");
+    if (out)
+        *out = NULL;
+    kiln_status s = kiln__check_tensor(x, op, "x");
+    if (s != KILN_OK || !given)
+        return s;
+    if ((s = kiln__check_tensor(given, op, "out")) != KILN_OK)
+        return s;
+    const kiln_tensor *ts[5] = {x}; /* given_arg <= 5 */
+    ts[given_arg - 1] = given;
+    return kiln__same_device(op, given_arg, ts, NULL);
 }
 
-static kiln_status permute(const kiln_tensor *x, const int *perm, kiln_tensor **out, const char *op)
+static kiln_status permute(const kiln_tensor *x, const int *perm, kiln_tensor *given, int given_arg,
+                           kiln_tensor **out, const char *op)
 {
-    kiln_status s = start(x, out, op);
+    kiln_status s = start(x, given, given_arg, out, op);
     if (s != KILN_OK)
         return s;
     if (!perm)
@@ -235,30 +243,46 @@ static kiln_status permute(const kiln_tensor *x, const int *perm, kiln_tensor **
     contiguous_strides(c.ndim, c.dims, c.ostr);
     int64_t shape[KILN_MAX_DIMS];
     memcpy(shape, c.dims, sizeof shape);
-    return copy_new(x, x->ndim, shape, &c, op, out);
+    return copy_to(x, x->ndim, shape, &c, given, op, out);
 }
 
 kiln_status kiln_permute(const kiln_tensor *x, const int *perm, kiln_tensor **out)
 {
-    return permute(x, perm, out, "kiln_permute");
+    return permute(x, perm, NULL, 0, out, "kiln_permute");
 }
 
-kiln_status kiln_transpose(const kiln_tensor *x, kiln_tensor **out)
+kiln_status kiln_permute_out(const kiln_tensor *x, const int *perm, kiln_tensor *out)
 {
-    kiln_status s = start(x, out, "kiln_transpose");
+    return permute(x, perm, out, 3, NULL, "kiln_permute_out");
+}
+
+static kiln_status transpose(const kiln_tensor *x, kiln_tensor *given, kiln_tensor **out,
+                             const char *op)
+{
+    kiln_status s = start(x, given, 2, out, op);
     if (s != KILN_OK)
         return s;
     if (x->ndim < 2)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "kiln_transpose: a %d-D tensor has no last two dimensions to swap; "
-                           "reshape it to 2-D first",
-                           x->ndim);
+                           "%s: a %d-D tensor has no last two dimensions to swap; reshape it to "
+                           "2-D first",
+                           op, x->ndim);
     int perm[KILN_MAX_DIMS];
     for (int d = 0; d < x->ndim; d++)
         perm[d] = d;
     perm[x->ndim - 2] = x->ndim - 1;
     perm[x->ndim - 1] = x->ndim - 2;
-    return permute(x, perm, out, "kiln_transpose");
+    return permute(x, perm, given, 2, out, op);
+}
+
+kiln_status kiln_transpose(const kiln_tensor *x, kiln_tensor **out)
+{
+    return transpose(x, NULL, out, "kiln_transpose");
+}
+
+kiln_status kiln_transpose_out(const kiln_tensor *x, kiln_tensor *out)
+{
+    return transpose(x, out, NULL, "kiln_transpose_out");
 }
 
 static kiln_status normalize_axis(int axis, int ndim, const char *op, int *out)
@@ -272,61 +296,75 @@ static kiln_status normalize_axis(int axis, int ndim, const char *op, int *out)
 }
 
 /* Same dtype, same rank, same shape except along axis a, as xs[0]. */
-static kiln_status check_cat_parts(const kiln_tensor *const *xs, int n, int a)
+static kiln_status check_cat_parts(const kiln_tensor *const *xs, int n, int a, const char *op)
 {
     const kiln_tensor *x0 = xs[0];
     for (int i = 1; i < n; i++) {
         const kiln_tensor *x = xs[i];
         if (x->dtype != x0->dtype)
             return kiln__error(KILN_ERR_DTYPE_MISMATCH,
-                               "kiln_cat: tensor %d is %s but tensor 0 is %s; cast them to one "
+                               "%s: tensor %d is %s but tensor 0 is %s; cast them to one "
                                "dtype first",
-                               i, kiln_dtype_name(x->dtype), kiln_dtype_name(x0->dtype));
+                               op, i, kiln_dtype_name(x->dtype), kiln_dtype_name(x0->dtype));
         bool fits = x->ndim == x0->ndim;
         for (int d = 0; fits && d < x->ndim; d++)
             fits = d == a || x->shape[d] == x0->shape[d];
         if (!fits) {
-            char s0[160], si[160];
-            kiln__shape_str(s0, sizeof s0, x0->ndim, x0->shape);
-            kiln__shape_str(si, sizeof si, x->ndim, x->shape);
-            return kiln__error(KILN_ERR_SHAPE_MISMATCH,
-                               "kiln_cat: shapes %s (tensor 0) and %s (tensor %d) differ outside "
-                               "axis %d",
-                               s0, si, i, a);
+            char name[32], hint[64];
+            snprintf(name, sizeof name, "tensor %d", i);
+            snprintf(hint, sizeof hint, "; they must be equal outside axis %d", a);
+            return kiln__shape_mismatch(op, "tensor 0", x0->ndim, x0->shape, name, x->ndim,
+                                        x->shape, hint);
         }
     }
     return KILN_OK;
 }
 
-static kiln_status check_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out,
-                             int *a)
+/* out (the _out form's `given`) must be on the tensors' device. */
+static kiln_status check_cat_out(const kiln_tensor *x0, const kiln_tensor *given, const char *op)
 {
-    if (!out)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_cat: out is NULL");
-    *out = NULL;
+    kiln_status s = kiln__check_tensor(given, op, "out");
+    if (s == KILN_OK && given->dev != x0->dev)
+        return kiln__error(KILN_ERR_DEVICE_MISMATCH,
+                           "%s: expected out on the tensors' device, got %s for the tensors and "
+                           "%s for out; copy with kiln_tensor_to()",
+                           op, x0->dev->info.spec, given->dev->info.spec);
+    return s;
+}
+
+static kiln_status check_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor *given,
+                             kiln_tensor **out, const char *op, int *a)
+{
+    if (!given && !out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    if (out)
+        *out = NULL;
     if (!xs || n < 1)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "kiln_cat: needs at least one tensor (xs %s, n = %d)",
+                           "%s: needs at least one tensor (xs %s, n = %d)", op,
                            xs ? "given" : "is NULL", n);
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "tensor %d", i);
-        kiln_status s = kiln__check_tensor(xs[i], "kiln_cat", name);
+        kiln_status s = kiln__check_tensor(xs[i], op, name);
         if (s != KILN_OK)
             return s;
     }
-    kiln_status s = kiln__same_device("kiln_cat", n, xs, NULL);
+    kiln_status s = kiln__same_device(op, n, xs, NULL);
+    if (s == KILN_OK && given)
+        s = check_cat_out(xs[0], given, op);
     if (s == KILN_OK)
-        s = normalize_axis(axis, xs[0]->ndim, "kiln_cat", a);
+        s = normalize_axis(axis, xs[0]->ndim, op, a);
     if (s == KILN_OK)
-        s = check_cat_parts(xs, n, *a);
+        s = check_cat_parts(xs, n, *a, op);
     return s;
 }
 
-kiln_status kiln_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out)
+static kiln_status cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor *given,
+                       kiln_tensor **out, const char *op)
 {
     int a = 0;
-    kiln_status s = check_cat(xs, n, axis, out, &a);
+    kiln_status s = check_cat(xs, n, axis, given, out, op, &a);
     if (s != KILN_OK)
         return s;
     const kiln_tensor *x0 = xs[0];
@@ -340,7 +378,9 @@ kiln_status kiln_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor 
         total += xs[i]->shape[a];
     shape[a] = total;
     kiln_tensor *y = NULL;
-    s = kiln__tensor_new(x0->dev, x0->dtype, x0->ndim, shape, "kiln_cat", &y);
+    s = target(xs, n, x0->ndim, shape, given, op, &y);
+    if (s != KILN_OK)
+        return s;
     int64_t off = 0;
     for (int i = 0; s == KILN_OK && i < n; i++) {
         int64_t len = xs[i]->shape[a];
@@ -349,23 +389,27 @@ kiln_status kiln_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor 
                        .istr = {len * inner, inner, 1},
                        .ostr = {total * inner, inner, 1},
                        .ooff = off * inner};
-        s = strided_copy(xs[i], y, &c, "kiln_cat");
+        s = strided_copy(xs[i], y, &c, op);
         off += len;
     }
-    if (s != KILN_OK) {
-        kiln_tensor_release(y);
-        return s;
-    }
-    *out = y;
-    return KILN_OK;
+    return kiln__finish(s, y, given, out);
 }
 
-kiln_status kiln_slice(const kiln_tensor *x, int axis, int64_t start_, int64_t end,
-                       kiln_tensor **out)
+kiln_status kiln_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out)
 {
-    const char *op = "kiln_slice";
+    return cat(xs, n, axis, NULL, out, "kiln_cat");
+}
+
+kiln_status kiln_cat_out(const kiln_tensor *const *xs, int n, int axis, kiln_tensor *out)
+{
+    return cat(xs, n, axis, out, NULL, "kiln_cat_out");
+}
+
+static kiln_status slice(const kiln_tensor *x, int axis, int64_t start_, int64_t end,
+                         kiln_tensor *given, kiln_tensor **out, const char *op)
+{
     int a = 0;
-    kiln_status s = start(x, out, op);
+    kiln_status s = start(x, given, 5, out, op);
     if (s == KILN_OK)
         s = normalize_axis(axis, x->ndim, op, &a);
     if (s != KILN_OK)
@@ -392,5 +436,17 @@ kiln_status kiln_slice(const kiln_tensor *x, int axis, int64_t start_, int64_t e
                    .istr = {len * inner, inner, 1},
                    .ostr = {(e - b) * inner, inner, 1},
                    .ioff = b * inner};
-    return copy_new(x, x->ndim, shape, &c, op, out);
+    return copy_to(x, x->ndim, shape, &c, given, op, out);
+}
+
+kiln_status kiln_slice(const kiln_tensor *x, int axis, int64_t start_, int64_t end,
+                       kiln_tensor **out)
+{
+    return slice(x, axis, start_, end, NULL, out, "kiln_slice");
+}
+
+kiln_status kiln_slice_out(const kiln_tensor *x, int axis, int64_t start_, int64_t end,
+                           kiln_tensor *out)
+{
+    return slice(x, axis, start_, end, out, NULL, "kiln_slice_out");
 }

@@ -1,0 +1,142 @@
+/* dtype.c - the facts of every dtype, generated from KILN_DTYPE_MAP in kiln.h. Nothing else in
+ * lib/ lists dtypes: adding one is a line in the table (see CONTRIBUTING.md). */
+#include "dtype.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct dtype_info {
+    const char *name, *cl, *clc;
+    size_t size;
+    bool floating, is_signed;
+} dtype_info;
+
+static const dtype_info dtypes[] = {
+#define KILN__DTYPE_INFO(NAME, num, name, bytes, cl, clc, fl, sg)                                  \
+    [num] = {#name, #cl, #clc, bytes, fl, sg},
+    KILN_DTYPE_MAP(KILN__DTYPE_INFO)
+#undef KILN__DTYPE_INFO
+};
+
+static const dtype_info *info(kiln_dtype dtype)
+{
+    return kiln__dtype_valid(dtype) ? &dtypes[dtype] : NULL;
+}
+
+bool kiln__dtype_valid(kiln_dtype dtype)
+{
+    /* Values are explicit in the table: a gap would be a slot without a name. */
+    return (unsigned)dtype < sizeof dtypes / sizeof dtypes[0] && dtypes[dtype].name;
+}
+
+size_t kiln__dtype_size(kiln_dtype dtype)
+{
+    return kiln__dtype_valid(dtype) ? dtypes[dtype].size : 0;
+}
+
+const char *kiln__dtype_name(kiln_dtype dtype)
+{
+    return kiln__dtype_valid(dtype) ? dtypes[dtype].name : "?";
+}
+
+size_t kiln_dtype_size(kiln_dtype dtype)
+{
+    return kiln__dtype_size(dtype);
+}
+
+const char *kiln_dtype_name(kiln_dtype dtype)
+{
+    return kiln__dtype_name(dtype);
+}
+
+const char *kiln__dtype_list(void)
+{
+#define KILN__DTYPE_LIST(NAME, num, name, bytes, cl, clc, fl, sg) ", KILN_" #NAME
+    static const char list[] = KILN_DTYPE_MAP(KILN__DTYPE_LIST);
+#undef KILN__DTYPE_LIST
+    return list + 2; /* without the first ", " */
+}
+
+const char *kiln__dtype_cl_type(kiln_dtype dtype)
+{
+    return kiln__dtype_valid(dtype) ? dtypes[dtype].cl : "?";
+}
+
+const char *kiln__dtype_cl_compute_type(kiln_dtype dtype)
+{
+    return kiln__dtype_valid(dtype) ? dtypes[dtype].clc : "?";
+}
+
+kiln_dtype kiln__dtype_compute(kiln_dtype dtype)
+{
+    const dtype_info *d = info(dtype);
+    for (int i = 0; d && i < (int)(sizeof dtypes / sizeof dtypes[0]); i++)
+        if (dtypes[i].name && strcmp(dtypes[i].cl, d->clc) == 0)
+            return (kiln_dtype)i;
+    return dtype;
+}
+
+bool kiln__dtype_is_float(kiln_dtype dtype)
+{
+    return kiln__dtype_valid(dtype) && dtypes[dtype].floating;
+}
+
+bool kiln__dtype_is_signed(kiln_dtype dtype)
+{
+    return kiln__dtype_valid(dtype) && dtypes[dtype].is_signed;
+}
+
+bool kiln__dtype_is_half(kiln_dtype dtype)
+{
+    return kiln__dtype_valid(dtype) && strcmp(dtypes[dtype].cl, "half") == 0;
+}
+
+bool kiln__dtype_needs_fp64(kiln_dtype dtype)
+{
+    return kiln__dtype_valid(dtype) && strcmp(dtypes[dtype].clc, "double") == 0;
+}
+
+const char *kiln__dtype_cl_unsigned_type(kiln_dtype dtype)
+{
+    if (!kiln__dtype_valid(dtype) || dtypes[dtype].floating)
+        return NULL;
+    return kiln__dtype_cl_uint(dtypes[dtype].size);
+}
+
+const char *kiln__dtype_cl_uint(size_t bytes)
+{
+    switch (bytes) { /* OpenCL C's integer types have fixed widths */
+    case 1:
+        return "uchar";
+    case 2:
+        return "ushort";
+    case 4:
+        return "uint";
+    default:
+        return "ulong";
+    }
+}
+
+bool kiln__dtype_scalar_fits(kiln_dtype dtype, double v)
+{
+    const dtype_info *d = info(dtype);
+    if (!d || d->floating)
+        return true;
+    /* Bounds are exact powers of two, so every comparison is exact in double. */
+    int bits = (int)(8 * d->size);
+    double lo = d->is_signed ? -ldexp(1.0, bits - 1) : 0.0;
+    double hi = ldexp(1.0, d->is_signed ? bits - 1 : bits);
+    double t = trunc(v);
+    return t >= lo && t < hi; /* false for NaN */
+}
+
+char *kiln__dtype_defines(char *buf, size_t size, const char *slot, kiln_dtype dtype)
+{
+    size_t used = strnlen(buf, size);
+    bool half = kiln__dtype_is_half(dtype);
+    snprintf(buf + used, size - used, "%s-DKILN_%s=%s -DKILN_%sC=%s%s%s%s", used ? " " : "", slot,
+             kiln__dtype_cl_type(dtype), slot, kiln__dtype_cl_compute_type(dtype),
+             half ? " -DKILN_" : "", half ? slot : "", half ? "_HALF=1" : "");
+    return buf;
+}

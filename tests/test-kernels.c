@@ -1,0 +1,219 @@
+/* test-kernels.c - every built-in kernel an op can ask for exists, and no other: for every
+ * device, every dtype it can compute in, every op of the tables in kiln.h and every kernel
+ * variant, the name the ops build (lib/ops/optables.h) resolves through the built-in kernel
+ * lookup in the program the ops build (the same -D options). Ops a dtype does not support, by
+ * the kind column the ops read too, must be absent from the program: the kernel list of each
+ * program is compared with the expected names both ways. Each program is built once (the
+ * lookup caches per device) and nothing runs, so the suite is quick under Oclgrind. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../lib/clcall.h"
+#include "../lib/dtype.h"
+#include "../lib/ops/optables.h"
+#include "../lib/program.h"
+#include "kiln.h"
+#include "testutil.h"
+
+/* The ops, straight from the public tables. */
+static const kiln_binary_op binary_ops[] = {
+#define X(NAME, num, name, kind) KILN_BINARY_##NAME,
+    KILN_BINARY_OP_MAP(X)
+#undef X
+};
+static const kiln_unary_op unary_ops[] = {
+#define X(NAME, num, name, kind) KILN_UNARY_##NAME,
+    KILN_UNARY_OP_MAP(X)
+#undef X
+};
+static const kiln_reduce_op reduce_ops[] = {
+#define X(NAME, num, name) KILN_REDUCE_##NAME,
+    KILN_REDUCE_OP_MAP(X)
+#undef X
+};
+static const kiln_dtype dtypes[] = {
+#define X(NAME, num, name, bytes, cl, clc, fl, sg) KILN_##NAME,
+    KILN_DTYPE_MAP(X)
+#undef X
+};
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* A set of kernel names. */
+#define MAX_NAMES 256
+typedef struct names {
+    int n;
+    char name[MAX_NAMES][64];
+} names;
+
+static void add_name(names *ns, const char *name)
+{
+    for (int i = 0; i < ns->n; i++)
+        if (strcmp(ns->name[i], name) == 0)
+            return;
+    ck_assert_int_lt(ns->n, MAX_NAMES);
+    snprintf(ns->name[ns->n++], sizeof ns->name[0], "%s", name);
+}
+
+static bool has_name(const names *ns, const char *name)
+{
+    for (int i = 0; i < ns->n; i++)
+        if (strcmp(ns->name[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* Whether dev can compute in dtype (f64 needs fp64), as kiln__check_dtype_on decides. */
+static bool computes(kiln_device *dev, kiln_dtype dtype)
+{
+    return !kiln__dtype_needs_fp64(dtype) || has_fp64(dev);
+}
+
+/* Resolve every name of ns in the program of (source, defines) on dev, then compare the
+ * program's own kernel list with ns: the same names, no more. */
+static void check_program(kiln_device *dev, const char *source, const char *defines,
+                          const names *ns)
+{
+    ck_assert_int_gt(ns->n, 0);
+    kiln__kernel *k = NULL;
+    for (int i = 0; i < ns->n; i++) {
+        kiln_status s = kiln__builtin_kernel(dev, source, defines, ns->name[i], "test", &k);
+        ck_assert_msg(s == KILN_OK, "%s.cl (%s): kernel %s: %s", source, defines, ns->name[i],
+                      kiln_last_error());
+    }
+    cl_program prog;
+    ck_assert_int_eq(kiln__cl.GetKernelInfo(k->kernel, CL_KERNEL_PROGRAM, sizeof prog, &prog, NULL),
+                     CL_SUCCESS);
+    char list[16384];
+    size_t len = 0;
+    ck_assert_int_eq(
+        kiln__cl.GetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, sizeof list, list, &len),
+        CL_SUCCESS);
+    int count = 0;
+    for (char *save = NULL, *name = strtok_r(list, ";", &save); name;
+         name = strtok_r(NULL, ";", &save), count++)
+        ck_assert_msg(has_name(ns, name),
+                      "%s.cl (%s) has kernel %s, which no op asks for: its op's kind in kiln.h "
+                      "and the kernel file disagree",
+                      source, defines, name);
+    ck_assert_int_eq(count, ns->n);
+}
+
+/* Every kernel of the elementwise program of one dtype: binary ops in four variants, unary ops
+ * and derivatives, where, and casts to every dtype the device can hold. */
+static void elementwise_names(kiln_device *dev, kiln_dtype dt, names *ns)
+{
+    char name[64];
+    for (int o = 0; o < COUNT(binary_ops); o++) {
+        if (!kiln__binary_supports(binary_ops[o], dt))
+            continue;
+        for (int v = 0; v < KILN__BINARY_VARIANTS; v++)
+            add_name(
+                ns, kiln__binary_kernel(name, sizeof name, (kiln__binary_variant)v, binary_ops[o]));
+    }
+    for (int o = 0; o < COUNT(unary_ops); o++)
+        for (int bw = 0; bw < 2; bw++)
+            if (kiln__unary_supports(unary_ops[o], dt, bw))
+                add_name(ns, kiln__unary_kernel(name, sizeof name, bw, unary_ops[o]));
+    add_name(ns, "kiln_where");
+    add_name(ns, "kiln_where_bb");
+    for (int t = 0; t < COUNT(dtypes); t++)
+        if (computes(dev, dtypes[t]))
+            add_name(ns, kiln__cast_kernel(name, sizeof name, dtypes[t]));
+}
+
+START_TEST(test_elementwise)
+{
+    for (int d = 0; d < ndevs; d++) {
+        for (int t = 0; t < COUNT(dtypes); t++) {
+            if (!computes(devs[d], dtypes[t]))
+                continue;
+            static names ns;
+            ns.n = 0;
+            elementwise_names(devs[d], dtypes[t], &ns);
+            char defines[256];
+            kiln__elementwise_defines(defines, sizeof defines, dtypes[t]);
+            check_program(devs[d], "elementwise", defines, &ns);
+        }
+    }
+}
+END_TEST
+
+/* The reduce programs: one per (dtype, add or compare), holding the kernels of every op of
+ * that family the dtype supports. */
+START_TEST(test_reduce)
+{
+    static const char *const bases[] = {"kiln_reduce_rows", "kiln_reduce_cols",
+                                        "kiln_reduce_combine"};
+    for (int d = 0; d < ndevs; d++) {
+        for (int t = 0; t < COUNT(dtypes); t++) {
+            kiln_dtype dt = dtypes[t];
+            if (!computes(devs[d], dt))
+                continue;
+            for (int family = 0; family < 2; family++) { /* adds, compares */
+                static names ns;
+                ns.n = 0;
+                char defines[256] = "", name[64];
+                for (int o = 0; o < COUNT(reduce_ops); o++) {
+                    kiln_reduce_op op = reduce_ops[o];
+                    if (kiln__reduce_adds(op) != (family == 0) || !kiln__reduce_supports(op, dt))
+                        continue;
+                    kiln__reduce_defines(defines, sizeof defines, op, dt);
+                    add_name(&ns, "kiln_reduce_wg");
+                    for (int b = 0; b < COUNT(bases); b++) {
+                        add_name(&ns, kiln__reduce_kernel(name, sizeof name, bases[b], op));
+                        add_name(&ns, bases[b]); /* the program's plain results, always there */
+                    }
+                }
+                if (ns.n > 0)
+                    check_program(devs[d], "reduce", defines, &ns);
+            }
+        }
+    }
+}
+END_TEST
+
+/* The tables read as the ops read them: unknown values have no name and support nothing. */
+START_TEST(test_tables)
+{
+    ck_assert_ptr_null(kiln__binary_name((kiln_binary_op)COUNT(binary_ops)));
+    ck_assert_ptr_null(kiln__binary_name((kiln_binary_op)-1));
+    ck_assert_ptr_null(kiln__unary_name((kiln_unary_op)COUNT(unary_ops)));
+    ck_assert_ptr_null(kiln__reduce_name((kiln_reduce_op)COUNT(reduce_ops)));
+    ck_assert(!kiln__binary_supports(KILN_BINARY_ADD, (kiln_dtype)KILN_DTYPE_COUNT));
+    ck_assert(!kiln__unary_supports(KILN_UNARY_NEG, (kiln_dtype)-1, false));
+    ck_assert(!kiln__dtype_valid((kiln_dtype)KILN_DTYPE_COUNT));
+    ck_assert_str_eq(kiln_dtype_name((kiln_dtype)KILN_DTYPE_COUNT), "?");
+    ck_assert_uint_eq(kiln_dtype_size((kiln_dtype)-1), 0);
+    /* The names are the table's third column, as kiln.h spells them. */
+#define X(NAME, num, name, kind) ck_assert_str_eq(kiln__binary_name(KILN_BINARY_##NAME), #name);
+    KILN_BINARY_OP_MAP(X)
+#undef X
+#define X(NAME, num, name, kind) ck_assert_str_eq(kiln__unary_name(KILN_UNARY_##NAME), #name);
+    KILN_UNARY_OP_MAP(X)
+#undef X
+#define X(NAME, num, name) ck_assert_str_eq(kiln__reduce_name(KILN_REDUCE_##NAME), #name);
+    KILN_REDUCE_OP_MAP(X)
+#undef X
+#define X(NAME, num, name, bytes, cl, clc, fl, sg)                                                 \
+    ck_assert_str_eq(kiln_dtype_name(KILN_##NAME), #name);                                         \
+    ck_assert_uint_eq(kiln_dtype_size(KILN_##NAME), bytes);
+    KILN_DTYPE_MAP(X)
+#undef X
+}
+END_TEST
+
+Suite *kernels_suite(void)
+{
+    Suite *s = suite_create("kernels");
+    TCase *tt = tcase_create("tables");
+    tcase_add_test(tt, test_tables);
+    suite_add_tcase(s, tt);
+    TCase *tc = tcase_create("resolve");
+    tcase_add_unchecked_fixture(tc, setup_devices, teardown_devices);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_elementwise);
+    tcase_add_test(tc, test_reduce);
+    suite_add_tcase(s, tc);
+    return s;
+}
