@@ -26,6 +26,7 @@ typedef struct registry {
     int nplatforms;
     kiln__platform platforms[KILN__MAX_PLATFORMS];
     char platform_names[KILN__MAX_PLATFORMS][128];
+    bool platform_nvidia[KILN__MAX_PLATFORMS]; /* NVIDIA's own platform ("NVIDIA CUDA") */
     int platform_ndevices[KILN__MAX_PLATFORMS];
     int nall;
     kiln__devdesc descs[KILN__MAX_DEVICES];
@@ -260,6 +261,7 @@ static void explain(void)
         .nplatforms = reg.nplatforms,
         .platform_names = (const char(*)[128])reg.platform_names,
         .platform_ndevices = reg.platform_ndevices,
+        .platform_nvidia = reg.platform_nvidia,
         .ndevices = reg.nall,
         .descs = reg.descs,
         .visible_status = reg.visible_status,
@@ -292,6 +294,10 @@ static void enumerate(void)
         if (platform_str(ids[p], CL_PLATFORM_NAME, reg.platform_names[p],
                          sizeof reg.platform_names[p]) != CL_SUCCESS)
             snprintf(reg.platform_names[p], sizeof reg.platform_names[p], "platform %u", p);
+        char vendor[128] = "";
+        platform_str(ids[p], CL_PLATFORM_VENDOR, vendor, sizeof vendor);
+        reg.platform_nvidia[p] =
+            strstr(vendor, "NVIDIA") != NULL || strstr(reg.platform_names[p], "NVIDIA") != NULL;
         reg.nplatforms++;
         enumerate_platform((int)p);
     }
