@@ -47,6 +47,15 @@ KILN_API const char *kiln_version(void);
  * Every call that can fail returns a kiln_status. On failure, out-parameters are set to NULL
  * (or left untouched where documented), nothing is leaked, and kiln_last_error() holds a
  * one-line message for this thread that says what was wrong and what to do.
+ *
+ * KILN_ERR_DEVICE_LOST: a kernel faulted on the device (NVIDIA reports an out-of-bounds access
+ * in a kernel as CL_OUT_OF_RESOURCES at the next finish, blocking read or enqueue) and its
+ * OpenCL context cannot be used again in this process. The device is marked lost: every later
+ * call that would use it (tensors on it, ops, launches, builds, kiln_device_synchronize) fails
+ * at once with KILN_ERR_DEVICE_LOST and a message saying when and why, without calling the
+ * driver; releasing tensors and programs still works, and other devices are unaffected. Run the
+ * kernel under Oclgrind (or with bounds checks) to find the access. CL_OUT_OF_RESOURCES at an
+ * allocation is still KILN_ERR_OUT_OF_MEMORY.
  * ---------------------------------------------------------------------------------------- */
 
 #define KILN_STATUS_MAP(X)                                                                         \
@@ -63,7 +72,8 @@ KILN_API const char *kiln_version(void);
     X(ERR_IO, -10, "input/output error")                                                           \
     X(ERR_NO_PLATFORM, -11, "no OpenCL platform")                                                  \
     X(ERR_NOT_FOUND, -12, "not found")                                                             \
-    X(ERR_STATE, -13, "invalid state")
+    X(ERR_STATE, -13, "invalid state")                                                             \
+    X(ERR_DEVICE_LOST, -14, "device lost: a kernel faulted and the device cannot be used again")
 
 typedef enum kiln_status {
 #define KILN__STATUS_ENUM(name, num, text) KILN_##name = num,
@@ -168,9 +178,11 @@ typedef struct kiln_device_info {
 /* Fill *info for the device. KILN_ERR_INVALID_ARGUMENT for NULL arguments. */
 KILN_API kiln_status kiln_device_info_get(const kiln_device *dev, kiln_device_info *info);
 
-/* Wait until all work queued on the device has finished. Blocks. kiln makes no OpenCL calls at
- * process exit: synchronize (or read your results) before exit(), since some drivers (PoCL)
- * can crash in their own teardown while still compiling a kernel for a queued launch. */
+/* Wait until all work queued on the device has finished. Blocks. KILN_ERR_DEVICE_LOST when a
+ * kernel faulted (found now, or by an earlier call): the device cannot be used again. kiln
+ * makes no OpenCL calls at process exit: synchronize (or read your results) before exit(),
+ * since some drivers (PoCL) can crash in their own teardown while still compiling a kernel for
+ * a queued launch. */
 KILN_API kiln_status kiln_device_synchronize(kiln_device *dev);
 
 typedef struct kiln_memory_stats {
@@ -498,8 +510,8 @@ KILN_API kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a,
                                         kiln_tensor **out);
 KILN_API kiln_status kiln_binary_scalar_out(kiln_binary_op op, const kiln_tensor *a, double scalar,
                                             kiln_tensor *out);
-KILN_API kiln_status kiln_binary_scalar_i64(kiln_binary_op op, const kiln_tensor *a,
-                                            int64_t scalar, kiln_tensor **out);
+KILN_API kiln_status kiln_binary_scalar_i64(kiln_binary_op op, const kiln_tensor *a, int64_t scalar,
+                                            kiln_tensor **out);
 KILN_API kiln_status kiln_binary_scalar_i64_out(kiln_binary_op op, const kiln_tensor *a,
                                                 int64_t scalar, kiln_tensor *out);
 /* Shorthands for kiln_binary and kiln_binary_out with ADD, SUB, MUL and DIV. */

@@ -92,7 +92,10 @@ void kiln__cl_reset(void);
 /* The name of an OpenCL error code ("CL_OUT_OF_RESOURCES"); "CL_UNKNOWN_ERROR" if unknown. */
 const char *kiln__cl_error_name(cl_int err);
 
-/* The kiln status for an OpenCL error code. */
+/* The kiln status for an OpenCL error code. CL_OUT_OF_RESOURCES and
+ * CL_MEM_OBJECT_ALLOCATION_FAILURE map to out of memory, which is what they mean where a call
+ * allocates; on a queue they mean a kernel fault, which queue.c's kiln__queue_fail reports
+ * (KILN_ERR_DEVICE_LOST) instead. */
 kiln_status kiln__cl_status(cl_int err);
 
 /* Report a failed OpenCL call: sets the message "<op>: <clfn> failed with <NAME> (<code>)

@@ -3,10 +3,12 @@
  * selects and why. */
 #include "diagnose.h"
 
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clcall.h"
 #include "pci.h"
@@ -65,20 +67,112 @@ static const char *missing_driver(uint32_t vendor, const char *driver)
     return "install Intel's OpenCL driver (intel-opencl-icd)";
 }
 
-/* A GPU on the PCI bus that no OpenCL platform shows: say which driver/ICD is missing. */
+/* NVIDIA's OpenCL platform when it is there but lists no device; -1 otherwise. */
+static int empty_nvidia_platform(const kiln__census *c)
+{
+    for (int p = 0; p < c->nplatforms; p++)
+        if (c->platform_nvidia && c->platform_nvidia[p] && c->platform_ndevices[p] == 0)
+            return p;
+    return -1;
+}
+
+/* Whether the NVIDIA driver's OpenCL library loads (the library an ICD file must name); why not
+ * in why. KILN_TEST_NVIDIA_OPENCL_LIB names another file to try (tests). */
+static bool nvidia_opencl_loads(char *why, size_t size)
+{
+    const char *lib = getenv("KILN_TEST_NVIDIA_OPENCL_LIB");
+    void *h = dlopen(lib && *lib ? lib : "libnvidia-opencl.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!h) {
+        const char *err = dlerror();
+        snprintf(why, size, "%s", err ? err : "not found");
+        return false;
+    }
+    dlclose(h);
+    return true;
+}
+
+/* NVIDIA's platform is there but lists no device: the likely causes, with what this process
+ * sees of each; after lead (the GPU on the bus, or ""). */
+static void explain_empty_nvidia(const kiln__census *c, int p, const char *lead, char *buf,
+                                 size_t size)
+{
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    char cvd_state[160];
+    if (cvd)
+        snprintf(cvd_state, sizeof cvd_state, "it is '%.64s' here", cvd);
+    else
+        snprintf(cvd_state, sizeof cvd_state, "CUDA_VISIBLE_DEVICES is not set here");
+    const char *uvm = access("/dev/nvidia-uvm", F_OK) != 0          ? "it is missing here"
+                      : access("/dev/nvidia-uvm", R_OK | W_OK) != 0 ? "this user cannot open it"
+                                                                    : "it looks fine here";
+    append(buf, size,
+           "%sNVIDIA's OpenCL platform (%s) lists no device: likely CUDA_VISIBLE_DEVICES is set to "
+           "an empty or wrong list (%s; unset it or list the GPU), or /dev/nvidia-uvm is missing "
+           "or unreadable (%s; create it with nvidia-modprobe -u -c=0 or modprobe nvidia-uvm, and "
+           "pass it into a container); nvidia-smi -L shows whether the driver sees the GPU",
+           lead, c->platform_names[p], cvd_state, uvm);
+}
+
+/* An NVIDIA GPU on the nvidia driver that no OpenCL platform shows: NVIDIA's platform without
+ * devices, a missing ICD file (the library loads), or a missing OpenCL library. */
+static void explain_nvidia(const kiln__census *c, const kiln__pci_gpu *g, char *buf, size_t size)
+{
+    char why[512];
+    int p = empty_nvidia_platform(c);
+    if (p >= 0) {
+        snprintf(why, sizeof why, "an NVIDIA GPU is on the PCI bus (%s, driver nvidia) but ",
+                 g->address);
+        explain_empty_nvidia(c, p, why, buf, size);
+    } else if (nvidia_opencl_loads(why, sizeof why)) {
+        const char *vendors = getenv("OCL_ICD_VENDORS");
+        char note[320] = "";
+        if (vendors && *vendors)
+            snprintf(note, sizeof note,
+                     "; OCL_ICD_VENDORS='%.200s' is set here, so the loader reads that instead "
+                     "of /etc/OpenCL/vendors",
+                     vendors);
+        append(buf, size,
+               "an NVIDIA GPU is on the PCI bus (%s, driver nvidia) and the driver's OpenCL "
+               "library libnvidia-opencl.so.1 loads, but no OpenCL platform shows it: the ICD "
+               "file naming that library is missing; as root: echo libnvidia-opencl.so.1 > "
+               "/etc/OpenCL/vendors/nvidia.icd (or write that line to a file in a folder that "
+               "OCL_ICD_VENDORS names)%s",
+               g->address, note);
+    } else {
+        append(buf, size,
+               "an NVIDIA GPU is on the PCI bus (%s, driver nvidia) but no OpenCL platform shows "
+               "it and the driver's OpenCL part is missing (libnvidia-opencl.so.1 does not load: "
+               "%s): install the NVIDIA driver's OpenCL library (Debian: nvidia-opencl-icd, "
+               "which also writes /etc/OpenCL/vendors/nvidia.icd); in a container, use the "
+               "NVIDIA container toolkit with the compute capability",
+               g->address, why);
+    }
+}
+
+/* A GPU on the PCI bus that no OpenCL platform shows: say which driver/ICD is missing. NVIDIA's
+ * platform without devices is explained even when no NVIDIA GPU is found on the bus. */
 static void explain_pci(const kiln__census *c, char *buf, size_t size)
 {
     kiln__pci_gpu gpus[16];
     int n = kiln__pci_scan(NULL, gpus, 16);
+    bool nvidia_explained = false;
     for (int i = 0; i < n; i++) {
         const char *vname = kiln__pci_vendor_name(gpus[i].vendor);
         if (!vname || gpu_shown(c, gpus[i].vendor))
             continue;
+        if (gpus[i].vendor == 0x10de && strcmp(gpus[i].driver, "nvidia") == 0) {
+            explain_nvidia(c, &gpus[i], buf, size);
+            nvidia_explained = true;
+            continue;
+        }
         append(buf, size,
                "an %s GPU is on the PCI bus (%s, driver %s) but no OpenCL platform shows it: %s",
                vname, gpus[i].address, gpus[i].driver[0] ? gpus[i].driver : "none",
                missing_driver(gpus[i].vendor, gpus[i].driver));
     }
+    int p = empty_nvidia_platform(c);
+    if (p >= 0 && !nvidia_explained)
+        explain_empty_nvidia(c, p, "", buf, size);
 }
 
 /* "gpu", or "OpenCL" for a mask of several types. */

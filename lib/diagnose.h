@@ -1,8 +1,9 @@
 /* diagnose.h - why no device of a type is available, and what "auto" picks and why: the text of
  * kiln_unavailable_reason and kiln_auto_reason, written once from what enumeration found (a
  * kiln__census). GPUs on the PCI bus that no OpenCL platform shows are named with the driver
- * that is missing (pci.c scans the bus). Pure over its input: registry.c calls it, it calls
- * nothing of the registry's. */
+ * that is missing (pci.c scans the bus; for an NVIDIA GPU on the nvidia driver, whether the
+ * driver's OpenCL library loads tells a missing ICD file from a missing library). Pure over its
+ * input and the machine: registry.c calls it, it calls nothing of the registry's. */
 #ifndef KILN_DIAGNOSE_H
 #define KILN_DIAGNOSE_H
 
@@ -17,6 +18,7 @@ typedef struct kiln__census {
     int nplatforms;
     const char (*platform_names)[128];
     const int *platform_ndevices; /* devices described per platform */
+    const bool *platform_nvidia;  /* per platform: NVIDIA's own (vendor or name says NVIDIA) */
     int ndevices;
     const kiln__devdesc *descs; /* every device described, hidden and unusable ones included */
     kiln_status visible_status; /* KILN_OK, or a malformed KILN_VISIBLE_DEVICES ... */

@@ -204,7 +204,9 @@ kiln_status kiln__kernel_launch(kiln_device *dev, kiln__kernel *k, const char *o
                            "%s: work_dim is %d and global is %s; pass work_dim 1 to 3 and a "
                            "global size per dimension",
                            op, work_dim, global ? "set" : "NULL");
-    kiln_status s = check_args(dev, k, op, nargs, args);
+    kiln_status s = kiln__device_check_lost(dev, op);
+    if (s == KILN_OK)
+        s = check_args(dev, k, op, nargs, args);
     if (s != KILN_OK)
         return s;
     for (int d = 0; d < work_dim; d++)

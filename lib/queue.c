@@ -13,8 +13,24 @@ cl_command_queue kiln__queue(const kiln_device *dev)
     return dev->queue;
 }
 
-kiln_status kiln__queue_fail(cl_int err, const char *op, const char *clfn, const kiln_device *dev)
+/* Whether err, from a command on a queue (not an allocation), means a kernel faulted. NVIDIA
+ * reports an illegal memory access in a kernel as CL_OUT_OF_RESOURCES (sometimes
+ * CL_MEM_OBJECT_ALLOCATION_FAILURE) at the next finish, blocking read or enqueue, and the
+ * context is unusable from then on. At an allocation the same codes mean out of memory: memory.c
+ * reports those itself. */
+static bool is_kernel_fault(cl_int err)
 {
+    return err == CL_OUT_OF_RESOURCES || err == CL_MEM_OBJECT_ALLOCATION_FAILURE;
+}
+
+kiln_status kiln__queue_fail(cl_int err, const char *op, const char *clfn, kiln_device *dev)
+{
+    if (is_kernel_fault(err))
+        kiln__device_mark_lost(dev, clfn, err);
+    /* Once lost, any failure on the device (another thread's, say) is reported as the loss. */
+    kiln_status s = kiln__device_check_lost(dev, op);
+    if (s != KILN_OK)
+        return s;
     return kiln__cl_fail(err, op, clfn, dev->info.spec);
 }
 

@@ -14,9 +14,12 @@
 /* The queue that work on dev is enqueued on. kiln__device_open(dev) must have succeeded. */
 cl_command_queue kiln__queue(const kiln_device *dev);
 
-/* Report a failed enqueue (or finish, flush) on dev's queue: the status of err, with a message
- * naming op, the OpenCL function and the device. */
-kiln_status kiln__queue_fail(cl_int err, const char *op, const char *clfn, const kiln_device *dev);
+/* Report a failed enqueue (or finish, blocking read, map) on dev's queue: the status of err, with
+ * a message naming op, the OpenCL function and the device. CL_OUT_OF_RESOURCES and
+ * CL_MEM_OBJECT_ALLOCATION_FAILURE here are a kernel fault, not out of memory: dev is marked lost
+ * (kiln__device_mark_lost) and KILN_ERR_DEVICE_LOST returned, as for any failure on a device
+ * already lost. Allocation failures are memory.c's to report (they stay out of memory). */
+kiln_status kiln__queue_fail(cl_int err, const char *op, const char *clfn, kiln_device *dev);
 
 /* A second queue of dev, for work that must not wait for what is queued on the device queue
  * (nor hold it up): the memory pool makes new buffers real there. Created on first use, under

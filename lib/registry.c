@@ -26,6 +26,7 @@ typedef struct registry {
     int nplatforms;
     kiln__platform platforms[KILN__MAX_PLATFORMS];
     char platform_names[KILN__MAX_PLATFORMS][128];
+    bool platform_nvidia[KILN__MAX_PLATFORMS]; /* NVIDIA's own platform ("NVIDIA CUDA") */
     int platform_ndevices[KILN__MAX_PLATFORMS];
     int nall;
     kiln__devdesc descs[KILN__MAX_DEVICES];
@@ -260,6 +261,7 @@ static void explain(void)
         .nplatforms = reg.nplatforms,
         .platform_names = (const char(*)[128])reg.platform_names,
         .platform_ndevices = reg.platform_ndevices,
+        .platform_nvidia = reg.platform_nvidia,
         .ndevices = reg.nall,
         .descs = reg.descs,
         .visible_status = reg.visible_status,
@@ -292,6 +294,10 @@ static void enumerate(void)
         if (platform_str(ids[p], CL_PLATFORM_NAME, reg.platform_names[p],
                          sizeof reg.platform_names[p]) != CL_SUCCESS)
             snprintf(reg.platform_names[p], sizeof reg.platform_names[p], "platform %u", p);
+        char vendor[128] = "";
+        platform_str(ids[p], CL_PLATFORM_VENDOR, vendor, sizeof vendor);
+        reg.platform_nvidia[p] =
+            strstr(vendor, "NVIDIA") != NULL || strstr(reg.platform_names[p], "NVIDIA") != NULL;
         reg.nplatforms++;
         enumerate_platform((int)p);
     }
@@ -531,6 +537,8 @@ static cl_int open_context(kiln__platform *plat)
 kiln_status kiln__device_open(kiln_device *dev, const char *op)
 {
     kiln_status s = kiln__check_device(dev, op);
+    if (s == KILN_OK)
+        s = kiln__device_check_lost(dev, op);
     if (s != KILN_OK)
         return s;
     pthread_mutex_lock(&dev->lock);
@@ -566,4 +574,33 @@ cl_context kiln_device_cl_context(kiln_device *dev)
 cl_device_id kiln_device_cl_device_id(kiln_device *dev)
 {
     return kiln__device_valid(dev) ? dev->id : NULL;
+}
+
+void kiln__device_mark_lost(kiln_device *dev, const char *clfn, cl_int err)
+{
+    pthread_mutex_lock(&dev->lock);
+    if (!atomic_load_explicit(&dev->lost, memory_order_relaxed)) {
+        snprintf(dev->lost_reason, sizeof dev->lost_reason,
+                 "%s was lost after %s failed with %s (%d): a kernel probably accessed memory out "
+                 "of bounds; the device's context cannot be used again in this process",
+                 dev->info.spec, clfn, kiln__cl_error_name(err), (int)err);
+        atomic_store_explicit(&dev->lost, true, memory_order_release);
+        kiln__log(KILN_LOG_ERROR, "%s", dev->lost_reason);
+    }
+    pthread_mutex_unlock(&dev->lock);
+}
+
+kiln_status kiln__device_check_lost(const kiln_device *dev, const char *op)
+{
+    if (!atomic_load_explicit(&dev->lost, memory_order_acquire))
+        return KILN_OK;
+    return kiln__error(KILN_ERR_DEVICE_LOST, "%s: %s", op, dev->lost_reason);
+}
+
+void kiln__device_clear_lost(kiln_device *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+    atomic_store(&dev->lost, false);
+    dev->lost_reason[0] = '\0';
+    pthread_mutex_unlock(&dev->lock);
 }

@@ -3,6 +3,7 @@
 #define KILN_REGISTRY_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "kiln_cl.h"
 
@@ -34,6 +35,11 @@ struct kiln_device {
     cl_command_queue private_queue; /* queue.c's second queue, made on first use */
     struct kiln__pool *pool;
     struct kiln__programs *programs;
+    /* Set once, when a kernel fault made the device unusable (kiln__device_mark_lost): every
+     * later call on it fails at once with KILN_ERR_DEVICE_LOST and lost_reason, written before
+     * the flag and never changed after. */
+    atomic_bool lost;
+    char lost_reason[512];
 };
 
 /* Whether dev is a device handle kiln gave out (not NULL, not forged). */
@@ -62,5 +68,17 @@ kiln_device **kiln__devices(int *n);
  * only while no other thread uses kiln and no tensor or program exists: device handles given
  * out before become invalid. */
 void kiln__registry_reset(void);
+
+/* Mark dev lost: clfn failed with err in a way that leaves its context unusable (a kernel
+ * fault). The first reason stays; logged at KILN_LOG=error. */
+void kiln__device_mark_lost(kiln_device *dev, const char *clfn, cl_int err);
+
+/* KILN_ERR_DEVICE_LOST, with op and the reason in the message, when dev was lost; else KILN_OK.
+ * Every call that would use a device checks this first (kiln__device_open does), so that a lost
+ * device never reaches the driver again. */
+kiln_status kiln__device_check_lost(const kiln_device *dev, const char *op);
+
+/* Test only: forget that dev was lost (after a fault a test injected; the context is fine). */
+void kiln__device_clear_lost(kiln_device *dev);
 
 #endif

@@ -57,7 +57,7 @@ kiln_status kiln__check_tensor(const kiln_tensor *t, const char *op, const char 
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: %s (%p) is not a tensor handle from kiln (forged or corrupted)", op,
                            argname, (const void *)t);
-    return KILN_OK;
+    return kiln__device_check_lost(t->dev, op); /* a lost device is never used again */
 }
 
 static bool tensor_valid(const kiln_tensor *t)

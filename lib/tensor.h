@@ -33,7 +33,7 @@ struct kiln_tensor {
 };
 
 /* Check a tensor argument: KILN_ERR_INVALID_ARGUMENT naming op and the argument when NULL,
- * released or forged. */
+ * released or forged; KILN_ERR_DEVICE_LOST when its device was lost. */
 kiln_status kiln__check_tensor(const kiln_tensor *t, const char *op, const char *argname);
 
 /* The same-device rule: all n tensors (NULL entries are skipped) must be valid and on one

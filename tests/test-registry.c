@@ -106,6 +106,8 @@ static void restore(void)
     unsetenv("KILN_VISIBLE_DEVICES");
     unsetenv("KILN_DEVICE");
     unsetenv("KILN_SYSFS_ROOT");
+    unsetenv("KILN_TEST_NVIDIA_OPENCL_LIB");
+    unsetenv("CUDA_VISIBLE_DEVICES");
     kiln__cl_reset();
     kiln__registry_reset();
 }
@@ -838,6 +840,7 @@ START_TEST(pci_nvidia_no_icd_and_amd)
     fake_pci("0000:01:00.0", "0x030200", "0x10de", "nvidia"); /* 3D controller class */
     fake_pci("0000:03:00.0", "0x030000", "0x1002", NULL);
     setenv("KILN_SYSFS_ROOT", sysfs, 1);
+    setenv("KILN_TEST_NVIDIA_OPENCL_LIB", "/nonexistent/libnvidia-opencl.so.1", 1);
     if (!hide_gpus("pci_nvidia_no_icd_and_amd")) {
         remove_tree();
         restore();
@@ -849,6 +852,155 @@ START_TEST(pci_nvidia_no_icd_and_amd)
     ck_assert_has(why, "nvidia.icd");
     ck_assert_has(why, "an AMD GPU is on the PCI bus (0000:03:00.0, driver none)");
     ck_assert_has(why, "rocm-opencl-icd");
+    remove_tree();
+    restore();
+}
+END_TEST
+
+/* An NVIDIA GPU bound to the nvidia driver, and every OpenCL device hidden (so that "why is there
+ * no GPU" is asked in every configuration, -gpuonly included). lib: what
+ * KILN_TEST_NVIDIA_OPENCL_LIB names, the library whose loading kiln tries. */
+static void nvidia_gpu_without_opencl(const char *lib)
+{
+    make_sysfs();
+    fake_pci("0000:01:00.0", "0x030200", "0x10de", "nvidia");
+    setenv("KILN_SYSFS_ROOT", sysfs, 1);
+    setenv("KILN_TEST_NVIDIA_OPENCL_LIB", lib, 1);
+    setenv("KILN_VISIBLE_DEVICES", "", 1);
+    kiln__registry_reset();
+    ck_assert(!kiln_is_available(KILN_DEVICE_GPU));
+}
+
+/* The fake libnvidia-opencl.so.1 that tests/meson.build builds. */
+static const char *fake_nvidia_lib(void)
+{
+    static char path[1024];
+    const char *build = getenv("KILN_TEST_BUILDDIR");
+    ck_assert_ptr_nonnull(build);
+    snprintf(path, sizeof path, "%s/tests/libfake-nvidia-opencl.so", build);
+    ck_assert_msg(access(path, R_OK) == 0, "%s is not built", path);
+    return path;
+}
+
+/* The driver and its OpenCL library are there, only the ICD file is missing: the one-line fix. */
+START_TEST(pci_nvidia_icd_file_missing)
+{
+    nvidia_gpu_without_opencl(fake_nvidia_lib());
+    const char *why = kiln_unavailable_reason(KILN_DEVICE_GPU);
+    ck_assert_has(why, "an NVIDIA GPU is on the PCI bus (0000:01:00.0, driver nvidia)");
+    ck_assert_has(why, "libnvidia-opencl.so.1 loads");
+    ck_assert_has(why, "no OpenCL platform shows it");
+    ck_assert_has(why, "echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd");
+    ck_assert_msg(strstr(why, "nvidia-opencl-icd") == NULL, "asks to install: %s", why);
+    /* -oclgrind and -gpuonly set OCL_ICD_VENDORS: the loader then ignores /etc/OpenCL/vendors */
+    const char *vendors = getenv("OCL_ICD_VENDORS");
+    if (vendors && *vendors)
+        ck_assert_has(why, "OCL_ICD_VENDORS='");
+    else
+        ck_assert_msg(strstr(why, "OCL_ICD_VENDORS='") == NULL, "%s", why);
+    kiln_device *dev;
+    ck_assert_int_eq(kiln_device_get("cuda:0", &dev), KILN_ERR_NO_DEVICE);
+    ASSERT_ERROR_HAS("echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd");
+    remove_tree();
+    restore();
+}
+END_TEST
+
+/* The driver is there but its OpenCL library is not: install that. */
+START_TEST(pci_nvidia_opencl_library_missing)
+{
+    nvidia_gpu_without_opencl("/nonexistent/libnvidia-opencl.so.1");
+    const char *why = kiln_unavailable_reason(KILN_DEVICE_GPU);
+    ck_assert_has(why, "an NVIDIA GPU is on the PCI bus (0000:01:00.0, driver nvidia)");
+    ck_assert_has(why, "the driver's OpenCL part is missing");
+    ck_assert_has(why, "libnvidia-opencl.so.1 does not load");
+    ck_assert_has(why, "nvidia-opencl-icd");
+    ck_assert_msg(strstr(why, "echo libnvidia-opencl.so.1") == NULL, "gives the ICD fix: %s", why);
+    remove_tree();
+    restore();
+}
+END_TEST
+
+/* A fake "NVIDIA CUDA" platform, after the real ones, whose clGetDeviceIDs finds no device. */
+static char fake_nvidia_tag;
+#define FAKE_NVIDIA ((cl_platform_id)&fake_nvidia_tag)
+
+static cl_int CL_API_CALL platforms_and_nvidia(cl_uint n, cl_platform_id *ids, cl_uint *count)
+{
+    cl_uint real = 0;
+    cl_int err = clGetPlatformIDs(n, ids, &real);
+    if (err == CL_PLATFORM_NOT_FOUND_KHR)
+        real = 0;
+    else if (err != CL_SUCCESS)
+        return err;
+    if (ids && real < n)
+        ids[real] = FAKE_NVIDIA;
+    if (count)
+        *count = real + 1;
+    return CL_SUCCESS;
+}
+
+static cl_int CL_API_CALL nvidia_platform_info(cl_platform_id p, cl_platform_info what, size_t size,
+                                               void *value, size_t *ret)
+{
+    if (p != FAKE_NVIDIA)
+        return clGetPlatformInfo(p, what, size, value, ret);
+    const char *v = what == CL_PLATFORM_NAME      ? "NVIDIA CUDA"
+                    : what == CL_PLATFORM_VENDOR  ? "NVIDIA Corporation"
+                    : what == CL_PLATFORM_VERSION ? "OpenCL 3.0 CUDA 12.4.131"
+                                                  : "";
+    if (ret)
+        *ret = strlen(v) + 1;
+    if (value) {
+        if (size < strlen(v) + 1)
+            return CL_INVALID_VALUE;
+        memcpy(value, v, strlen(v) + 1);
+    }
+    return CL_SUCCESS;
+}
+
+static cl_int CL_API_CALL nvidia_no_devices(cl_platform_id p, cl_device_type t, cl_uint n,
+                                            cl_device_id *ids, cl_uint *count)
+{
+    if (p != FAKE_NVIDIA)
+        return clGetDeviceIDs(p, t, n, ids, count);
+    if (count)
+        *count = 0;
+    return CL_DEVICE_NOT_FOUND;
+}
+
+/* NVIDIA's platform is installed but lists no device: CUDA_VISIBLE_DEVICES or /dev/nvidia-uvm,
+ * not a missing ICD. */
+START_TEST(pci_nvidia_platform_without_devices)
+{
+    kiln__cl.GetPlatformIDs = platforms_and_nvidia;
+    kiln__cl.GetPlatformInfo = nvidia_platform_info;
+    kiln__cl.GetDeviceIDs = nvidia_no_devices;
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    nvidia_gpu_without_opencl(fake_nvidia_lib());
+    ck_assert_has(kiln_device_notes(), "(NVIDIA CUDA) has no devices");
+    const char *why = kiln_unavailable_reason(KILN_DEVICE_GPU);
+    ck_assert_has(why, "an NVIDIA GPU is on the PCI bus (0000:01:00.0, driver nvidia)");
+    ck_assert_has(why, "NVIDIA's OpenCL platform (NVIDIA CUDA) lists no device");
+    ck_assert_has(why, "CUDA_VISIBLE_DEVICES");
+    ck_assert_has(why, "'' here");
+    ck_assert_has(why, "/dev/nvidia-uvm");
+    ck_assert_msg(strstr(why, "no OpenCL platform shows it") == NULL, "%s", why);
+    ck_assert_msg(strstr(why, "echo libnvidia-opencl.so.1") == NULL, "gives the ICD fix: %s", why);
+    /* unset, CUDA_VISIBLE_DEVICES is named as a cause that does not apply here */
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    kiln__registry_reset();
+    why = kiln_unavailable_reason(KILN_DEVICE_GPU);
+    ck_assert_has(why, "lists no device");
+    ck_assert_has(why, "CUDA_VISIBLE_DEVICES is not set here");
+    /* no GPU found on the bus (no sysfs in a container, say): the platform is still explained */
+    remove_tree();
+    make_sysfs();
+    setenv("KILN_SYSFS_ROOT", sysfs, 1);
+    kiln__registry_reset();
+    why = kiln_unavailable_reason(KILN_DEVICE_GPU);
+    ck_assert_has(why, "NVIDIA's OpenCL platform (NVIDIA CUDA) lists no device");
+    ck_assert_msg(strstr(why, "PCI bus") == NULL, "%s", why);
     remove_tree();
     restore();
 }
@@ -950,6 +1102,9 @@ Suite *registry_suite(void)
     tcase_add_test(tc, env_kiln_device);
     tcase_add_test(tc, pci_nvidia_nouveau);
     tcase_add_test(tc, pci_nvidia_no_icd_and_amd);
+    tcase_add_test(tc, pci_nvidia_icd_file_missing);
+    tcase_add_test(tc, pci_nvidia_opencl_library_missing);
+    tcase_add_test(tc, pci_nvidia_platform_without_devices);
     suite_add_tcase(s, tc);
     return s;
 }

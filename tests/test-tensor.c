@@ -8,6 +8,7 @@
 #include "kiln_cl.h"
 #include "lib/clcall.h"
 #include "lib/memory.h"
+#include "lib/registry.h"
 #include "lib/tensor.h"
 #include "testutil.h"
 
@@ -838,9 +839,13 @@ START_TEST(test_to_fault)
     kiln__cl.EnqueueWriteBuffer = failing_write;
     kiln_status s = kiln_tensor_to(a, other, &b);
     kiln__cl_reset();
-    ck_assert_int_ne(s, KILN_OK);
+    /* CL_OUT_OF_RESOURCES / CL_MEM_OBJECT_ALLOCATION_FAILURE at an enqueue: the destination is
+     * lost (see test-faults.c); the fault was only injected, so forget that afterwards */
+    ck_assert_int_eq(s, KILN_ERR_DEVICE_LOST);
     ck_assert_ptr_null(b);
-    ck_assert_str_contains(kiln_last_error(), "kiln_tensor_to: clEnqueue");
+    ck_assert_str_contains(kiln_last_error(), "kiln_tensor_to: ");
+    ck_assert_str_contains(kiln_last_error(), " was lost after clEnqueue");
+    kiln__device_clear_lost(other);
     ck_assert_uint_eq(stats(other).allocated_bytes, s0.allocated_bytes);
     ck_assert_int_eq(kiln_tensor_to(a, other, &b), KILN_OK); /* and all is well again */
     float back[1000];

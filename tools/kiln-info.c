@@ -24,7 +24,8 @@ static void usage(FILE *f)
                "  -d, --device SPEC  only this device: auto, cpu, cpu:N, gpu, gpu:N, cuda:N,\n"
                "                     accelerator:N, opencl:P:D\n"
                "      --check        build and run a small kernel on each device, verify the\n"
-               "                     result, print OK/FAIL with build and run times\n"
+               "                     result, print OK/FAIL with build and run times (LOST:\n"
+               "                     a kernel fault made the device unusable)\n"
                "  -h, --help         this text\n"
                "  -V, --version      kiln's version\n"
                "\n"
@@ -331,6 +332,7 @@ static bool check_device(kiln_device *dev)
     char why[512] = "";
     double t0 = now_ms(), build_ms = 0, run_ms = 0;
     int bad = 0;
+    bool lost = false;
 
     for (int i = 0; i < CHECK_N; i++) {
         x[i] = (float)(i % 17) * 0.25f - 2.0f;
@@ -369,8 +371,10 @@ static bool check_device(kiln_device *dev)
     return true;
 fail:
     snprintf(why, sizeof why, "%s", kiln_last_error());
+    /* A kernel fault loses the device for good: say LOST, not FAIL. */
+    lost = kiln_device_synchronize(dev) == KILN_ERR_DEVICE_LOST;
 report:
-    printf("%-8s FAIL  %s%s  %s\n", kiln_device_spec(dev), why,
+    printf("%-8s %s  %s%s  %s\n", kiln_device_spec(dev), lost ? "LOST" : "FAIL", why,
            bad > 1 ? " (and more wrong values)" : "", kiln_device_name(dev));
     kiln_tensor_release(tx);
     kiln_tensor_release(ty);
