@@ -171,7 +171,7 @@ typedef struct kiln_device_info {
     uint64_t max_work_group_size;
     bool fp16;
     bool fp64;
-    bool unified_memory; /* CL_DEVICE_HOST_UNIFIED_MEMORY */
+    bool unified_memory;   /* CL_DEVICE_HOST_UNIFIED_MEMORY */
     uint64_t reserved[16]; /* zero: room for fields added later without changing the size */
 } kiln_device_info;
 
@@ -463,7 +463,8 @@ KILN_API kiln_status kiln_rand_normal(kiln_device *dev, kiln_dtype dtype, int nd
                                       double stddev, kiln_tensor **out);
 /* Refill an existing tensor with the numbers the allocating forms would give for its dtype and
  * shape (bit for bit), with the same checks. */
-KILN_API kiln_status kiln_rand_uniform_out(uint64_t seed, double low, double high, kiln_tensor *out);
+KILN_API kiln_status kiln_rand_uniform_out(uint64_t seed, double low, double high,
+                                           kiln_tensor *out);
 KILN_API kiln_status kiln_rand_normal_out(uint64_t seed, double mean, double stddev,
                                           kiln_tensor *out);
 

@@ -34,7 +34,6 @@ KILN_API size_t kiln_tensor_cl_offset(const kiln_tensor *t);
 KILN_API kiln_status kiln_tensor_from_cl_mem(kiln_device *dev, cl_mem mem, kiln_dtype dtype,
                                              int ndim, const int64_t *shape, kiln_tensor **out);
 
-
 #ifdef __cplusplus
 }
 #endif

@@ -162,7 +162,8 @@ static void check_product(kiln_device *dev, const char *path, kiln_dtype dt, ope
         a[i] = next_value(&state);
     for (int64_t i = 0; i < cb; i++)
         b[i] = next_value(&state);
-    int64_t batch, m, n, k = (flags & KILN_MATMUL_TRANS_A) ? oa.shape[oa.ndim - 2] : oa.shape[oa.ndim - 1];
+    int64_t batch, m, n,
+        k = (flags & KILN_MATMUL_TRANS_A) ? oa.shape[oa.ndim - 2] : oa.shape[oa.ndim - 1];
     double *ref = reference(a, b, &oa, &ob, flags, &batch, &m, &n);
     kiln_tensor *ta = upload(dev, dt, &oa, a, ca), *tb = upload(dev, dt, &ob, b, cb), *tc = NULL;
     kiln_status s = kiln_matmul_trans(ta, tb, flags, &tc);
@@ -533,7 +534,8 @@ START_TEST(test_bad_inputs)
     kiln_tensor_release(c);
     expect_error(kiln_matmul_trans_out(a, good, 0, NULL), KILN_ERR_INVALID_ARGUMENT, "out", NULL);
     kiln_tensor *sq = empty(KILN_F32, 2, (int64_t[]){3, 3});
-    expect_error(kiln_matmul_trans_out(sq, sq, 0, sq), KILN_ERR_INVALID_ARGUMENT, "shares memory", NULL);
+    expect_error(kiln_matmul_trans_out(sq, sq, 0, sq), KILN_ERR_INVALID_ARGUMENT, "shares memory",
+                 NULL);
     kiln_tensor_release(sq);
 
     kiln_tensor *ts[] = {a, b, v, d, i32, ia, h, ha, good, ba, bb};
@@ -669,8 +671,8 @@ START_TEST(test_device_mismatch)
     ck_assert_ptr_null(c);
     kiln_tensor *o;
     ck_assert_int_eq(kiln_tensor_empty(devs[1], KILN_F32, 2, (int64_t[]){2, 2}, &o), 0);
-    expect_error(kiln_matmul_trans_out(a, a, 0, o), KILN_ERR_DEVICE_MISMATCH, kiln_device_spec(devs[0]),
-                 kiln_device_spec(devs[1]));
+    expect_error(kiln_matmul_trans_out(a, a, 0, o), KILN_ERR_DEVICE_MISMATCH,
+                 kiln_device_spec(devs[0]), kiln_device_spec(devs[1]));
     kiln_tensor_release(o);
     kiln_tensor_release(a);
     kiln_tensor_release(b);
