@@ -120,7 +120,7 @@ static void explain_nvidia(const kiln__census *c, const kiln__pci_gpu *g, char *
     char why[512];
     int p = empty_nvidia_platform(c);
     if (p >= 0) {
-        snprintf(why, sizeof why, "an NVIDIA GPU is on the PCI bus (%s, driver nvidia) but ",
+        snprintf(why, sizeof why, "an NVIDIA GPU is on the PCI bus (%.32s, driver nvidia) but ",
                  g->address);
         explain_empty_nvidia(c, p, why, buf, size);
     } else if (nvidia_opencl_loads(why, sizeof why)) {
