@@ -336,14 +336,23 @@ START_TEST(test_path_choice)
                              : has_cblas                                 ? "cblas"
                                                                          : "builtin";
         ck_assert_str_eq(name, expect);
+        const char *why = kiln_matmul_path_reason(devs[d]);
+        ck_assert_ptr_nonnull(why);
+        if (strcmp(expect, "builtin") != 0)
+            ck_assert_str_contains(why, strcmp(expect, "clblast") == 0 ? "CLBlast" : "CBLAS");
         setenv("KILN_MATMUL", "builtin", 1);
+        ck_assert_str_eq(kiln_matmul_path_reason(devs[d]), "forced by KILN_MATMUL");
         ck_assert_str_eq(kiln_matmul_path(devs[d]), "builtin");
     }
     setenv("KILN_MATMUL", "fastest", 1);
     ck_assert_ptr_null(kiln_matmul_path(devs[0]));
     ck_assert_str_contains(kiln_last_error(), "unknown KILN_MATMUL value 'fastest'");
+    ck_assert_ptr_null(kiln_matmul_path_reason(devs[0]));
+    ck_assert_str_contains(kiln_last_error(), "unknown KILN_MATMUL value 'fastest'");
     unsetenv("KILN_MATMUL");
     ck_assert_ptr_null(kiln_matmul_path(NULL));
+    ck_assert_ptr_null(kiln_matmul_path_reason(NULL));
+    ck_assert_str_contains(kiln_last_error(), "kiln_matmul_path_reason");
 }
 END_TEST
 

@@ -256,7 +256,7 @@ static int gemm_captured(const kiln__matmul_problem *p, const char **fn)
     fflush(stdout);
     FILE *tmp = tmpfile();
     int target = tmp ? fileno(tmp) : open("/dev/null", O_WRONLY | O_CLOEXEC);
-    int saved = target >= 0 ? dup(STDOUT_FILENO) : -1;
+    int saved = target >= 0 ? fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0) : -1;
     bool redirected = saved >= 0 && dup2(target, STDOUT_FILENO) >= 0;
     int code = kiln__clblast_gemm(p, fn);
     if (redirected) {
