@@ -150,10 +150,6 @@ void kiln__clblast_reset(kiln_device *dev)
     atomic_store(&dev->clblast_warm, 0u);
 }
 
-/* Serialises fallbacks (one log line per device) and captured first calls (fd 1 is the
- * process's). */
-static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
-
 #ifdef KILN_HAVE_CLBLAST
 
 #include <clblast_c.h>
@@ -161,6 +157,10 @@ static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
 _Static_assert(CLBlastNoDoublePrecision == CLBLAST_NO_DOUBLE &&
                    CLBlastNoHalfPrecision == CLBLAST_NO_HALF,
                "CLBlast's precision status codes changed");
+
+/* Serialises fallbacks (one log line per device) and captured first calls (fd 1 is the
+ * process's). */
+static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Leave CLBlast on dev for good: record why and log it once. */
 static void fall_back(kiln_device *dev, int code, const char *fn)
