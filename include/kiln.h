@@ -616,8 +616,17 @@ KILN_API kiln_status kiln_matmul_trans_out(const kiln_tensor *a, const kiln_tens
                                            kiln_matmul_flags flags, kiln_tensor *out);
 /* The path kiln_matmul takes on dev now: "clblast", "cblas" or "builtin" (a static string).
  * NULL for an invalid device or a KILN_MATMUL value that cannot apply (kiln_last_error says
- * why). */
+ * why). Where CLBlast fails on a GPU (any status but an argument or precision error, which kiln
+ * checks first, or a kernel fault, which loses the device), kiln_matmul computes the product
+ * with the built-in kernel instead and that device uses it from then on: this returns "builtin"
+ * afterwards, and KILN_LOG=info logs the failure once. KILN_MATMUL=clblast never falls back: the
+ * op fails with a message naming the CLBlast status. */
 KILN_API const char *kiln_matmul_path(kiln_device *dev);
+/* Why kiln_matmul_path(dev) is what it is, one clause: "forced by KILN_MATMUL", "the default on
+ * GPUs: CLBlast", after a fallback "CLBlast failed with CLBlastOpenCLBuildProgramFailure (-11) in
+ * CLBlastSgemm; matmul uses the built-in kernel from now on", ... Valid while kiln is
+ * initialised; NULL where kiln_matmul_path is NULL (kiln_last_error says why). */
+KILN_API const char *kiln_matmul_path_reason(kiln_device *dev);
 
 /* Copies: permute dimensions (perm has ndim entries, each dimension once, negative counts from
  * the end), transpose the last two (ndim >= 2), cast, concatenate n >= 1 tensors of one dtype

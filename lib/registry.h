@@ -40,6 +40,12 @@ struct kiln_device {
      * the flag and never changed after. */
     atomic_bool lost;
     char lost_reason[512];
+    /* ops/matmul_clblast.c's: which CLBlast routines have run here (their first call compiles,
+     * with stdout captured), and whether CLBlast failed here, with why (written before the flag,
+     * never changed after): the automatic matmul path is then the built-in kernel. */
+    atomic_uint clblast_warm;
+    atomic_bool clblast_failed;
+    char clblast_reason[256];
 };
 
 /* Whether dev is a device handle kiln gave out (not NULL, not forged). */

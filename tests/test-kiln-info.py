@@ -8,6 +8,7 @@ VENDORS_DIR lists Oclgrind beside PoCL; VENDORS_DIR-empty lists nothing (no plat
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -101,7 +102,7 @@ def check_json(exe, extra, label):
     return doc
 
 
-def main(exe, vendors, have_oclgrind):
+def main(exe, vendors, have_oclgrind, have_clblast):
     plain = {'POCL_DEVICES': None, 'OCL_ICD_VENDORS': None, 'KILN_VISIBLE_DEVICES': None,
              'KILN_DEVICE': None}
     two = dict(plain, POCL_DEVICES='pthread pthread')
@@ -203,6 +204,15 @@ def main(exe, vendors, have_oclgrind):
         check(text == '', f'Oclgrind logged nothing for --check: {text[:300]!r}')
         os.remove(grind_log)
     os.rmdir(os.path.dirname(grind_log))
+    # Where matmul takes CLBlast (forced here; GPUs by default), --check warms it: one small f32
+    # (and f64) product per device, timed on the same line.
+    if have_clblast == '1':
+        r = run(exe, ['--check'], dict(plain, KILN_MATMUL='clblast'))
+        lines = r.stdout.splitlines()
+        check(r.returncode == 0 and len(lines) == direct_count(plain) and
+              all(' OK ' in ln and re.search(r' matmul clblast f32 [0-9.]+ ms', ln)
+                  for ln in lines),
+              f'--check with CLBlast warms it: {r.stdout!r} {r.stderr!r}')
     r = run(exe, ['--check', '-d', 'cpu:1'], two)
     check(r.returncode == 0 and r.stdout.startswith('cpu:1 ') and len(r.stdout.splitlines()) == 1,
           f'--check -d cpu:1: {r.stdout!r}')
@@ -215,4 +225,4 @@ if __name__ == '__main__':
     if sys.argv[1:] == ['--count']:
         count_devices()
         sys.exit(0)
-    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3]))
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]))

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../lib/clcall.h"
 #include "../lib/ops/matmul.h"
@@ -42,6 +43,8 @@ static void teardown_devices(void)
     unsetenv("KILN_MATMUL");
     kiln__matmul_cblas_no_native = false;
     kiln__matmul_builtin_max_groups = 65535;
+    kiln__matmul_clblast_any_device = false;
+    kiln__clblast_gemm = kiln__clblast_gemm_real;
     kiln__cl_reset();
 }
 
@@ -333,14 +336,23 @@ START_TEST(test_path_choice)
                              : has_cblas                                 ? "cblas"
                                                                          : "builtin";
         ck_assert_str_eq(name, expect);
+        const char *why = kiln_matmul_path_reason(devs[d]);
+        ck_assert_ptr_nonnull(why);
+        if (strcmp(expect, "builtin") != 0)
+            ck_assert_str_contains(why, strcmp(expect, "clblast") == 0 ? "CLBlast" : "CBLAS");
         setenv("KILN_MATMUL", "builtin", 1);
+        ck_assert_str_eq(kiln_matmul_path_reason(devs[d]), "forced by KILN_MATMUL");
         ck_assert_str_eq(kiln_matmul_path(devs[d]), "builtin");
     }
     setenv("KILN_MATMUL", "fastest", 1);
     ck_assert_ptr_null(kiln_matmul_path(devs[0]));
     ck_assert_str_contains(kiln_last_error(), "unknown KILN_MATMUL value 'fastest'");
+    ck_assert_ptr_null(kiln_matmul_path_reason(devs[0]));
+    ck_assert_str_contains(kiln_last_error(), "unknown KILN_MATMUL value 'fastest'");
     unsetenv("KILN_MATMUL");
     ck_assert_ptr_null(kiln_matmul_path(NULL));
+    ck_assert_ptr_null(kiln_matmul_path_reason(NULL));
+    ck_assert_str_contains(kiln_last_error(), "kiln_matmul_path_reason");
 }
 END_TEST
 
@@ -648,13 +660,201 @@ START_TEST(test_clblast_status)
     kiln_device *dev = devs[0];
     ck_assert_int_eq(kiln__clblast_status(0, dev, "CLBlastSgemm"), KILN_OK);
     expect_error(kiln__clblast_status(-2044, dev, "CLBlastDgemm"), KILN_ERR_UNSUPPORTED,
-                 "CLBlastDgemm failed with CLBlast status -2044", "double");
-    expect_error(kiln__clblast_status(-2045, dev, "CLBlastSgemm"), KILN_ERR_UNSUPPORTED, "-2045",
-                 "half");
+                 "CLBlastDgemm failed with CLBlastNoDoublePrecision (-2044)", "double");
+    expect_error(kiln__clblast_status(-2045, dev, "CLBlastSgemm"), KILN_ERR_UNSUPPORTED,
+                 "CLBlastNoHalfPrecision (-2045)", "half");
     expect_error(kiln__clblast_status(-1017, dev, "CLBlastSgemm"), KILN_ERR_OPENCL,
-                 "CLBlast status -1017", kiln_device_spec(dev));
-    expect_error(kiln__clblast_status(-5, dev, "CLBlastSgemm"), KILN_ERR_OUT_OF_MEMORY,
+                 "CLBlastInvalidDimension (-1017)", "kiln bug");
+    expect_error(kiln__clblast_status(-2040, dev, "CLBlastSgemm"), KILN_ERR_OPENCL,
+                 "CLBlastUnknownError (-2040)", kiln_device_spec(dev));
+    expect_error(kiln__clblast_status(-11, dev, "CLBlastSgemm"), KILN_ERR_BUILD_FAILED,
+                 "CLBlastOpenCLBuildProgramFailure (-11)", "KILN_MATMUL=builtin");
+    /* On the queue, CL_OUT_OF_RESOURCES is a kernel fault: the device is lost. */
+    expect_error(kiln__clblast_status(-5, dev, "CLBlastSgemm"), KILN_ERR_DEVICE_LOST,
                  "CL_OUT_OF_RESOURCES", "CLBlastSgemm");
+    kiln__device_clear_lost(dev);
+}
+END_TEST
+
+/* fd (1 or 2) into a temporary file until restore_fd; returns the saved descriptor. */
+static int capture_fd(int fd, FILE **file)
+{
+    fflush(fd == 1 ? stdout : stderr);
+    *file = tmpfile();
+    ck_assert_ptr_nonnull(*file);
+    int saved = dup(fd);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_ge(dup2(fileno(*file), fd), 0);
+    return saved;
+}
+
+/* Put fd back and return what was written to it meanwhile (malloc'd, NUL-terminated). */
+static char *restore_fd(int fd, int saved, FILE *file)
+{
+    fflush(fd == 1 ? stdout : stderr);
+    ck_assert_int_ge(dup2(saved, fd), 0);
+    close(saved);
+    fseek(file, 0, SEEK_END);
+    long size = ftell(file);
+    ck_assert_int_ge(size, 0);
+    char *text = calloc((size_t)size + 1, 1);
+    ck_assert_ptr_nonnull(text);
+    rewind(file);
+    ck_assert_uint_eq(fread(text, 1, (size_t)size, file), (size_t)size);
+    fclose(file);
+    return text;
+}
+
+static int count_of(const char *text, const char *sub)
+{
+    int n = 0;
+    for (const char *p = strstr(text, sub); p; p = strstr(p + 1, sub))
+        n++;
+    return n;
+}
+
+/* CLBlast prints a failed build's compiler log on stdout (1.5.3, compile.cpp): kiln keeps it
+ * off stdout. CLBLAST_BUILD_OPTIONS breaks CLBlast's kernel source; this runs first in the
+ * process, before any CLBlast routine has been compiled (and cached by CLBlast). Then a first
+ * real call, which compiles for real, prints nothing either. */
+START_TEST(test_clblast_quiet)
+{
+    setenv("KILN_MATMUL", "clblast", 1);
+    /* All failed builds first: CLBlast keeps a built binary per platform and device name, and
+     * the two devices of -2dev share one. */
+    for (int d = 0; d < ndevs; d++) {
+        const kiln__matmul_path *path;
+        if (kiln__matmul_select(devs[d], "clblast", "t", &path) != KILN_OK)
+            continue;
+        kiln__clblast_reset(devs[d]);
+        setenv("CLBLAST_BUILD_OPTIONS", "-Dvoid=kiln_test_broken_type", 1);
+        float v[4] = {1, 2, 3, 4};
+        kiln_tensor *a, *c = (kiln_tensor *)1;
+        ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){2, 2}, v, &a), 0);
+        FILE *f;
+        int saved = capture_fd(1, &f);
+        kiln_status s = kiln_matmul(a, a, &c);
+        char *out = restore_fd(1, saved, f);
+        unsetenv("CLBLAST_BUILD_OPTIONS");
+        kiln_tensor_release(a);
+        expect_error(s, KILN_ERR_BUILD_FAILED, "CLBlastOpenCLBuildProgramFailure (-11)",
+                     kiln_device_spec(devs[d]));
+        ck_assert_ptr_null(c);
+        ck_assert_msg(out[0] == '\0', "a failed CLBlast build printed on stdout: '%.300s'", out);
+        free(out);
+    }
+    for (int d = 0; d < ndevs; d++) {
+        /* CLBlast's kernels are too large to run under the simulator. */
+        if (!path_runs(devs[d], "clblast"))
+            continue;
+        FILE *f;
+        int saved = capture_fd(1, &f);
+        check_product(devs[d], "clblast", KILN_F32, mat(9, 5), mat(5, 7), 0);
+        char *out = restore_fd(1, saved, f);
+        ck_assert_msg(out[0] == '\0', "a first CLBlast matmul printed on stdout: '%.300s'", out);
+        free(out);
+    }
+    unsetenv("KILN_MATMUL");
+}
+END_TEST
+
+static int gemm_calls, gemm_status;
+
+static int failing_gemm(const kiln__matmul_problem *p, const char **fn)
+{
+    (void)p;
+    *fn = "CLBlastSgemm";
+    gemm_calls++;
+    return gemm_status;
+}
+
+/* One automatic matmul on dev with CLBlast failing with `status`; the kiln status it gave. */
+static kiln_status failing_matmul(kiln_device *dev, int status)
+{
+    float v[4] = {1, 2, 3, 4};
+    kiln_tensor *a, *c = (kiln_tensor *)1;
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_F32, 2, (int64_t[]){2, 2}, v, &a), 0);
+    gemm_status = status;
+    kiln__clblast_gemm = failing_gemm;
+    kiln_status s = kiln_matmul(a, a, &c);
+    kiln__clblast_gemm = kiln__clblast_gemm_real;
+    if (s != KILN_OK)
+        ck_assert_ptr_null(c);
+    kiln_tensor_release(c == (kiln_tensor *)1 ? NULL : c);
+    kiln_tensor_release(a);
+    return s;
+}
+
+/* CLBlast failing (injected at kiln's call of it): the automatic path computes the product with
+ * the built-in kernel, from then on uses it, says why and logs it once at KILN_LOG=info; a
+ * forced KILN_MATMUL=clblast returns the error; nothing leaks. */
+START_TEST(test_clblast_fallback)
+{
+    kiln__matmul_clblast_any_device = true; /* so PoCL's CPU devices take CLBlast too */
+    for (int d = 0; d < ndevs; d++) {
+        kiln_device *dev = devs[d];
+        const kiln__matmul_path *path;
+        if (kiln__matmul_select(dev, "clblast", "t", &path) != KILN_OK)
+            continue;
+        kiln__clblast_reset(dev);
+        unsetenv("KILN_MATMUL");
+        ck_assert_str_eq(kiln_matmul_path(dev), "clblast");
+        ck_assert_str_eq(kiln_matmul_path_reason(dev), "the default on GPUs: CLBlast");
+        kiln_memory_stats before, after;
+        ck_assert_int_eq(kiln_device_memory_stats(dev, &before), KILN_OK);
+
+        setenv("KILN_LOG", "info", 1);
+        FILE *f;
+        int saved = capture_fd(2, &f);
+        gemm_calls = 0;
+        gemm_status = -2040; /* CLBlastUnknownError */
+        kiln__clblast_gemm = failing_gemm;
+        int64_t s = simulated(dev) ? 9 : 61;
+        check_product(dev, NULL, KILN_F32, mat(s, s + 2), mat(s + 2, s - 3), 0);
+        check_product(dev, NULL, KILN_F32, (operand){3, {3, 5, 4}}, (operand){3, {3, 4, 6}}, 0);
+        if (has_fp64(dev))
+            check_product(dev, NULL, KILN_F64, mat(7, 3), mat(3, 5), 0);
+        char *err = restore_fd(2, saved, f);
+        unsetenv("KILN_LOG");
+        ck_assert_int_eq(gemm_calls, 1);
+        char want[256];
+        snprintf(want, sizeof want,
+                 "kiln: info: %s: CLBlast failed with CLBlastUnknownError (-2040); matmul uses "
+                 "the built-in kernel from now on\n",
+                 kiln_device_spec(dev));
+        ck_assert_msg(count_of(err, want) == 1, "'%s' logged once in '%s'", want, err);
+        free(err);
+        ck_assert_str_eq(kiln_matmul_path(dev), "builtin");
+        ck_assert_str_eq(kiln_matmul_path_reason(dev),
+                         "CLBlast failed with CLBlastUnknownError (-2040) in CLBlastSgemm; matmul "
+                         "uses the built-in kernel from now on");
+
+        /* Forced: the error, no fallback, nothing allocated. */
+        setenv("KILN_MATMUL", "clblast", 1);
+        ck_assert_str_eq(kiln_matmul_path_reason(dev), "forced by KILN_MATMUL");
+        expect_error(failing_matmul(dev, -2040), KILN_ERR_OPENCL,
+                     "CLBlastSgemm failed with CLBlastUnknownError (-2040)", kiln_device_spec(dev));
+        expect_error(failing_matmul(dev, -11), KILN_ERR_BUILD_FAILED,
+                     "CLBlastOpenCLBuildProgramFailure (-11)", kiln_device_spec(dev));
+        /* A kernel fault on the queue loses the device, forced or not. */
+        expect_error(failing_matmul(dev, -5), KILN_ERR_DEVICE_LOST, "CL_OUT_OF_RESOURCES",
+                     "CLBlastSgemm");
+        kiln__device_clear_lost(dev);
+        unsetenv("KILN_MATMUL");
+        kiln__clblast_reset(dev);
+        expect_error(failing_matmul(dev, -4), KILN_ERR_DEVICE_LOST,
+                     "CL_MEM_OBJECT_ALLOCATION_FAILURE", "CLBlastSgemm");
+        kiln__device_clear_lost(dev);
+        /* An argument error is kiln's own bug: reported, not hidden by a fallback. */
+        expect_error(failing_matmul(dev, -1017), KILN_ERR_OPENCL, "CLBlastInvalidDimension",
+                     "kiln bug");
+        ck_assert_str_eq(kiln_matmul_path(dev), "clblast");
+        ck_assert_int_eq(kiln_device_synchronize(dev), KILN_OK);
+        ck_assert_int_eq(kiln_device_memory_stats(dev, &after), KILN_OK);
+        ck_assert_uint_eq(after.allocated_bytes, before.allocated_bytes);
+        kiln__clblast_reset(dev);
+    }
+    kiln__matmul_clblast_any_device = false;
 }
 END_TEST
 
@@ -682,6 +882,12 @@ END_TEST
 Suite *matmul_suite(void)
 {
     Suite *s = suite_create("matmul");
+    /* First: CLBlast's first calls in the process, which compile its kernels. */
+    TCase *clblast = tcase_create("clblast");
+    tcase_add_unchecked_fixture(clblast, setup_devices, teardown_devices);
+    tcase_add_test(clblast, test_clblast_quiet);
+    tcase_add_test(clblast, test_clblast_fallback);
+    suite_add_tcase(s, clblast);
     TCase *paths = tcase_create("paths");
     tcase_add_unchecked_fixture(paths, setup_devices, teardown_devices);
     tcase_add_test(paths, test_square_sizes);

@@ -25,7 +25,9 @@ static void usage(FILE *f)
                "                     accelerator:N, opencl:P:D\n"
                "      --check        build and run a small kernel on each device, verify the\n"
                "                     result, print OK/FAIL with build and run times (LOST:\n"
-               "                     a kernel fault made the device unusable)\n"
+               "                     a kernel fault made the device unusable); where matmul\n"
+               "                     uses CLBlast, also run a small f32 (and f64) matmul so\n"
+               "                     CLBlast compiles its kernels now, and print the time\n"
                "  -h, --help         this text\n"
                "  -V, --version      kiln's version\n"
                "\n"
@@ -320,6 +322,66 @@ static const char check_source[] =
     "}\n";
 
 #define CHECK_N 4099
+#define WARM_N 64
+
+/* One WARM_N^3 product of ones on dev (each result is WARM_N); false with why set on failure. */
+static bool warm_matmul(kiln_device *dev, kiln_dtype dt, double *ms, char *why, size_t size)
+{
+    static double ones[WARM_N * WARM_N], got[WARM_N * WARM_N];
+    static float onesf[WARM_N * WARM_N];
+    const int64_t shape[2] = {WARM_N, WARM_N};
+    kiln_tensor *a = NULL, *c = NULL;
+    for (int i = 0; i < WARM_N * WARM_N; i++) {
+        ones[i] = 1.0;
+        onesf[i] = 1.0f;
+    }
+    bool ok = kiln_tensor_from_host(dev, dt, 2, shape, dt == KILN_F32 ? (void *)onesf : ones, &a) ==
+                  KILN_OK &&
+              kiln_device_synchronize(dev) == KILN_OK;
+    double t0 = now_ms();
+    ok = ok && kiln_matmul(a, a, &c) == KILN_OK &&
+         kiln_tensor_read(c, got, WARM_N * WARM_N * kiln_dtype_size(dt)) == KILN_OK;
+    *ms = now_ms() - t0;
+    if (!ok)
+        snprintf(why, size, "matmul: %s", kiln_last_error());
+    for (int i = 0; ok && i < WARM_N * WARM_N; i++) {
+        double v = dt == KILN_F32 ? ((float *)got)[i] : got[i];
+        if (v != WARM_N) {
+            snprintf(why, size, "matmul: c[%d] = %g, expected %d", i, v, WARM_N);
+            ok = false;
+        }
+    }
+    kiln_tensor_release(a);
+    kiln_tensor_release(c);
+    return ok;
+}
+
+/* Where matmul takes CLBlast: one small product per dtype, so CLBlast compiles its kernels now
+ * (seconds; NVIDIA's driver then keeps them in its disk cache), described in text (empty
+ * otherwise). False with why set when a product failed. */
+static bool warm_clblast(kiln_device *dev, char *text, size_t size, char *why, size_t why_size)
+{
+    text[0] = '\0';
+    const char *path = kiln_matmul_path(dev);
+    if (!path || strcmp(path, "clblast") != 0)
+        return true;
+    kiln_device_info info;
+    if (kiln_device_info_get(dev, &info) != KILN_OK) {
+        snprintf(why, why_size, "%s", kiln_last_error());
+        return false;
+    }
+    double f32_ms = 0, f64_ms = 0;
+    if (!warm_matmul(dev, KILN_F32, &f32_ms, why, why_size) ||
+        (info.fp64 && !warm_matmul(dev, KILN_F64, &f64_ms, why, why_size)))
+        return false;
+    int n = snprintf(text, size, "  matmul %s f32 %.1f ms", kiln_matmul_path(dev), f32_ms);
+    if (info.fp64 && n > 0 && (size_t)n < size)
+        n += snprintf(text + n, size - (size_t)n, " f64 %.1f ms", f64_ms);
+    /* CLBlast failed on the way: the built-in kernel took over; say why. */
+    if (strcmp(kiln_matmul_path(dev), "clblast") != 0 && n > 0 && (size_t)n < size)
+        snprintf(text + n, size - (size_t)n, " (%s)", kiln_matmul_path_reason(dev));
+    return true;
+}
 
 /* Build, run and verify on one device; prints one line; true when it passed. */
 static bool check_device(kiln_device *dev)
@@ -363,8 +425,13 @@ static bool check_device(kiln_device *dev)
     }
     if (bad)
         goto report;
-    printf("%-8s OK    build %8.1f ms  run %7.1f ms  %s\n", kiln_device_spec(dev), build_ms, run_ms,
-           kiln_device_name(dev));
+    char warm[256];
+    if (!warm_clblast(dev, warm, sizeof warm, why, sizeof why)) {
+        lost = kiln_device_synchronize(dev) == KILN_ERR_DEVICE_LOST;
+        goto report;
+    }
+    printf("%-8s OK    build %8.1f ms  run %7.1f ms%s  %s\n", kiln_device_spec(dev), build_ms,
+           run_ms, warm, kiln_device_name(dev));
     kiln_tensor_release(tx);
     kiln_tensor_release(ty);
     kiln_program_release(prog);

@@ -86,10 +86,11 @@ kiln_status kiln__matmul_select(kiln_device *dev, const char *force, const char 
     if (force && *force)
         return select_forced(dev, force, op, out);
     char why[160];
-    /* GPUs: CLBlast; CPUs with host memory: CBLAS; the built-in kernel always works. */
-    if (dev->info.type == KILN_DEVICE_GPU &&
+    /* GPUs: CLBlast, or the built-in kernel once CLBlast failed there; CPUs with host memory:
+     * CBLAS; the built-in kernel always works. */
+    if ((dev->info.type == KILN_DEVICE_GPU || kiln__matmul_clblast_any_device) &&
         kiln__matmul_path_available(&kiln__matmul_clblast, dev, why, sizeof why))
-        *out = &kiln__matmul_clblast;
+        *out = kiln__clblast_fallback_reason(dev) ? &kiln__matmul_builtin : &kiln__matmul_clblast;
     else if (kiln__matmul_path_available(&kiln__matmul_cblas, dev, why, sizeof why))
         *out = &kiln__matmul_cblas;
     else
@@ -105,6 +106,33 @@ const char *kiln_matmul_path(kiln_device *dev)
     if (kiln__matmul_select(dev, getenv("KILN_MATMUL"), "kiln_matmul_path", &p) != KILN_OK)
         return NULL;
     return p->name;
+}
+
+const char *kiln_matmul_path_reason(kiln_device *dev)
+{
+    static const char *const op = "kiln_matmul_path_reason";
+    if (kiln__check_device(dev, op) != KILN_OK)
+        return NULL;
+    const kiln__matmul_path *p;
+    const char *force = getenv("KILN_MATMUL");
+    if (kiln__matmul_select(dev, force, op, &p) != KILN_OK)
+        return NULL;
+    if (force && *force)
+        return "forced by KILN_MATMUL";
+    if (p == &kiln__matmul_clblast)
+        return "the default on GPUs: CLBlast";
+    if (p == &kiln__matmul_cblas)
+        return "the default on CPU devices with unified memory: host CBLAS";
+    const char *why = kiln__clblast_fallback_reason(dev);
+    if (why)
+        return why;
+    bool gpu = dev->info.type == KILN_DEVICE_GPU;
+    if (gpu && kiln__matmul_clblast.missing)
+        return kiln__matmul_clblast.missing;
+    if (!gpu && kiln__matmul_cblas.missing)
+        return kiln__matmul_cblas.missing;
+    return "neither CLBlast (GPUs) nor host CBLAS (CPU devices with unified memory) applies to "
+           "this device";
 }
 
 static kiln_status shape_error(const char *op, const kiln_tensor *a, const kiln_tensor *b,
@@ -233,7 +261,8 @@ static kiln_status compute(const char *op, kiln__matmul_problem *p)
     s = kiln__matmul_select(dev, force, op, &path);
     if (s != KILN_OK)
         return s;
-    log_choice(dev, path, force && *force);
+    p->forced = force && *force;
+    log_choice(dev, path, p->forced);
     return path->run(p);
 }
 

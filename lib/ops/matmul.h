@@ -20,6 +20,7 @@ typedef struct kiln__matmul_problem {
     bool trans_a, trans_b;
     int64_t m, n, k, batch;
     int64_t stride_a, stride_b, stride_c;
+    bool forced; /* KILN_MATMUL named the path: report its failures, never fall back */
 } kiln__matmul_problem;
 
 typedef struct kiln__matmul_path {
@@ -47,10 +48,35 @@ bool kiln__matmul_path_available(const kiln__matmul_path *path, kiln_device *dev
 kiln_status kiln__matmul_select(kiln_device *dev, const char *force, const char *op,
                                 const kiln__matmul_path **out);
 
-/* A CLBlast status code as a kiln status, with the message naming fn, the code and the device:
- * OpenCL codes keep their OpenCL name, -2044/-2045 (no fp64/fp16) are KILN_ERR_UNSUPPORTED,
- * CLBlast's others (<= -1007) KILN_ERR_OPENCL. */
-kiln_status kiln__clblast_status(int code, const kiln_device *dev, const char *fn);
+/* A CLBlast status code as a kiln status, with the message naming fn, the code's CLBlast name
+ * (CLBlastOpenCLBuildProgramFailure), the code and the device: -5/-4 (a kernel fault on the
+ * queue) go through kiln__queue_fail and lose the device, other OpenCL codes keep their kiln
+ * mapping, -2044/-2045 (no fp64/fp16) are KILN_ERR_UNSUPPORTED, CLBlast's argument checks (kiln
+ * validates first, so those are kiln bugs) and its other codes KILN_ERR_OPENCL. */
+kiln_status kiln__clblast_status(int code, kiln_device *dev, const char *fn);
+
+/* The name of a CLBlast status code in clblast_c.h ("CLBlastInvalidDimension"), or
+ * "CLBlastUnknownStatus". */
+const char *kiln__clblast_status_name(int code);
+
+/* Why the automatic choice on dev left CLBlast for the built-in kernel (CLBlast failed there
+ * once; set for good, logged once at KILN_LOG=info), or NULL if it has not. */
+const char *kiln__clblast_fallback_reason(kiln_device *dev);
+
+/* Test hook: the CLBlast call (CLBlast reaches OpenCL through the ICD loader, not kiln__cl, so
+ * tests inject its failures here). Returns the CLBlast status and names the routine in *fn.
+ * NULL when kiln was built without CLBlast. */
+extern int (*kiln__clblast_gemm)(const kiln__matmul_problem *p, const char **fn);
+
+/* Test hook: the real CLBlast call, to restore kiln__clblast_gemm (NULL without CLBlast). */
+extern int (*const kiln__clblast_gemm_real)(const kiln__matmul_problem *p, const char **fn);
+
+/* Test only: forget that CLBlast failed on dev and which of its routines ran there. */
+void kiln__clblast_reset(kiln_device *dev);
+
+/* Test hook: the automatic choice takes CLBlast on every device type, not only GPUs (so the
+ * fallback runs on PoCL's CPU devices). */
+extern bool kiln__matmul_clblast_any_device;
 
 /* Test hook: make the cblas path use its wait-map-compute-unmap fallback instead of a native
  * kernel. */
