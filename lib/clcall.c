@@ -127,7 +127,7 @@ kiln_status kiln__cl_status(cl_int err)
     }
 }
 
-kiln_status kiln__cl_fail(cl_int err, const char *op, const char *clfn, const char *where)
+kiln_status(kiln__cl_fail)(cl_int err, const char *op, const char *clfn, const char *where)
 {
     return kiln__error(kiln__cl_status(err), "%s: %s failed with %s (%d)%s%s", op, clfn,
                        kiln__cl_error_name(err), (int)err, where ? " on " : "", where ? where : "");

@@ -24,7 +24,7 @@ static void append(char *buf, size_t size, const char *fmt, ...)
 {
     size_t used = strlen(buf);
     if (used && used + 2 < size) {
-        strcat(buf, "; ");
+        memcpy(buf + used, "; ", sizeof "; ");
         used += 2;
     }
     va_list ap;

@@ -377,7 +377,7 @@ void kiln__diskcache_store(const char *key, size_t keylen, const unsigned char *
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(),
              atomic_fetch_add(&tmp_counter, 1));
     unsigned char h[HEADER_SIZE] = {0};
-    memcpy(h, ENTRY_MAGIC, 8);
+    memcpy(h, ENTRY_MAGIC, sizeof ENTRY_MAGIC - 1); /* its 8 bytes, the last one NUL */
     put_u32(h + 8, ENTRY_VERSION);
     put_u32(h + 12, HEADER_SIZE);
     put_u64(h + 16, keylen);

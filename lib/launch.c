@@ -170,7 +170,7 @@ static kiln_status set_args(kiln_device *dev, kiln__kernel *k, const char *op, i
         if (a->kind == KILN_ARG_TENSOR) {
             const kiln_tensor *t = a->value.tensor;
             cl_mem m = t->storage ? t->storage->mem : NULL;
-            err = kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, sizeof m, &m);
+            err = kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, sizeof(cl_mem), &m);
         } else if (a->kind == KILN_ARG_SCALAR) {
             err =
                 kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, scalar_size(a->dtype), scalar_ptr(a));

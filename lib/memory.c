@@ -273,7 +273,7 @@ kiln_status kiln__mem_alloc(kiln_device *dev, size_t bytes, const char *op, cl_m
                            " bytes, CL_DEVICE_MAX_MEM_ALLOC_SIZE); split the tensor",
                            op, bytes, kiln__device_label(dev), dev->info.max_alloc_bytes);
     size_t cap = is_oclgrind(dev) ? bytes : size_class(bytes, dev->info.max_alloc_bytes);
-    cl_mem mem;
+    cl_mem mem = NULL; /* reserve() sets it only when it succeeds */
     s = reserve(dev, p, cap, op, &mem);
     if (s != KILN_OK || mem) {
         *out = mem;

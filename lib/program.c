@@ -83,7 +83,8 @@ static int program_device_index(cl_program p, cl_device_id dev)
         n == 0 || n > 64)
         return -1;
     cl_device_id ids[64];
-    if (kiln__cl.GetProgramInfo(p, CL_PROGRAM_DEVICES, n * sizeof *ids, ids, NULL) != CL_SUCCESS)
+    if (kiln__cl.GetProgramInfo(p, CL_PROGRAM_DEVICES, n * sizeof(cl_device_id), ids, NULL) !=
+        CL_SUCCESS)
         return -1;
     for (cl_uint i = 0; i < n; i++)
         if (ids[i] == dev)
@@ -153,12 +154,13 @@ void kiln__log_trim(const char *log, char *buf, size_t size)
         start = err;
     }
     const char *more = "\n[log trimmed]";
-    size_t keep = size - strlen(more) - 1;
+    /* A buffer too small for the marker gets what fits of it. */
+    size_t keep = size > strlen(more) ? size - strlen(more) - 1 : 0;
     size_t rest = strlen(start);
     if (rest < keep)
         keep = rest;
     memcpy(buf, start, keep);
-    memcpy(buf + keep, more, strlen(more) + 1);
+    snprintf(buf + keep, size - keep, "%s", more);
 }
 
 const char *kiln__build_hint(const kiln_device_info *info, const char *source, const char *log)
@@ -310,7 +312,7 @@ static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
         return kiln__host_oom(op);
     }
     n->k.kernel = k;
-    strcpy(n->k.name, name);
+    memcpy(n->k.name, name, strlen(name) + 1); /* fits: checked above */
     err = kiln__cl.GetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof n->k.nargs, &n->k.nargs, NULL);
     if (err == CL_SUCCESS)
         err = kiln__cl.GetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_WORK_GROUP_SIZE,

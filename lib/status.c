@@ -46,7 +46,7 @@ const char *kiln_last_error(void)
     return last_error;
 }
 
-kiln_status kiln__error(kiln_status s, const char *fmt, ...)
+kiln_status(kiln__error)(kiln_status s, const char *fmt, ...)
 {
     char tmp[KILN__ERRBUF];
     va_list ap;
@@ -59,7 +59,7 @@ kiln_status kiln__error(kiln_status s, const char *fmt, ...)
     return s;
 }
 
-kiln_status kiln__host_oom(const char *op)
+kiln_status(kiln__host_oom)(const char *op)
 {
     snprintf(last_error, sizeof last_error, "%s: out of host memory", op);
     return KILN_ERR_OUT_OF_MEMORY;

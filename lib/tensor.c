@@ -44,7 +44,7 @@ static void bury(kiln_tensor *t)
     free(old);
 }
 
-kiln_status kiln__check_tensor(const kiln_tensor *t, const char *op, const char *argname)
+kiln_status(kiln__check_tensor)(const kiln_tensor *t, const char *op, const char *argname)
 {
     if (!t)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, argname);
@@ -702,7 +702,7 @@ static kiln_status check_foreign(kiln_device *dev, cl_mem mem, size_t nbytes, si
                                  const char *op)
 {
     cl_context ctx = NULL;
-    cl_int err = kiln__cl.GetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof ctx, &ctx, NULL);
+    cl_int err = kiln__cl.GetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof(cl_context), &ctx, NULL);
     if (err == CL_SUCCESS)
         err = kiln__cl.GetMemObjectInfo(mem, CL_MEM_SIZE, sizeof *size, size, NULL);
     if (err != CL_SUCCESS)

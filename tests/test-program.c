@@ -567,6 +567,12 @@ START_TEST(log_trimming)
     kiln__log_trim(log, buf, sizeof buf);
     ck_assert_int_eq(buf[0], 'x');
     ck_assert_uint_lt(strlen(buf), sizeof buf);
+    /* Buffers smaller than the "[log trimmed]" marker get what fits (they once overflowed). */
+    char small[8], one[1];
+    kiln__log_trim(log, small, sizeof small);
+    ck_assert_uint_eq(strlen(small), sizeof small - 1);
+    kiln__log_trim(log, one, sizeof one);
+    ck_assert_str_eq(one, "");
 }
 END_TEST
 

@@ -586,6 +586,27 @@ START_TEST(test_budget)
 }
 END_TEST
 
+START_TEST(test_budget_refusal_outputs)
+{
+    /* On failure kiln__mem_alloc's outputs are NULL and 0; the memory limit's refusal once left
+     * them from an uninitialised variable. */
+    kiln_memory_stats s0 = stats(dev0);
+    ck_assert_int_eq(kiln_device_set_memory_limit(dev0, s0.allocated_bytes + MIB), KILN_OK);
+    /* A successful call first, which leaves a real buffer in the callee's stack frame. */
+    cl_mem mem = NULL;
+    size_t capacity = 0;
+    ck_assert_int_eq(kiln__mem_alloc(dev0, MIB / 2, "test", &mem, &capacity), KILN_OK);
+    ck_assert_ptr_nonnull(mem);
+    kiln__mem_free(dev0, mem, MIB / 2, capacity);
+    kiln_status s = kiln__mem_alloc(dev0, 2 * MIB, "test", &mem, &capacity);
+    ck_assert_int_eq(kiln_device_set_memory_limit(dev0, 0), KILN_OK);
+    ck_assert_int_eq(s, KILN_ERR_OUT_OF_MEMORY);
+    ck_assert_ptr_null(mem);
+    ck_assert_uint_eq(capacity, 0);
+    ck_assert_uint_eq(stats(dev0).allocated_bytes, s0.allocated_bytes);
+}
+END_TEST
+
 static struct kiln__cl_api real;
 static int create_calls;
 
@@ -890,6 +911,7 @@ Suite *tensor_suite(void)
     tcase_add_unchecked_fixture(tc, setup_device, NULL);
     tcase_add_test(tc, test_cache_reuse_and_stats);
     tcase_add_test(tc, test_budget);
+    tcase_add_test(tc, test_budget_refusal_outputs);
     tcase_add_test(tc, test_over_max_alloc);
     tcase_add_test(tc, test_fault_injection);
     suite_add_tcase(s, tc);

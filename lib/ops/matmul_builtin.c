@@ -34,7 +34,7 @@ static kiln_status tiled_kernel(kiln_device *dev, kiln_dtype dtype, int64_t long
 {
     kiln_status s = KILN_OK;
     for (int i = 0; i < NTILES; i++) {
-        if (tiles[i].ts > 8 && 2 * tiles[i].ts > longer)
+        if (tiles[i].ts > 8 && 2 * (int64_t)tiles[i].ts > longer)
             continue;
         if (!tile_fits_device(dev, i, kiln_dtype_size(dtype)))
             continue;

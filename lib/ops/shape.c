@@ -58,7 +58,7 @@ static void simplify(copy_desc *c)
 static bool is_tile_transpose(const copy_desc *c, const kiln__kernel *k)
 {
     int a = c->ndim - 2, b = c->ndim - 1;
-    return c->ndim >= 2 && c->istr[a] == 1 && c->ostr[b] == 1 && k->wg_size >= TILE * TILE;
+    return c->ndim >= 2 && c->istr[a] == 1 && c->ostr[b] == 1 && k->wg_size >= (size_t)TILE * TILE;
 }
 
 static kiln_status launch_tiles(kiln__kernel *k, const kiln_tensor *in, kiln_tensor *out,
@@ -267,7 +267,7 @@ static kiln_status transpose(const kiln_tensor *x, kiln_tensor *given, kiln_tens
                            "%s: a %d-D tensor has no last two dimensions to swap; reshape it to "
                            "2-D first",
                            op, x->ndim);
-    int perm[KILN_MAX_DIMS];
+    int perm[KILN_MAX_DIMS] = {0};
     for (int d = 0; d < x->ndim; d++)
         perm[d] = d;
     perm[x->ndim - 2] = x->ndim - 1;
