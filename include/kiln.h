@@ -161,7 +161,7 @@ typedef struct kiln_device_info {
     uint64_t max_work_group_size;
     bool fp16;
     bool fp64;
-    bool unified_memory; /* CL_DEVICE_HOST_UNIFIED_MEMORY */
+    bool unified_memory;   /* CL_DEVICE_HOST_UNIFIED_MEMORY */
     uint64_t reserved[16]; /* zero: room for fields added later without changing the size */
 } kiln_device_info;
 
@@ -182,7 +182,9 @@ typedef struct kiln_memory_stats {
     uint64_t reserved[8];        /* zero: room for fields added later */
 } kiln_memory_stats;
 
-/* Memory statistics of the device's caching allocator. */
+/* Memory statistics of the device's caching allocator. The pinned staging buffers of a device
+ * without unified memory (host memory, at most 4 idle chunks of KILN_STAGING_CHUNK) are not
+ * counted. */
 KILN_API kiln_status kiln_device_memory_stats(kiln_device *dev, kiln_memory_stats *stats);
 
 /* Reset the peak to the bytes allocated now. */
@@ -257,7 +259,10 @@ KILN_API kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, i
                                            kiln_tensor **out);
 
 /* Copy the tensor's contents to dst (device -> host). nbytes must equal kiln_tensor_nbytes(t).
- * Blocks until the work the tensor depends on is done and the copy has landed. */
+ * Blocks until the work the tensor depends on is done and the copy has landed. On a device
+ * without unified memory host copies (read, write, from_host) go through pooled pinned staging
+ * buffers in chunks (KILN_STAGING_CHUNK, default 16M); a copy that fails part-way may leave
+ * part of its destination written. */
 KILN_API kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes);
 
 /* Overwrite the tensor's contents from src (host -> device). nbytes must equal
@@ -306,7 +311,9 @@ typedef enum kiln_map_flags {
 } kiln_map_flags;
 
 /* Map the tensor into host memory: *ptr points to nbytes of its contents. Zero-copy on devices
- * with unified host memory. Blocks until pending work is done. Until kiln_tensor_unmap, do not
+ * with unified host memory; on a discrete device (unified_memory false) a full copy each way:
+ * the whole tensor to host memory at map, and back at unmap of a write map (use read/write
+ * there). Blocks until pending work is done. Until kiln_tensor_unmap, do not
  * use the tensor in other calls. Mapping a mapped tensor is KILN_ERR_STATE. */
 KILN_API kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr);
 KILN_API kiln_status kiln_tensor_unmap(kiln_tensor *t);
@@ -443,7 +450,8 @@ KILN_API kiln_status kiln_rand_normal(kiln_device *dev, kiln_dtype dtype, int nd
                                       const int64_t *shape, uint64_t seed, double mean,
                                       double stddev, kiln_tensor **out);
 /* Refill an existing tensor with the numbers the allocating forms would give for its shape. */
-KILN_API kiln_status kiln_rand_uniform_out(uint64_t seed, double low, double high, kiln_tensor *out);
+KILN_API kiln_status kiln_rand_uniform_out(uint64_t seed, double low, double high,
+                                           kiln_tensor *out);
 KILN_API kiln_status kiln_rand_normal_out(uint64_t seed, double mean, double stddev,
                                           kiln_tensor *out);
 
@@ -487,8 +495,8 @@ KILN_API kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a,
                                         kiln_tensor **out);
 KILN_API kiln_status kiln_binary_scalar_out(kiln_binary_op op, const kiln_tensor *a, double scalar,
                                             kiln_tensor *out);
-KILN_API kiln_status kiln_binary_scalar_i64(kiln_binary_op op, const kiln_tensor *a,
-                                            int64_t scalar, kiln_tensor **out);
+KILN_API kiln_status kiln_binary_scalar_i64(kiln_binary_op op, const kiln_tensor *a, int64_t scalar,
+                                            kiln_tensor **out);
 KILN_API kiln_status kiln_binary_scalar_i64_out(kiln_binary_op op, const kiln_tensor *a,
                                                 int64_t scalar, kiln_tensor *out);
 /* Shorthands for kiln_binary with ADD, SUB, MUL and DIV. */
