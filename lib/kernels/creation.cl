@@ -2,7 +2,11 @@
  *   kiln_fill(out, value, n)          out[i] = value
  *   kiln_arange(out, start, step, n)  out[i] = start + i * step, in the compute type
  * A kernel rather than clEnqueueFillBuffer: Oclgrind does not count a pattern fill as
- * initialising memory, so every later read of it would be reported. */
+ * initialising memory, so every later read of it would be reported.
+ * No contraction to fma (NVIDIA's compiler and PoCL's LLVM fuse by default): arange is
+ * start + i * step rounded twice, the same bits on every device (tests/test-creation.c). */
+#pragma OPENCL FP_CONTRACT OFF
+
 kernel void kiln_fill(global KILN_T *out, KILN_TC value, long n)
 {
     long i = get_global_id(0);
