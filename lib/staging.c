@@ -392,3 +392,14 @@ kiln_status kiln__staging_copy(kiln_device *sdev, cl_mem smem, kiln_device *ddev
         s = copy_mapped(sdev, smem, ddev, dmem, n, op, &mapped);
     return mapped ? s : copy_chunked(sdev, smem, ddev, dmem, n, op);
 }
+
+void kiln__staging_free(kiln_device *dev)
+{
+    struct kiln__staging *p = dev->staging;
+    if (!p)
+        return;
+    destroy_list(dev, p->idle);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+    dev->staging = NULL;
+}

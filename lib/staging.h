@@ -39,6 +39,10 @@ kiln_status kiln__staging_read(kiln_device *dev, cl_mem mem, size_t off, size_t 
 kiln_status kiln__staging_copy(kiln_device *sdev, cl_mem smem, kiln_device *ddev, cl_mem dmem,
                                size_t n, const char *op);
 
+/* Release dev's idle staging buffers and its pool (kiln__registry_reset, before the device's
+ * queues go: the buffers are unmapped on its private queue). No copy may be running. */
+void kiln__staging_free(kiln_device *dev);
+
 /* Test only: the chunk size (0: the default, or KILN_STAGING_CHUNK), so that several chunks
  * happen at small sizes. Idle buffers of another size are released as they are next used. */
 void kiln__staging_set_chunk(size_t bytes);
