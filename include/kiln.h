@@ -194,7 +194,9 @@ typedef struct kiln_memory_stats {
     uint64_t reserved[8];        /* zero: room for fields added later */
 } kiln_memory_stats;
 
-/* Memory statistics of the device's caching allocator. */
+/* Memory statistics of the device's caching allocator. The pinned staging buffers of a device
+ * without unified memory (host memory, at most 4 idle chunks of KILN_STAGING_CHUNK) are not
+ * counted. */
 KILN_API kiln_status kiln_device_memory_stats(kiln_device *dev, kiln_memory_stats *stats);
 
 /* Reset the peak to the bytes allocated now. */
@@ -269,7 +271,10 @@ KILN_API kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, i
                                            kiln_tensor **out);
 
 /* Copy the tensor's contents to dst (device -> host). nbytes must equal kiln_tensor_nbytes(t).
- * Blocks until the work the tensor depends on is done and the copy has landed. */
+ * Blocks until the work the tensor depends on is done and the copy has landed. On a device
+ * without unified memory host copies (read, write, from_host) go through pooled pinned staging
+ * buffers in chunks (KILN_STAGING_CHUNK, default 16M); a copy that fails part-way may leave
+ * part of its destination written. */
 KILN_API kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes);
 
 /* Overwrite the tensor's contents from src (host -> device). nbytes must equal
@@ -318,7 +323,9 @@ typedef enum kiln_map_flags {
 } kiln_map_flags;
 
 /* Map the tensor into host memory: *ptr points to nbytes of its contents. Zero-copy on devices
- * with unified host memory. Blocks until pending work is done. Until kiln_tensor_unmap, do not
+ * with unified host memory; on a discrete device (unified_memory false) a full copy each way:
+ * the whole tensor to host memory at map, and back at unmap of a write map (use read/write
+ * there). Blocks until pending work is done. Until kiln_tensor_unmap, do not
  * use the tensor in other calls. Mapping a mapped tensor is KILN_ERR_STATE. */
 KILN_API kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr);
 KILN_API kiln_status kiln_tensor_unmap(kiln_tensor *t);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "includes.h"
 #include "status.h"
 
 #define ENTRY_MAGIC "KILNBIN\0"
@@ -76,28 +77,41 @@ static uint64_t get_u64(const unsigned char *p)
 }
 
 char *kiln__diskcache_key(const kiln_device_info *info, const char *source, size_t srclen,
-                          const char *options, size_t *keylen)
+                          const char *options, size_t *keylen, bool *cacheable)
 {
     /* Every field is length-prefixed, so no two different field lists give one text. */
-    const char *fmt = "kiln program cache key v1\nkiln %zu:%s\ndevice %zu:%s\nvendor %zu:%s\n"
-                      "driver %zu:%s\nplatform %zu:%s\noptions %zu:%s\nsource %zu:";
-    const char *ver = KILN_VERSION_STRING;
+    const char *fmt = "kiln program cache key v2\nkiln %zu:%s\ndevice %zu:%s\nvendor %zu:%s\n"
+                      "driver %zu:%s\nplatform %zu:%s\noptions %zu:%s\nincludes %zu:";
+    const char *ver = KILN_VERSION_STRING, *why = NULL;
     options = options ? options : "";
+    char *inc = NULL;
+    size_t inclen = 0;
+    bool ok = kiln__includes_text(options, &inc, &inclen, &why);
+    if (cacheable)
+        *cacheable = ok;
+    if (!ok)
+        kiln__log(KILN_LOG_DEBUG, "program cache: not caching a build with options \"%s\": %s",
+                  options, why);
 #define KILN__KEY_ARGS                                                                             \
     strlen(ver), ver, strlen(info->name), info->name, strlen(info->vendor), info->vendor,          \
         strlen(info->driver_version), info->driver_version, strlen(info->platform_version),        \
-        info->platform_version, strlen(options), options, srclen
+        info->platform_version, strlen(options), options, inclen
     int head = snprintf(NULL, 0, fmt, KILN__KEY_ARGS);
-    if (head < 0)
-        return NULL;
-    char *key = malloc((size_t)head + srclen + 1);
-    if (!key)
-        return NULL;
-    snprintf(key, (size_t)head + 1, fmt, KILN__KEY_ARGS);
+    char tail[64];
+    int tlen = snprintf(tail, sizeof tail, "\nsource %zu:", srclen);
+    char *key = head < 0 ? NULL : malloc((size_t)head + inclen + (size_t)tlen + srclen + 1);
+    if (key) {
+        snprintf(key, (size_t)head + 1, fmt, KILN__KEY_ARGS);
+        char *p = key + head;
+        if (inclen)
+            memcpy(p, inc, inclen);
+        memcpy(p + inclen, tail, (size_t)tlen);
+        memcpy(p + inclen + tlen, source, srclen);
+        p[inclen + (size_t)tlen + srclen] = '\0';
+        *keylen = (size_t)head + inclen + (size_t)tlen + srclen;
+    }
 #undef KILN__KEY_ARGS
-    memcpy(key + head, source, srclen);
-    key[(size_t)head + srclen] = '\0';
-    *keylen = (size_t)head + srclen;
+    free(inc);
     return key;
 }
 

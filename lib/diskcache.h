@@ -15,10 +15,12 @@
 uint64_t kiln__fnv1a(const void *data, size_t n, uint64_t h);
 
 /* The full key text of a program: device name, vendor, driver and platform versions, kiln's
- * version, the options and the whole source. Malloc'd (caller frees); NULL when out of host
- * memory. Its length goes to *keylen. */
+ * version, the options, the names and contents of the files under the options' -I directories
+ * (includes.c) and the whole source. Malloc'd (caller frees); NULL when out of host memory. Its
+ * length goes to *keylen. *cacheable (optional) is false when the -I directories are too large
+ * to read for every build (logged at KILN_LOG=debug): such a build must not be cached. */
 char *kiln__diskcache_key(const kiln_device_info *info, const char *source, size_t srclen,
-                          const char *options, size_t *keylen);
+                          const char *options, size_t *keylen, bool *cacheable);
 
 /* Look the key up. true: *binary (malloc'd, caller frees) holds the verified payload of an
  * entry whose stored key equals key. false: no usable entry (caching off, missing, or corrupt:

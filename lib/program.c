@@ -251,12 +251,13 @@ kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
 {
     *out = NULL;
     size_t keylen = 0;
-    char *key = kiln__diskcache_key(&dev->info, src, len, options, &keylen);
+    bool cacheable = true;
+    char *key = kiln__diskcache_key(&dev->info, src, len, options, &keylen, &cacheable);
     if (!key)
         return kiln__host_oom(op);
     unsigned char *bin = NULL;
     size_t size = 0;
-    if (kiln__diskcache_load(key, keylen, &bin, &size)) {
+    if (cacheable && kiln__diskcache_load(key, keylen, &bin, &size)) {
         cl_program p = from_binary(dev, bin, size, options);
         free(bin);
         if (p) {
@@ -272,7 +273,7 @@ kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
         kiln__diskcache_count_miss();
         kiln__log(KILN_LOG_INFO, "%s: built a program from source on %s in %.3f s", op,
                   dev->info.spec, kiln__now() - t0);
-        bin = program_binary(*out, dev->id, &size);
+        bin = cacheable ? program_binary(*out, dev->id, &size) : NULL;
         if (bin)
             kiln__diskcache_store(key, keylen, bin, size);
         free(bin);

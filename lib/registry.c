@@ -13,6 +13,7 @@
 #include "clcall.h"
 #include "diagnose.h"
 #include "spec.h"
+#include "staging.h"
 #include "status.h"
 
 #define KILN__MAX_PLATFORMS 32
@@ -344,6 +345,7 @@ void kiln__registry_reset(void)
     if (atomic_load_explicit(&reg_ready, memory_order_relaxed)) {
         for (int i = 0; i < reg.nvisible; i++) {
             kiln_device *dev = reg.visible[i];
+            kiln__staging_free(dev);
             if (dev->queue)
                 kiln__cl.ReleaseCommandQueue(dev->queue);
             if (dev->private_queue)

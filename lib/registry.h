@@ -11,6 +11,7 @@
 
 struct kiln__pool;     /* memory.c */
 struct kiln__programs; /* program.c */
+struct kiln__staging;  /* staging.c */
 
 /* One OpenCL platform; its usable, visible devices share one context. */
 typedef struct kiln__platform {
@@ -28,8 +29,8 @@ struct kiln_device {
     cl_device_id id;
     int type_index;
     bool nvidia;
-    /* Lazily created, under lock: the queue (and the platform's context), the memory pool and
-     * the built-program cache. */
+    /* Lazily created, under lock: the queue (and the platform's context), the memory pool,
+     * the built-program cache and the staging buffers. */
     pthread_mutex_t lock;
     cl_command_queue queue;
     cl_command_queue private_queue; /* queue.c's second queue, made on first use */
@@ -46,6 +47,7 @@ struct kiln_device {
     atomic_uint clblast_warm;
     atomic_bool clblast_failed;
     char clblast_reason[256];
+    struct kiln__staging *staging; /* staging.c's pinned buffers (devices without unified memory) */
 };
 
 /* Whether dev is a device handle kiln gave out (not NULL, not forged). */

@@ -12,6 +12,7 @@
 #include "memory.h"
 #include "queue.h"
 #include "registry.h"
+#include "staging.h"
 #include "status.h"
 
 #define KILN__TENSOR_DEAD 0x64656164u /* "dead": a released header */
@@ -280,21 +281,17 @@ static kiln_status check_io(const kiln_tensor *t, const void *ptr, size_t nbytes
 }
 
 /* A blocking copy between the tensor and host memory (ptr, nbytes): read into ptr, or write from
- * it (blocking, so that the source may be reused at once without a staging copy). */
+ * it (src may be reused at once). Through pinned staging buffers on a device without unified
+ * memory (staging.c). */
 static kiln_status host_copy(const kiln_tensor *t, void *ptr, size_t nbytes, bool write)
 {
     const char *op = write ? "kiln_tensor_write" : "kiln_tensor_read";
     kiln_status s = check_io(t, ptr, nbytes, op, write ? "src" : "dst");
     if (s != KILN_OK || nbytes == 0)
         return s;
-    cl_command_queue q = kiln__queue(t->dev);
     cl_mem mem = t->storage->mem;
-    cl_int err = write ? kiln__cl.EnqueueWriteBuffer(q, mem, CL_TRUE, 0, nbytes, ptr, 0, NULL, NULL)
-                       : kiln__cl.EnqueueReadBuffer(q, mem, CL_TRUE, 0, nbytes, ptr, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return kiln__queue_fail(err, op, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer",
-                                t->dev);
-    return KILN_OK;
+    return write ? kiln__staging_write(t->dev, mem, 0, nbytes, ptr, op)
+                 : kiln__staging_read(t->dev, mem, 0, nbytes, ptr, op);
 }
 
 kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes)
@@ -327,11 +324,10 @@ kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, int ndim,
         *out = s == KILN_OK ? t : NULL;
         return s;
     }
-    cl_int err = kiln__cl.EnqueueWriteBuffer(kiln__queue(dev), t->storage->mem, CL_TRUE, 0, nbytes,
-                                             data, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
+    s = kiln__staging_write(dev, t->storage->mem, 0, nbytes, data, op);
+    if (s != KILN_OK) {
         kiln_tensor_release(t);
-        return kiln__queue_fail(err, op, "clEnqueueWriteBuffer", dev);
+        return s;
     }
     *out = t;
     return KILN_OK;
@@ -366,37 +362,13 @@ static kiln_status copy_same_context(const kiln_tensor *src, kiln_tensor *dst)
     return KILN_OK;
 }
 
-/* Across contexts, through host memory: a blocking read (or, where the source's memory is the
- * host's, a blocking map: no extra copy) waits for src's pending work; then a blocking write on
- * dst's queue, so the staging memory can go at once. */
+/* Across contexts, through host memory (staging.c): a blocking map of the source where its
+ * memory is the host's (no extra copy), else chunk by chunk through pinned buffers; each read
+ * waits for src's pending work, each write is blocking on dst's queue. */
 static kiln_status copy_staged(const kiln_tensor *src, kiln_tensor *dst)
 {
-    const char *op = "kiln_tensor_to";
-    cl_command_queue sq = kiln__queue(src->dev);
-    cl_mem smem = src->storage->mem;
-    cl_int err = CL_SUCCESS;
-    void *stage = NULL, *mapped = NULL;
-    if (src->dev->info.unified_memory)
-        mapped = kiln__cl.EnqueueMapBuffer(sq, smem, CL_TRUE, CL_MAP_READ, 0, src->nbytes, 0, NULL,
-                                           NULL, &err);
-    if (!mapped) {
-        stage = malloc(src->nbytes);
-        if (!stage)
-            return kiln__host_oom(op);
-        err = kiln__cl.EnqueueReadBuffer(sq, smem, CL_TRUE, 0, src->nbytes, stage, 0, NULL, NULL);
-        if (err != CL_SUCCESS) {
-            free(stage);
-            return kiln__queue_fail(err, op, "clEnqueueReadBuffer", src->dev);
-        }
-    }
-    err = kiln__cl.EnqueueWriteBuffer(kiln__queue(dst->dev), dst->storage->mem, CL_TRUE, 0,
-                                      src->nbytes, mapped ? mapped : stage, 0, NULL, NULL);
-    if (mapped)
-        kiln__cl.EnqueueUnmapMemObject(sq, smem, mapped, 0, NULL, NULL);
-    free(stage);
-    if (err != CL_SUCCESS)
-        return kiln__queue_fail(err, op, "clEnqueueWriteBuffer", dst->dev);
-    return KILN_OK;
+    return kiln__staging_copy(src->dev, src->storage->mem, dst->dev, dst->storage->mem, src->nbytes,
+                              "kiln_tensor_to");
 }
 
 kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor **out)

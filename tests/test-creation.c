@@ -340,6 +340,38 @@ START_TEST(test_arange_out)
 }
 END_TEST
 
+/* arange f32 is start + i * step with two roundings, bit for bit: the kernel must not contract
+ * it to an fma (#pragma OPENCL FP_CONTRACT OFF in creation.cl). NVIDIA's compiler fuses by
+ * default; so does PoCL's LLVM on a CPU with FMA, which this test then catches. */
+START_TEST(test_arange_not_fused)
+{
+    const float start = 0.1f, step = 0.3f;
+    enum { N = 1000 };
+    int fused_differs = 0;
+    for (int i = 0; i < N; i++) {
+        volatile float prod = (float)i * step;
+        fused_differs += fmaf((float)i, step, start) != start + prod;
+    }
+    ck_assert_int_gt(fused_differs, 0); /* the sizes below can tell the two apart */
+    for (int di = 0; di < kiln_device_count(KILN_DEVICE_ALL); di++) {
+        kiln_device *d = kiln_device_at(di);
+        kiln_tensor *t = NULL;
+        ASSERT_OK(kiln_arange(d, KILN_F32, start, start + N * (double)step - step / 2, step, &t));
+        ck_assert_int_eq(kiln_tensor_numel(t), N);
+        float got[N];
+        ASSERT_OK(kiln_tensor_read(t, got, sizeof got));
+        for (int i = 0; i < N; i++) {
+            volatile float prod = (float)i * step;
+            float want = start + prod;
+            ck_assert_msg(memcmp(&got[i], &want, sizeof want) == 0,
+                          "%s: arange[%d] = %.9g, want %.9g (start + i * step, not fused)",
+                          kiln_device_spec(d), i, got[i], want);
+        }
+        kiln_tensor_release(t);
+    }
+}
+END_TEST
+
 START_TEST(test_arange_i64_errors)
 {
     kiln_tensor *t = (kiln_tensor *)&dev;
@@ -441,6 +473,7 @@ Suite *creation_suite(void)
     tcase_add_test(tc, test_arange_i64);
     tcase_add_test(tc, test_arange_out);
     tcase_add_test(tc, test_arange_i64_errors);
+    tcase_add_test(tc, test_arange_not_fused);
     tcase_add_test(tc, test_zero_size);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);

@@ -43,6 +43,15 @@ static void rm_rf(const char *path)
     ck_assert_int_eq(system(cmd), 0);
 }
 
+/* Write text to path (replacing it). */
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
 static void teardown(void)
 {
     rm_rf(root);
@@ -112,7 +121,7 @@ static size_t file_size(const char *path)
 static uint64_t key_hash(const kiln_device_info *info, const char *src, const char *options,
                          char **text, size_t *len)
 {
-    *text = kiln__diskcache_key(info, src, strlen(src), options, len);
+    *text = kiln__diskcache_key(info, src, strlen(src), options, len, NULL);
     ck_assert_ptr_nonnull(*text);
     return kiln__fnv1a(*text, *len, KILN__FNV_OFFSET);
 }
@@ -165,6 +174,51 @@ START_TEST(key_covers_every_field)
 }
 END_TEST
 
+/* -I directories: the names and contents of their files (subfolders too) are in the key; a
+ * directory too large to read for every build makes the build uncacheable. */
+START_TEST(key_covers_include_files)
+{
+    char dir[256], sub[300], path[400], opt[300];
+    snprintf(dir, sizeof dir, "/tmp/kiln-test-inc-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    snprintf(path, sizeof path, "%s/g.h", sub);
+    write_text(path, "#define G 1\n");
+    kiln_device_info info;
+    memset(&info, 0, sizeof info);
+    strcpy(info.name, "dev");
+    char *base, *other;
+    size_t blen, olen;
+    bool cacheable = false;
+    for (int form = 0; form < 2; form++) { /* "-I dir" and "-Idir" */
+        snprintf(opt, sizeof opt, form ? "-DA -I%s" : "-DA -I %s -DB", dir);
+        base = kiln__diskcache_key(&info, "k", 1, opt, &blen, &cacheable);
+        ck_assert(cacheable);
+        ck_assert_ptr_nonnull(strstr(base, "#define G 1"));
+        write_text(path, "#define G 2\n");
+        other = kiln__diskcache_key(&info, "k", 1, opt, &olen, &cacheable);
+        ck_assert(cacheable);
+        ck_assert_msg(olen != blen || memcmp(base, other, blen) != 0,
+                      "a header change kept the key");
+        free(base);
+        free(other);
+        write_text(path, "#define G 1\n");
+    }
+    /* more files than are read for every build: not cached */
+    for (int i = 0; i < 300; i++) {
+        snprintf(path, sizeof path, "%s/f%d.h", sub, i);
+        write_text(path, "x");
+    }
+    snprintf(opt, sizeof opt, "-I %s", dir);
+    base = kiln__diskcache_key(&info, "k", 1, opt, &blen, &cacheable);
+    ck_assert_ptr_nonnull(base);
+    ck_assert(!cacheable);
+    free(base);
+    rm_rf(dir);
+}
+END_TEST
+
 START_TEST(fnv1a_known_values)
 {
     /* Published FNV-1a 64 test vectors. */
@@ -175,6 +229,46 @@ START_TEST(fnv1a_known_values)
 END_TEST
 
 /* ---- one process ------------------------------------------------------------------------- */
+
+/* A program that #includes a header from a -I directory is rebuilt when the header changes
+ * (no stale cache hit), and hits the cache while it does not. */
+START_TEST(include_change_rebuilds)
+{
+    char dir[600], inc[600], path[700], opt[700];
+    use_dir("cache", dir, sizeof dir);
+    snprintf(inc, sizeof inc, "%s/inc", root);
+    ck_assert_int_eq(mkdir(inc, 0700), 0);
+    snprintf(path, sizeof path, "%s/h.h", inc);
+    snprintf(opt, sizeof opt, "-I %s", inc);
+    const char *src = "#include \"h.h\"\n"
+                      "__kernel void k(__global float *x) { x[get_global_id(0)] = KILN_TEST_K; }\n";
+    const float want[3] = {1.0f, 2.0f, 2.0f};
+    for (int step = 0; step < 3; step++) {
+        if (step < 2)
+            write_text(path,
+                       step == 0 ? "#define KILN_TEST_K 1.0f\n" : "#define KILN_TEST_K 2.0f\n");
+        kiln_cache_stats s0 = stats();
+        kiln_program *prog = NULL;
+        ASSERT_OK(kiln_program_build(dev, src, opt, &prog));
+        kiln_cache_stats s1 = stats();
+        /* a new header is a miss; the same one again a hit */
+        ck_assert_uint_eq(s1.hits - s0.hits, (step == 2 ? 1 : 0));
+        ck_assert_uint_eq(s1.misses - s0.misses, (step == 2 ? 0 : 1));
+        kiln_tensor *t = NULL;
+        const int64_t shape[1] = {4};
+        ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, shape, &t));
+        kiln_arg arg = kiln_arg_tensor(t);
+        size_t global = 4;
+        ASSERT_OK(kiln_program_launch(prog, "k", 1, &global, NULL, 1, &arg));
+        float got[4];
+        ASSERT_OK(kiln_tensor_read(t, got, sizeof got));
+        ck_assert_msg(got[3] == want[step], "step %d: the kernel wrote %g, the header says %g",
+                      step, got[3], want[step]);
+        kiln_tensor_release(t);
+        kiln_program_release(prog);
+    }
+}
+END_TEST
 
 START_TEST(hit_after_save_and_permissions)
 {
@@ -611,12 +705,14 @@ Suite *diskcache_suite(void)
     TCase *tc = tcase_create("key");
     tcase_add_test(tc, key_covers_every_field);
     tcase_add_test(tc, fnv1a_known_values);
+    tcase_add_test(tc, key_covers_include_files);
     tcase_add_test(tc, stats_null);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("process");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, hit_after_save_and_permissions);
+    tcase_add_test(tc, include_change_rebuilds);
     tcase_add_test(tc, group_writable_dir_is_tightened);
     tcase_add_test(tc, symlinked_dir_is_refused);
     tcase_add_test(tc, foreign_owned_dir_is_refused);

@@ -9,6 +9,7 @@
 #include "lib/clcall.h"
 #include "lib/memory.h"
 #include "lib/registry.h"
+#include "lib/staging.h"
 #include "lib/tensor.h"
 #include "testutil.h"
 
@@ -878,6 +879,321 @@ START_TEST(test_to_fault)
 }
 END_TEST
 
+/* --- pinned staging (devices without unified memory: Oclgrind here, discrete GPUs) -------- */
+
+#define CHUNK 4096 /* kiln__staging_set_chunk: several chunks at small sizes */
+
+/* What the copies of one operation did on dev0's queue: counted by wrappers of the kiln__cl
+ * table that forward to the real calls, with faults injected at the fail_at-th copy. */
+static struct {
+    const unsigned char *user; /* the caller's buffer */
+    size_t user_n;
+    int writes, reads, from_user, fail_at, copies, events;
+} io;
+
+static void io_start(const void *user, size_t n, int fail_at)
+{
+    memset(&io, 0, sizeof io);
+    io.user = user;
+    io.user_n = n;
+    io.fail_at = fail_at;
+    real = kiln__cl;
+}
+
+/* One copy between host memory at p and the device queue: counted; false to fail it. */
+static bool io_copy(cl_command_queue q, const void *p, bool write)
+{
+    if (q != kiln_device_cl_queue(dev0)) /* the allocator's first touch, on its own queue */
+        return true;
+    io.writes += write;
+    io.reads += !write;
+    const unsigned char *c = p;
+    io.from_user += c >= io.user && c < io.user + io.user_n;
+    return ++io.copies != io.fail_at;
+}
+
+/* The injected failure is CL_OUT_OF_HOST_MEMORY: -5/-4 at a copy would mark the device lost
+ * (test-faults.c covers that). */
+static cl_int CL_API_CALL io_write(cl_command_queue q, cl_mem m, cl_bool b, size_t o, size_t n,
+                                   const void *p, cl_uint ne, const cl_event *w, cl_event *e)
+{
+    if (!io_copy(q, p, true))
+        return CL_OUT_OF_HOST_MEMORY;
+    cl_int err = real.EnqueueWriteBuffer(q, m, b, o, n, p, ne, w, e);
+    io.events += e && err == CL_SUCCESS;
+    return err;
+}
+
+static cl_int CL_API_CALL io_read(cl_command_queue q, cl_mem m, cl_bool b, size_t o, size_t n,
+                                  void *p, cl_uint ne, const cl_event *w, cl_event *e)
+{
+    if (!io_copy(q, p, false))
+        return CL_OUT_OF_HOST_MEMORY;
+    cl_int err = real.EnqueueReadBuffer(q, m, b, o, n, p, ne, w, e);
+    io.events += e && err == CL_SUCCESS;
+    return err;
+}
+
+static cl_int CL_API_CALL io_release_event(cl_event e)
+{
+    io.events--;
+    return real.ReleaseEvent(e);
+}
+
+static void io_hook(void)
+{
+    kiln__cl.EnqueueWriteBuffer = io_write;
+    kiln__cl.EnqueueReadBuffer = io_read;
+    kiln__cl.ReleaseEvent = io_release_event;
+}
+
+/* Whether dev0 copies through staging; otherwise note the skip of what needs it. */
+static bool staged(const char *test)
+{
+    kiln_device_info info;
+    ck_assert_int_eq(kiln_device_info_get(dev0, &info), KILN_OK);
+    if (info.unified_memory)
+        test_skip("%s: staged copies need a device without unified memory (%s has it)", test,
+                  kiln_device_spec(dev0));
+    return !info.unified_memory;
+}
+
+/* The copies a transfer of n bytes made: ceil(n / CHUNK) from pinned stages where staged, else
+ * one from the caller's memory. */
+static void assert_copies(int copies, size_t n, bool staging)
+{
+    if (staging) {
+        ck_assert_int_eq(copies, (int)((n + CHUNK - 1) / CHUNK));
+        ck_assert_int_eq(io.from_user, 0);
+    } else {
+        ck_assert_int_eq(copies, 1);
+        ck_assert_int_eq(io.from_user, 1);
+    }
+    ck_assert_int_eq(io.events, 0);
+}
+
+/* Round trips of sizes around the chunk size, every dtype: from_host, read, write, read. */
+START_TEST(test_staged_round_trips)
+{
+    const size_t sizes[] = {1,         7,         CHUNK - 1,     CHUNK,
+                            CHUNK + 1, 2 * CHUNK, 3 * CHUNK + 5, 5 * CHUNK - 3};
+    bool staging = staged("staged_round_trips");
+    kiln__staging_set_chunk(CHUNK);
+    kiln_memory_stats s0 = stats(dev0);
+    for (int d = 0; d < KILN_DTYPE_COUNT; d++) {
+        size_t es = kiln_dtype_size((kiln_dtype)d);
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            const int64_t shape[1] = {(int64_t)((sizes[k] + es - 1) / es)};
+            size_t n = (size_t)shape[0] * es;
+            unsigned char *in = malloc(n), *in2 = malloc(n), *back = malloc(n);
+            fill_bytes(in, n, (uint32_t)(d * 16 + k + 1));
+            fill_bytes(in2, n, (uint32_t)(d * 16 + k + 500));
+            kiln_tensor *t;
+            io_start(in, n, 0);
+            io_hook();
+            kiln_status s = kiln_tensor_from_host(dev0, (kiln_dtype)d, 1, shape, in, &t);
+            kiln__cl_reset();
+            ck_assert_int_eq(s, KILN_OK);
+            assert_copies(io.writes, n, staging);
+            io_start(back, n, 0);
+            io_hook();
+            s = kiln_tensor_read(t, back, n);
+            kiln__cl_reset();
+            ck_assert_int_eq(s, KILN_OK);
+            assert_copies(io.reads, n, staging);
+            ck_assert_mem_eq(back, in, n);
+            io_start(in2, n, 0);
+            io_hook();
+            s = kiln_tensor_write(t, in2, n);
+            kiln__cl_reset();
+            ck_assert_int_eq(s, KILN_OK);
+            assert_copies(io.writes, n, staging);
+            ck_assert_int_eq(kiln_tensor_read(t, back, n), KILN_OK);
+            ck_assert_mem_eq(back, in2, n);
+            kiln_tensor_release(t);
+            free(in);
+            free(in2);
+            free(back);
+        }
+    }
+    /* at most two stages per transfer, pooled and reused; not counted as device memory */
+    if (staging)
+        ck_assert_int_le(kiln__staging_count(), 2);
+    ck_assert_uint_eq(stats(dev0).allocated_bytes, s0.allocated_bytes);
+    kiln__staging_set_chunk(0);
+}
+END_TEST
+
+/* kiln__staging_write/read at an offset into a buffer touch only that range. */
+START_TEST(test_staged_offsets)
+{
+    (void)staged("staged_offsets");
+    kiln__staging_set_chunk(CHUNK);
+    enum { N = 4 * CHUNK + 123, OFF = 1001, LEN = 2 * CHUNK + 17 };
+    const int64_t shape[1] = {N};
+    unsigned char *zero = calloc(N, 1), *in = malloc(LEN), *back = malloc(N);
+    fill_bytes(in, LEN, 77);
+    kiln_tensor *t;
+    ck_assert_int_eq(kiln_tensor_from_host(dev0, KILN_U8, 1, shape, zero, &t), KILN_OK);
+    ASSERT_OK(kiln__staging_write(dev0, kiln_tensor_cl_mem(t), OFF, LEN, in, "test"));
+    ck_assert_int_eq(kiln_tensor_read(t, back, N), KILN_OK);
+    ck_assert_mem_eq(back, zero, OFF);
+    ck_assert_mem_eq(back + OFF, in, LEN);
+    ck_assert_mem_eq(back + OFF + LEN, zero, N - OFF - LEN);
+    memset(back, 0xab, N);
+    ASSERT_OK(kiln__staging_read(dev0, kiln_tensor_cl_mem(t), OFF + 3, LEN - 5, back + 1, "test"));
+    ck_assert_uint_eq(back[0], 0xab);
+    ck_assert_mem_eq(back + 1, in + 3, LEN - 5);
+    ck_assert_uint_eq(back[LEN - 4], 0xab);
+    kiln_tensor_release(t);
+    free(zero);
+    free(in);
+    free(back);
+    kiln__staging_set_chunk(0);
+}
+END_TEST
+
+/* Pinned buffers made while hooked, and which of them were released again. */
+static struct {
+    cl_mem made[8];
+    int nmade, live;
+} pinned;
+
+static cl_mem CL_API_CALL pinned_create(cl_context c, cl_mem_flags f, size_t n, void *h,
+                                        cl_int *err)
+{
+    cl_mem m = real.CreateBuffer(c, f, n, h, err);
+    if (m && (f & CL_MEM_ALLOC_HOST_PTR) && pinned.nmade < 8) {
+        pinned.made[pinned.nmade++] = m;
+        pinned.live++;
+    }
+    return m;
+}
+
+static cl_int CL_API_CALL pinned_release(cl_mem m)
+{
+    for (int i = 0; i < pinned.nmade; i++)
+        pinned.live -= pinned.made[i] == m;
+    return real.ReleaseMemObject(m);
+}
+
+static void *CL_API_CALL failing_map(cl_command_queue q, cl_mem m, cl_bool b, cl_map_flags f,
+                                     size_t o, size_t n, cl_uint ne, const cl_event *w, cl_event *e,
+                                     cl_int *err)
+{
+    (void)q, (void)m, (void)b, (void)f, (void)o, (void)n, (void)ne, (void)w, (void)e;
+    *err = CL_MAP_FAILURE;
+    return NULL;
+}
+
+/* Faults: a pinned buffer that cannot be mapped (the copy goes directly, the buffer is released),
+ * and a copy failing at its first or a later chunk (an error; stages and events come back; a
+ * new tensor is released, a host destination untouched when nothing had landed yet). */
+START_TEST(test_staged_faults)
+{
+    bool staging = staged("staged_faults");
+    enum { N = 3 * CHUNK + 10 };
+    const int64_t shape[1] = {N};
+    unsigned char *in = malloc(N), *back = malloc(N), *sentinel = malloc(N);
+    fill_bytes(in, N, 5);
+    memset(sentinel, 0xab, N);
+    kiln_tensor *t = (kiln_tensor *)1, *u;
+    /* a new chunk size: the idle stages of the old one go, new ones are made and fail to map */
+    kiln__staging_set_chunk(CHUNK - 512);
+    int stages0 = kiln__staging_count();
+    io_start(in, N, 0);
+    memset(&pinned, 0, sizeof pinned);
+    kiln__cl.CreateBuffer = pinned_create;
+    kiln__cl.EnqueueMapBuffer = failing_map;
+    kiln__cl.ReleaseMemObject = pinned_release;
+    kiln_status s = kiln_tensor_from_host(dev0, KILN_U8, 1, shape, in, &t);
+    kiln__cl_reset();
+    ck_assert_int_eq(s, KILN_OK);
+    ck_assert_int_eq(pinned.nmade, (staging ? 1 : 0)); /* tried once, then copied directly */
+    ck_assert_int_eq(pinned.live, 0);                  /* and released */
+    ck_assert_int_le(kiln__staging_count(), stages0);
+    ck_assert_int_eq(kiln_tensor_read(t, back, N), KILN_OK);
+    ck_assert_mem_eq(back, in, N);
+    kiln__staging_set_chunk(CHUNK);
+    ck_assert_int_eq(kiln_tensor_read(t, back, N), KILN_OK); /* stages of CHUNK now exist */
+    stages0 = kiln__staging_count();
+    kiln_memory_stats s0 = stats(dev0);
+    for (int fail_at = 1; fail_at <= (staging ? 3 : 1); fail_at++) {
+        /* from_host: no tensor, its memory back in the cache */
+        io_start(in, N, fail_at);
+        io_hook();
+        u = (kiln_tensor *)1;
+        s = kiln_tensor_from_host(dev0, KILN_U8, 1, shape, in, &u);
+        kiln__cl_reset();
+        ck_assert_int_ne(s, KILN_OK);
+        ck_assert_ptr_null(u);
+        ck_assert_str_contains(kiln_last_error(), "kiln_tensor_from_host: clEnqueueWriteBuffer");
+        ck_assert_int_eq(io.events, 0);
+        ck_assert_uint_eq(stats(dev0).allocated_bytes, s0.allocated_bytes);
+        ck_assert_int_eq(kiln__staging_count(), stages0);
+        /* read: nothing had landed in dst before the second chunk's read was enqueued */
+        memset(back, 0xab, N);
+        io_start(back, N, fail_at);
+        io_hook();
+        s = kiln_tensor_read(t, back, N);
+        kiln__cl_reset();
+        ck_assert_int_ne(s, KILN_OK);
+        ck_assert_str_contains(kiln_last_error(), "kiln_tensor_read: clEnqueueReadBuffer");
+        ck_assert_int_eq(io.events, 0);
+        ck_assert_int_eq(kiln__staging_count(), stages0);
+        if (fail_at <= 2)
+            ck_assert_mem_eq(back, sentinel, N);
+        /* write failing at its first chunk leaves the tensor as it was */
+        if (fail_at == 1) {
+            io_start(sentinel, N, 1);
+            io_hook();
+            s = kiln_tensor_write(t, sentinel, N);
+            kiln__cl_reset();
+            ck_assert_int_ne(s, KILN_OK);
+            ck_assert_int_eq(io.events, 0);
+            ck_assert_int_eq(kiln_tensor_read(t, back, N), KILN_OK);
+            ck_assert_mem_eq(back, in, N);
+        }
+    }
+    kiln_tensor_release(t);
+    free(in);
+    free(back);
+    free(sentinel);
+    kiln__staging_set_chunk(0);
+}
+END_TEST
+
+/* to() across contexts in several chunks: a discrete source is read chunk by chunk through its
+ * pinned stages, a unified one mapped and written to a discrete device through its stages. */
+START_TEST(test_staged_to_other_context)
+{
+    kiln_device *other = other_device(false, "staged_to_other_context");
+    if (!other)
+        return;
+    kiln__staging_set_chunk(CHUNK);
+    for (int d = 0; d < KILN_DTYPE_COUNT; d++) {
+        const int64_t shape[2] = {3, 2 * CHUNK + 3};
+        size_t n = (size_t)(shape[0] * shape[1]) * kiln_dtype_size((kiln_dtype)d);
+        unsigned char *in = malloc(n), *back = malloc(n);
+        fill_bytes(in, n, (uint32_t)d + 900);
+        kiln_tensor *a, *g, *b;
+        ck_assert_int_eq(kiln_tensor_from_host(dev0, (kiln_dtype)d, 2, shape, in, &a), KILN_OK);
+        ck_assert_int_eq(kiln_tensor_to(a, other, &g), KILN_OK);
+        ck_assert_int_eq(kiln_tensor_to(g, dev0, &b), KILN_OK);
+        ck_assert_int_eq(kiln_tensor_read(g, back, n), KILN_OK);
+        ck_assert_mem_eq(back, in, n);
+        ck_assert_int_eq(kiln_tensor_read(b, back, n), KILN_OK);
+        ck_assert_mem_eq(back, in, n);
+        kiln_tensor_release(a);
+        kiln_tensor_release(g);
+        kiln_tensor_release(b);
+        free(in);
+        free(back);
+    }
+    kiln__staging_set_chunk(0);
+}
+END_TEST
+
 Suite *tensor_suite(void)
 {
     Suite *s = suite_create("tensor");
@@ -921,6 +1237,15 @@ Suite *tensor_suite(void)
     tcase_add_test(tc, test_two_pocl_devices_round_trip);
     tcase_add_test(tc, test_cross_platform_round_trip);
     tcase_add_test(tc, test_to_fault);
+    suite_add_tcase(s, tc);
+
+    /* last: on Oclgrind, buffers written in chunks are best not reused by kernels (memory.c) */
+    tc = tcase_create("staging");
+    tcase_add_unchecked_fixture(tc, setup_device, NULL);
+    tcase_add_test(tc, test_staged_round_trips);
+    tcase_add_test(tc, test_staged_offsets);
+    tcase_add_test(tc, test_staged_faults);
+    tcase_add_test(tc, test_staged_to_other_context);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -7,9 +7,10 @@
  * Macros: KILN_T / KILN_TC (slot T, from prelude.cl) for every floating tensor. Rows are
  * max-subtracted and their sums of exponentials carry a compensation term. */
 
-/* m = max of the row, s = sum exp(x - m) (compensated). A NaN anywhere makes s NaN. */
-inline void kiln_row_stats(global const KILN_T *x, long base, long n, long stride, KILN_TC *m,
-                           KILN_TC *s)
+/* m = max of the row, s = sum exp(x - m) (compensated). A NaN anywhere makes s NaN. A plain
+ * function: OpenCL C 1.2 `inline` without `static` is a C99 inline definition, with no external
+ * definition for a call the compiler does not inline (NVIDIA's compiler may fail to link it). */
+void kiln_row_stats(global const KILN_T *x, long base, long n, long stride, KILN_TC *m, KILN_TC *s)
 {
     KILN_TC mx = -INFINITY, sum = 0, comp = 0;
     for (long j = 0; j < n; j++)

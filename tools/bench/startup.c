@@ -1,5 +1,11 @@
 /* startup.c - kiln-bench startup: a fresh process's time to its first kernel result with an
- * empty vs a warm kiln program cache, and (PoCL) an empty vs a warm driver cache. */
+ * empty vs a warm kiln program cache, and (PoCL, NVIDIA) an empty vs a warm driver cache.
+ *
+ * The driver's own cache of compiled kernels would make a "cold" start warm: PoCL's
+ * (POCL_CACHE_DIR) and NVIDIA's JIT cache (CUDA_CACHE_PATH, ~/.nv/ComputeCache by default) are
+ * both pointed at a fresh temporary folder, emptied for the cold samples and kept for the warm
+ * ones, and removed afterwards. KILN_BENCH_STARTUP_LOG=FILE (tests) logs, for every child, the
+ * cache folders it is given and whether the driver's is empty as it starts. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -29,6 +35,48 @@ static const char *child_source =
     "    for (int k = -1; k <= 1; k++) acc += x[i + k] * (k == 0 ? 0.5f : 0.25f);\n"
     "    y[i] = tanh(acc) + exp(-acc * acc) + log1p(fabs(acc));\n"
     "}\n";
+
+static int files_seen;
+
+static int count_file(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)path, (void)st, (void)ftw;
+    files_seen += flag == FTW_F;
+    return 0;
+}
+
+/* Whether dir holds no files (folders a driver makes at start-up do not count). */
+static bool dir_empty(const char *dir)
+{
+    files_seen = 0;
+    if (dir)
+        nftw(dir, count_file, 16, FTW_PHYS);
+    return files_seen == 0;
+}
+
+/* The value of NAME in a child's environment env, or "". */
+static const char *env_value(char **env, const char *name)
+{
+    size_t n = strlen(name);
+    for (; *env; env++)
+        if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
+            return *env + n + 1;
+    return "";
+}
+
+/* KILN_BENCH_STARTUP_LOG: one line per child, as it is spawned, from the environment it gets:
+ * "cuda=DIR pocl=DIR kiln=DIR driver_empty=0|1". */
+static void child_log(char **env)
+{
+    const char *path = getenv("KILN_BENCH_STARTUP_LOG");
+    FILE *f = path ? fopen(path, "a") : NULL;
+    if (!f)
+        return;
+    const char *cuda = env_value(env, "CUDA_CACHE_PATH");
+    fprintf(f, "cuda=%s pocl=%s kiln=%s driver_empty=%d\n", cuda, env_value(env, "POCL_CACHE_DIR"),
+            env_value(env, "KILN_CACHE_DIR"), dir_empty(cuda));
+    fclose(f);
+}
 
 /* In the child process: device, program (through the cache), one launch, read the result. */
 static int child(bench_ctx *ctx)
@@ -78,8 +126,8 @@ static void empty_dir(const char *dir)
 typedef struct startup {
     bench_ctx *ctx;
     char root[64];
-    char kiln_dir[128], pocl_dir[128];
-    bool pocl;
+    char kiln_dir[128], driver_dir[128]; /* driver: POCL_CACHE_DIR and CUDA_CACHE_PATH */
+    const char *driver;                  /* "PoCL", "NVIDIA"; NULL: no driver cache varied */
 } startup;
 
 /* Seconds from posix_spawn to the exit of a child that printed its first kernel result. */
@@ -88,22 +136,25 @@ static double run_child(startup *st, bool *ok)
     int n = 0;
     while (environ[n])
         n++;
-    char **env = calloc((size_t)n + 4, sizeof *env);
+    char **env = calloc((size_t)n + 5, sizeof *env);
     if (!env) {
         *ok = false;
         return 0;
     }
-    char kvar[160], pvar[160];
+    char kvar[160], pvar[160], cvar[160];
     snprintf(kvar, sizeof kvar, "KILN_CACHE_DIR=%s", st->kiln_dir);
-    snprintf(pvar, sizeof pvar, "POCL_CACHE_DIR=%s", st->pocl_dir);
+    snprintf(pvar, sizeof pvar, "POCL_CACHE_DIR=%s", st->driver_dir);
+    snprintf(cvar, sizeof cvar, "CUDA_CACHE_PATH=%s", st->driver_dir);
     int m = 0;
     for (int i = 0; i < n; i++)
         if (strncmp(environ[i], "KILN_CACHE", 10) != 0 &&
             strncmp(environ[i], "POCL_CACHE_DIR=", 15) != 0 &&
-            strncmp(environ[i], "POCL_KERNEL_CACHE=", 18) != 0)
+            strncmp(environ[i], "POCL_KERNEL_CACHE=", 18) != 0 &&
+            strncmp(environ[i], "CUDA_CACHE_", 11) != 0) /* _PATH, _DISABLE, _MAXSIZE */
             env[m++] = environ[i];
     env[m++] = kvar;
     env[m++] = pvar;
+    env[m++] = cvar;
     env[m++] = CHILD_VAR "=1";
     env[m] = NULL;
     char *argv[] = {(char *)st->ctx->argv0, "-d", (char *)kiln_device_spec(st->ctx->dev), "startup",
@@ -112,6 +163,7 @@ static double run_child(startup *st, bool *ok)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     pid_t pid;
+    child_log(env);
     double t0 = bench_now();
     int rc = posix_spawnp(&pid, st->ctx->argv0, &fa, NULL, argv, env);
     int status = 0;
@@ -134,19 +186,19 @@ static int samples(const startup *st)
     return st->ctx->quick ? 1 : st->ctx->repeats;
 }
 
-/* Median milliseconds of fresh processes; `empty_kiln` / `empty_pocl` empty that cache before
+/* Median milliseconds of fresh processes; `empty_kiln` / `empty_driver` empty that cache before
  * each one, else it is warmed once first. */
-static bool timed(startup *st, bool empty_kiln, bool empty_pocl, double *ms)
+static bool timed(startup *st, bool empty_kiln, bool empty_driver, double *ms)
 {
     bool ok = true;
     empty_dir(st->kiln_dir);
-    empty_dir(st->pocl_dir);
+    empty_dir(st->driver_dir);
     run_child(st, &ok); /* warms whichever cache is kept */
     for (int i = 0; i < samples(st) && ok; i++) {
         if (empty_kiln)
             empty_dir(st->kiln_dir);
-        if (empty_pocl)
-            empty_dir(st->pocl_dir);
+        if (empty_driver)
+            empty_dir(st->driver_dir);
         ms[i] = run_child(st, &ok) * 1e3;
     }
     return ok;
@@ -185,24 +237,31 @@ int bench_startup(bench_ctx *ctx)
         return 1;
     }
     snprintf(st.kiln_dir, sizeof st.kiln_dir, "%s/kiln", st.root);
-    snprintf(st.pocl_dir, sizeof st.pocl_dir, "%s/pocl", st.root);
-    st.pocl = strstr(info.platform, "Portable Computing Language") != NULL;
+    snprintf(st.driver_dir, sizeof st.driver_dir, "%s/driver", st.root);
+    if (strstr(info.platform, "Portable Computing Language"))
+        st.driver = "PoCL";
+    else if (strstr(info.platform, "NVIDIA"))
+        st.driver = "NVIDIA";
     int rc;
-    if (st.pocl) {
+    if (st.driver) {
         /* The ratio column is cold / warm: how much faster a warm start is. */
-        rc = row(&st, "warm kiln cache, empty PoCL cache", "both empty", false, true, true, true);
+        char name[3][96];
+        snprintf(name[0], sizeof name[0], "warm kiln cache, empty %s cache", st.driver);
+        snprintf(name[1], sizeof name[1], "empty kiln cache, warm %s cache", st.driver);
+        snprintf(name[2], sizeof name[2], "warm kiln + warm %s cache", st.driver);
+        rc = row(&st, name[0], "both empty", false, true, true, true);
         if (rc == 0)
-            rc = row(&st, "empty kiln cache, warm PoCL cache", "both empty", true, false, true,
-                     true);
+            rc = row(&st, name[1], "both empty", true, false, true, true);
         if (rc == 0)
-            rc = row(&st, "warm kiln + warm PoCL cache", "both empty", false, false, true, true);
+            rc = row(&st, name[2], "both empty", false, false, true, true);
     } else {
-        rc = row(&st, "warm kiln cache", "empty kiln cache", false, false, true, false);
+        rc = row(&st, "warm kiln cache", "empty kiln cache", false, true, true, true);
         bench_note(ctx,
-                   "startup: %s has no driver cache kiln can point elsewhere; only kiln's "
-                   "cache is varied",
+                   "startup: %s has no driver cache kiln knows of; only kiln's cache is varied",
                    info.platform);
     }
+    bench_note(ctx, "startup: the driver's cache (POCL_CACHE_DIR, CUDA_CACHE_PATH) is a fresh "
+                    "temporary folder, emptied for \"empty\" samples");
     bench_note(ctx, "startup: each sample is a fresh process (kiln-bench itself) from spawn to "
                     "exit after reading its first kernel result; ratio = baseline / kiln");
     empty_dir(st.root);

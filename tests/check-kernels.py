@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""check-kernels.py - rules for the built-in OpenCL C sources that no CPU device can enforce.
+
+- No `inline` without `static`: in OpenCL C 1.2 (C99) a plain `inline` function is an inline
+  definition with no external definition, so a call the compiler does not inline fails to link
+  (NVIDIA's compiler may reject it); write a plain function or `static inline`.
+- `#pragma OPENCL FP_CONTRACT OFF` in every file whose results a test checks bit for bit
+  (NVIDIA's compiler contracts a * b + c to fma by default).
+
+Usage: check-kernels.py KERNEL_DIR
+"""
+import os
+import re
+import sys
+
+# Kernels whose results tests compare bit for bit (tests/test-random.c, test-creation.c
+# test_arange_not_fused), or whose error bounds rest on exact roundings (reduce.cl's
+# compensated sums).
+BIT_EXACT = ['random.cl', 'creation.cl', 'reduce.cl']
+
+
+def strip_comments(src):
+    src = re.sub(r'/\*.*?\*/', lambda m: '\n' * m.group(0).count('\n'), src, flags=re.S)
+    return re.sub(r'//[^\n]*', '', src)
+
+
+def main():
+    kdir = sys.argv[1]
+    errors = []
+    for name in sorted(os.listdir(kdir)):
+        if not name.endswith('.cl'):
+            continue
+        src = strip_comments(open(os.path.join(kdir, name)).read())
+        for no, line in enumerate(src.split('\n'), 1):
+            if re.search(r'\binline\b', line) and not re.search(r'\bstatic\s+inline\b', line):
+                errors.append(f'{name}:{no}: `inline` without `static`: make it a plain '
+                              f'function or `static inline`: {line.strip()}')
+        if name in BIT_EXACT and not re.search(r'^\s*#\s*pragma\s+OPENCL\s+FP_CONTRACT\s+OFF',
+                                               src, flags=re.M):
+            errors.append(f'{name}: tests check its results bit for bit but it lacks '
+                          f'`#pragma OPENCL FP_CONTRACT OFF` (NVIDIA fuses multiply-adds)')
+    for e in errors:
+        print(e)
+    print(f'{len(errors)} problem(s)' if errors else 'kernel sources: ok')
+    return 1 if errors else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
