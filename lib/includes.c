@@ -189,7 +189,8 @@ bool kiln__includes_text(const char *options, char **out, size_t *len, const cha
         put(&t, "\n", 1);
         if (!walk_dir(&w, dir, 0))
             break;
-        qsort(w.files + first, w.n - first, sizeof *w.files, by_path);
+        if (w.n > first) /* qsort's base must not be NULL, even for 0 elements */
+            qsort(w.files + first, w.n - first, sizeof *w.files, by_path);
         for (size_t i = first; i < w.n; i++)
             put_file(&t, &w.files[i]);
     }
