@@ -7,10 +7,13 @@
 
 struct kiln__kernel;
 
-/* Launch a kernel with kiln_arg arguments (tensors are checked to be on the kernel's device
- * by the caller, see kiln__same_device in tensor.h). global has work_dim entries; local NULL
- * lets kiln choose a valid size and pads global up to a multiple of it. A launch with a zero
- * global size is a no-op. */
+/* Launch a built-in kernel with kiln_arg arguments (tensors are checked to be on the kernel's
+ * device by the caller, see kiln__same_device in tensor.h). global has work_dim entries; local
+ * NULL lets kiln choose a valid size and pads global up to a multiple of it. The range is then
+ * capped (at most 2^30 work-items in dimension 0, 65535 work-groups in dimensions 1 and 2;
+ * lower with the test-only knobs of launch.c), so the kernel must cover the rest itself with
+ * grid-stride loops (KILN_FOR, prelude.cl). A launch with a zero global size is a no-op. User
+ * kernels go through kiln_program_launch, which runs the range as asked. */
 kiln_status kiln__kernel_launch(kiln_device *dev, struct kiln__kernel *k, const char *op,
                                 int work_dim, const size_t *global, const size_t *local, int nargs,
                                 const kiln_arg *args);
