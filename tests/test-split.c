@@ -1,5 +1,5 @@
 /* test-split.c - built-in launches split by the per-launch caps of lib/launch.c. This suite
- * lowers them with the test-only knobs before the first launch (KILN_TEST_MAX_GLOBAL = 256
+ * lowers them with the test-only knobs before the first launch (KILN_TEST_MAX_GLOBAL = 32
  * work-items in dimension 0, KILN_TEST_MAX_GROUPS_Y = 3 work-groups in dimensions 1 and 2), so
  * every kind of built-in kernel runs over tensors several times larger than one launch covers,
  * and checks every element against plain C loops: a kernel that does not loop over the rest
@@ -14,7 +14,11 @@
 #include "kiln.h"
 #include "testutil.h"
 
-#define CAP_ITEMS 256
+/* The lowered caps. A launch always keeps one work-group, so kernels whose local size exceeds
+ * CAP_ITEMS (1-D elementwise: up to 256 work-items) run BIG work-items per launch: 1-D cases use
+ * several times BIG. */
+#define CAP_ITEMS 32
+#define BIG 256
 #define CAP_GROUPS 3
 
 static kiln_device *dev;
@@ -60,7 +64,7 @@ static double *values(int64_t n)
 
 START_TEST(test_binary_flat_scalar_unary_cast)
 {
-    const int64_t n = 5 * CAP_ITEMS + 37;
+    const int64_t n = 5 * BIG + 37;
     double *a = values(n), *b = values(n), *ref = values(n);
     kiln_tensor *ta = upload(dev, KILN_F32, 1, &n, a), *tb = upload(dev, KILN_F32, 1, &n, b), *r;
     ASSERT_OK(kiln_add(ta, tb, &r)); /* kiln_b_add */
@@ -270,7 +274,7 @@ static float ref_normal(int64_t i, uint64_t seed, float mean, float stddev)
 
 START_TEST(test_creation_and_random)
 {
-    const int64_t n = 6 * CAP_ITEMS + 11;
+    const int64_t n = 6 * BIG + 11;
     double *ref = values(n);
     kiln_tensor *r;
     ASSERT_OK(kiln_full(dev, KILN_F32, 1, &n, 3.5, &r)); /* kiln_fill */
@@ -309,7 +313,7 @@ static void sum_rows(const double *x, int64_t outer, int64_t n, int64_t inner, d
 START_TEST(test_reduce)
 {
     /* All elements (kiln_reduce_wg over many chunks, then kiln_reduce_combine). */
-    const int64_t n = 40 * CAP_ITEMS;
+    const int64_t n = 40 * BIG;
     double *x = values(n), ref[1];
     kiln_tensor *tx = upload(dev, KILN_F32, 1, &n, x), *r;
     ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, tx, KILN_ALL_AXES, false, &r));
@@ -329,7 +333,7 @@ START_TEST(test_reduce)
     kiln_tensor_release(tx);
     free(x);
     free(ref3);
-    /* Many long rows: 300 results (beyond CAP_ITEMS) in the combine step. */
+    /* Many long rows: 300 results (beyond BIG) in the combine step. */
     const int64_t s2[2] = {300, 1024};
     x = values(300 * 1024);
     double *ref2 = values(300);
@@ -491,19 +495,23 @@ END_TEST
 
 START_TEST(test_matmul_builtin)
 {
+    /* 255 x 255 picks 64 x 64 tiles (16 x 16 work-items): 4 tile rows (beyond CAP_GROUPS) and
+     * 4 tile columns (64 work-items, beyond CAP_ITEMS); and a batch beyond CAP_GROUPS. */
     setenv("KILN_MATMUL", "builtin", 1);
-    const int64_t m = 150, k = 7, nn = 300, sa[2] = {m, k}, sb[2] = {k, nn};
-    double *a = values(m * k), *b = values(k * nn), *ref = values(m * nn);
-    kiln_tensor *ta = upload(dev, KILN_F32, 2, sa, a), *tb = upload(dev, KILN_F32, 2, sb, b), *r;
+    const int64_t batch = simulated(dev) ? 1 : 5, m = 255, k = 7, nn = 255;
+    const int64_t sa[3] = {batch, m, k}, sb[3] = {batch, k, nn};
+    double *a = values(batch * m * k), *b = values(batch * k * nn), *ref = values(batch * m * nn);
+    kiln_tensor *ta = upload(dev, KILN_F32, 3, sa, a), *tb = upload(dev, KILN_F32, 3, sb, b), *r;
     ASSERT_OK(kiln_matmul(ta, tb, &r));
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < nn; j++) {
-            double s = 0;
-            for (int64_t p = 0; p < k; p++)
-                s += (double)(float)a[i * k + p] * (double)(float)b[p * nn + j];
-            ref[i * nn + j] = s;
-        }
-    check_tensor("matmul builtin", r, ref, m * nn, 1e-5);
+    for (int64_t q = 0; q < batch; q++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < nn; j++) {
+                double s = 0;
+                for (int64_t p = 0; p < k; p++)
+                    s += a[(q * m + i) * k + p] * b[(q * k + p) * nn + j];
+                ref[(q * m + i) * nn + j] = s;
+            }
+    check_tensor("matmul builtin", r, ref, batch * m * nn, 1e-5);
     unsetenv("KILN_MATMUL");
     kiln_tensor_release(ta);
     kiln_tensor_release(tb);
@@ -548,7 +556,7 @@ END_TEST
 Suite *split_suite(void)
 {
     /* Before the first launch: launch.c reads the knobs once. */
-    setenv("KILN_TEST_MAX_GLOBAL", "256", 1);
+    setenv("KILN_TEST_MAX_GLOBAL", "32", 1);
     setenv("KILN_TEST_MAX_GROUPS_Y", "3", 1);
     Suite *s = suite_create("split");
     TCase *tc = tcase_create("split");
