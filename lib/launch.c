@@ -210,8 +210,7 @@ static void cap_builtin(int work_dim, size_t *g, const size_t *l)
 }
 
 /* User launches run exactly as asked, within the portable group limit of dimensions 1 and 2. */
-static kiln_status check_user_groups(const char *op, int work_dim, const size_t *g,
-                                     const size_t *l)
+static kiln_status check_user_groups(const char *op, int work_dim, const size_t *g, const size_t *l)
 {
     for (int d = 1; d < work_dim; d++)
         if (g[d] / l[d] > MAX_GROUPS_YZ)

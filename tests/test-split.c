@@ -42,8 +42,7 @@ static void assert_close(const char *what, const double *got, const double *ref,
 }
 
 /* t's values against ref, then t released. */
-static void check_tensor(const char *what, kiln_tensor *t, const double *ref, int64_t n,
-                         double tol)
+static void check_tensor(const char *what, kiln_tensor *t, const double *ref, int64_t n, double tol)
 {
     ck_assert_int_eq(kiln_tensor_numel(t), n);
     double *got = download(t);
@@ -98,7 +97,8 @@ START_TEST(test_bias_add_2d)
 {
     const int64_t rows = 40 * 16 + 5, shape[2] = {rows, 3}, three = 3;
     double *a = values(rows * 3), bias[3] = {0.5, -2, 8}, *ref = values(rows * 3);
-    kiln_tensor *ta = upload(dev, KILN_F32, 2, shape, a), *tb = upload(dev, KILN_F32, 1, &three, bias);
+    kiln_tensor *ta = upload(dev, KILN_F32, 2, shape, a),
+                *tb = upload(dev, KILN_F32, 1, &three, bias);
     kiln_tensor *r;
     ASSERT_OK(kiln_add(ta, tb, &r));
     for (int64_t i = 0; i < rows * 3; i++)

@@ -115,8 +115,8 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, k
         s = nn_kernel(x->dev, x->dtype, "kiln_softmax", op, &k);
         /* One launch: kiln__kernel_launch caps dimension 1 and the kernel loops over rows. */
         size_t global[2] = {(size_t)inner, (size_t)outer};
-        kiln_arg args[] = {kiln_arg_tensor(x),        kiln_arg_tensor(y),   kiln_arg_i64(outer),
-                           kiln_arg_i64(x->shape[a]), kiln_arg_i64(inner),  kiln_arg_i32(logmode)};
+        kiln_arg args[] = {kiln_arg_tensor(x),        kiln_arg_tensor(y),  kiln_arg_i64(outer),
+                           kiln_arg_i64(x->shape[a]), kiln_arg_i64(inner), kiln_arg_i32(logmode)};
         if (s == KILN_OK)
             s = launch2(x->dev, k, op, global, 6, args);
     }
