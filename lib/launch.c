@@ -275,7 +275,7 @@ static kiln_status launch(kiln_device *dev, kiln__kernel *k, const char *op, int
     for (int d = 0; d < work_dim; d++)
         if (global[d] == 0)
             return KILN_OK; /* nothing to run: no OpenCL call at all */
-    size_t g[3], l[3];
+    size_t g[3] = {1, 1, 1}, l[3] = {1, 1, 1}; /* set by shape_ndrange */
     s = shape_ndrange(k, op, work_dim, global, local, g, l);
     if (s == KILN_OK && !builtin)
         s = check_user_groups(op, work_dim, g, l);
