@@ -193,12 +193,18 @@ static void read_limits(void)
     max_groups_yz = env_limit("KILN_TEST_MAX_GROUPS_Y", MAX_GROUPS_YZ);
 }
 
+bool kiln__launch_splits(const kiln_device *dev)
+{
+    pthread_once(&limits_once, read_limits);
+    return dev->info.type != KILN_DEVICE_CPU || max_items_dim0 != MAX_ITEMS_DIM0 ||
+           max_groups_yz != MAX_GROUPS_YZ;
+}
+
 /* Cap a built-in launch (already padded to multiples of l): at most max_items_dim0 work-items
  * (a multiple of l[0], at least one group) in dimension 0 and max_groups_yz work-groups in
  * dimensions 1 and 2. Every built-in kernel loops over the rest (KILN_FOR, prelude.cl). */
 static void cap_builtin(int work_dim, size_t *g, const size_t *l)
 {
-    pthread_once(&limits_once, read_limits);
     size_t most = max_items_dim0 / l[0] * l[0];
     if (most == 0)
         most = l[0];
@@ -274,14 +280,14 @@ static kiln_status launch(kiln_device *dev, kiln__kernel *k, const char *op, int
         return s;
     for (int d = 0; d < work_dim; d++)
         if (global[d] == 0)
-            return KILN_OK; /* nothing to run: no OpenCL call at all */
+            return KILN_OK;                    /* nothing to run: no OpenCL call at all */
     size_t g[3] = {1, 1, 1}, l[3] = {1, 1, 1}; /* set by shape_ndrange */
     s = shape_ndrange(k, op, work_dim, global, local, g, l);
     if (s == KILN_OK && !builtin)
         s = check_user_groups(op, work_dim, g, l);
     if (s != KILN_OK)
         return s;
-    if (builtin)
+    if (builtin && kiln__launch_splits(dev))
         cap_builtin(work_dim, g, l);
     pthread_mutex_lock(&k->lock);
     s = set_args(dev, k, op, nargs, args);

@@ -3,6 +3,8 @@
 #ifndef KILN_LAUNCH_H
 #define KILN_LAUNCH_H
 
+#include <stdbool.h>
+
 #include "kiln_cl.h"
 
 struct kiln__kernel;
@@ -17,6 +19,13 @@ struct kiln__kernel;
 kiln_status kiln__kernel_launch(kiln_device *dev, struct kiln__kernel *k, const char *op,
                                 int work_dim, const size_t *global, const size_t *local, int nargs,
                                 const kiln_arg *args);
+
+/* Whether built-in launches on dev are capped and split (their kernels looping over the rest):
+ * on every GPU and accelerator, and everywhere when a test knob lowers the caps (launch.c). CPU
+ * devices (64-bit ids, no grid limits) run each launch whole, and their built-in programs are
+ * built with -DKILN_NO_SPLIT=1, which makes KILN_FOR loop-free: a loop in a kernel stops PoCL
+ * from vectorizing across work-items (LLVM vectorizes innermost loops only), 2-4x slower. */
+bool kiln__launch_splits(const kiln_device *dev);
 
 /* The local size kiln picks for a launch with local = NULL: within the kernel's work-group
  * size (and at most 256), a multiple of its preferred multiple in 1-D, close to the global
