@@ -386,7 +386,12 @@ KILN_API kiln_arg kiln_arg_local(size_t bytes);
 /* Launch the kernel `name` of prog over work_dim (1-3) dimensions of global size, with local
  * size local (NULL: kiln chooses a valid one; global is then padded up to a multiple of it, so
  * kernels must bounds-check get_global_id). Tensors must be on the program's device
- * (KILN_ERR_DEVICE_MISMATCH). The argument count is checked against the kernel. Asynchronous:
+ * (KILN_ERR_DEVICE_MISMATCH). The argument count is checked against the kernel. The range runs
+ * exactly as asked (never split), so it must fit every device: at most 65535 work-groups
+ * (global[d] / local[d]) in dimensions 1 and 2, on every device, because that is the portable
+ * limit (NVIDIA's OpenCL maps them onto a CUDA grid, which stops there); more is
+ * KILN_ERR_INVALID_ARGUMENT naming the limit. Launch larger ranges in pieces or loop in the
+ * kernel. (NVIDIA's get_global_id also wraps at 2^31 work-items in dimension 0.) Asynchronous:
  * returns once the launch is queued. Safe to call from several threads on one program. */
 KILN_API kiln_status kiln_program_launch(kiln_program *prog, const char *name, int work_dim,
                                          const size_t *global, const size_t *local, int nargs,

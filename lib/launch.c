@@ -2,8 +2,10 @@
  * the enqueue shared by every op, and kiln_program_launch. */
 #include "launch.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "clcall.h"
 #include "dtype.h"
@@ -161,6 +163,72 @@ static kiln_status shape_ndrange(const kiln__kernel *k, const char *op, int work
     return KILN_OK;
 }
 
+/* Limits of one launch. Dimension 0: NVIDIA's global ids wrap at 2^31 work-items. Dimensions 1
+ * and 2: NVIDIA maps them onto a CUDA grid, whose y and z sizes stop at 65535 work-groups; kiln
+ * holds every device to that, the portable limit. */
+#define MAX_ITEMS_DIM0 ((size_t)1 << 30)
+#define MAX_GROUPS_YZ ((size_t)65535)
+
+static size_t max_items_dim0 = MAX_ITEMS_DIM0, max_groups_yz = MAX_GROUPS_YZ;
+static pthread_once_t limits_once = PTHREAD_ONCE_INIT;
+
+/* A positive whole number below dflt from the environment variable name, else dflt. */
+static size_t env_limit(const char *name, size_t dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    return *end == '\0' && n > 0 && n < dflt ? (size_t)n : dflt;
+}
+
+/* TEST-ONLY knobs, read once here and nowhere else: KILN_TEST_MAX_GLOBAL lowers the work-items
+ * per built-in launch in dimension 0 and KILN_TEST_MAX_GROUPS_Y the work-groups in dimensions
+ * 1 and 2, so that the split paths (the kernels' grid-stride loops) run at small sizes
+ * (tests/test-split.c). Not for users: they only make built-in ops slower. */
+static void read_limits(void)
+{
+    max_items_dim0 = env_limit("KILN_TEST_MAX_GLOBAL", MAX_ITEMS_DIM0);
+    max_groups_yz = env_limit("KILN_TEST_MAX_GROUPS_Y", MAX_GROUPS_YZ);
+}
+
+bool kiln__launch_splits(const kiln_device *dev)
+{
+    pthread_once(&limits_once, read_limits);
+    return dev->info.type != KILN_DEVICE_CPU || max_items_dim0 != MAX_ITEMS_DIM0 ||
+           max_groups_yz != MAX_GROUPS_YZ;
+}
+
+/* Cap a built-in launch (already padded to multiples of l): at most max_items_dim0 work-items
+ * (a multiple of l[0], at least one group) in dimension 0 and max_groups_yz work-groups in
+ * dimensions 1 and 2. Every built-in kernel loops over the rest (KILN_FOR, prelude.cl). */
+static void cap_builtin(int work_dim, size_t *g, const size_t *l)
+{
+    size_t most = max_items_dim0 / l[0] * l[0];
+    if (most == 0)
+        most = l[0];
+    if (g[0] > most)
+        g[0] = most;
+    for (int d = 1; d < work_dim; d++)
+        if (g[d] / l[d] > max_groups_yz)
+            g[d] = max_groups_yz * l[d];
+}
+
+/* User launches run exactly as asked, within the portable group limit of dimensions 1 and 2. */
+static kiln_status check_user_groups(const char *op, int work_dim, const size_t *g, const size_t *l)
+{
+    for (int d = 1; d < work_dim; d++)
+        if (g[d] / l[d] > MAX_GROUPS_YZ)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: %zu work-groups in dimension %d (global %zu / local %zu); at "
+                               "most %zu are allowed in dimensions 1 and 2 on every device (the "
+                               "portable limit: NVIDIA's CUDA grid stops there); launch in pieces "
+                               "or loop in the kernel over a smaller range",
+                               op, g[d] / l[d], d, g[d], l[d], MAX_GROUPS_YZ);
+    return KILN_OK;
+}
+
 static kiln_status set_args(kiln_device *dev, kiln__kernel *k, const char *op, int nargs,
                             const kiln_arg *args)
 {
@@ -193,9 +261,10 @@ static kiln_status set_args(kiln_device *dev, kiln__kernel *k, const char *op, i
     return KILN_OK;
 }
 
-kiln_status kiln__kernel_launch(kiln_device *dev, kiln__kernel *k, const char *op, int work_dim,
-                                const size_t *global, const size_t *local, int nargs,
-                                const kiln_arg *args)
+/* builtin: one of kiln's own kernels, capped by cap_builtin; otherwise a user's, checked. */
+static kiln_status launch(kiln_device *dev, kiln__kernel *k, const char *op, int work_dim,
+                          const size_t *global, const size_t *local, int nargs,
+                          const kiln_arg *args, bool builtin)
 {
     if (!k)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: no kernel given", op);
@@ -211,11 +280,15 @@ kiln_status kiln__kernel_launch(kiln_device *dev, kiln__kernel *k, const char *o
         return s;
     for (int d = 0; d < work_dim; d++)
         if (global[d] == 0)
-            return KILN_OK; /* nothing to run: no OpenCL call at all */
-    size_t g[3], l[3];
+            return KILN_OK;                    /* nothing to run: no OpenCL call at all */
+    size_t g[3] = {1, 1, 1}, l[3] = {1, 1, 1}; /* set by shape_ndrange */
     s = shape_ndrange(k, op, work_dim, global, local, g, l);
+    if (s == KILN_OK && !builtin)
+        s = check_user_groups(op, work_dim, g, l);
     if (s != KILN_OK)
         return s;
+    if (builtin && kiln__launch_splits(dev))
+        cap_builtin(work_dim, g, l);
     pthread_mutex_lock(&k->lock);
     s = set_args(dev, k, op, nargs, args);
     if (s == KILN_OK) {
@@ -228,6 +301,13 @@ kiln_status kiln__kernel_launch(kiln_device *dev, kiln__kernel *k, const char *o
     return s;
 }
 
+kiln_status kiln__kernel_launch(kiln_device *dev, kiln__kernel *k, const char *op, int work_dim,
+                                const size_t *global, const size_t *local, int nargs,
+                                const kiln_arg *args)
+{
+    return launch(dev, k, op, work_dim, global, local, nargs, args, true);
+}
+
 kiln_status kiln_program_launch(kiln_program *prog, const char *name, int work_dim,
                                 const size_t *global, const size_t *local, int nargs,
                                 const kiln_arg *args)
@@ -237,8 +317,7 @@ kiln_status kiln_program_launch(kiln_program *prog, const char *name, int work_d
     kiln_status s = kiln__program_kernel(prog, name, op, &k);
     if (s != KILN_OK)
         return s;
-    return kiln__kernel_launch(kiln_program_device(prog), k, op, work_dim, global, local, nargs,
-                               args);
+    return launch(kiln_program_device(prog), k, op, work_dim, global, local, nargs, args, false);
 }
 
 kiln_arg kiln_arg_tensor(const kiln_tensor *t)

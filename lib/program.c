@@ -13,6 +13,7 @@
 
 #include "clcall.h"
 #include "diskcache.h"
+#include "launch.h"
 #include "registry.h"
 #include "status.h"
 
@@ -400,6 +401,12 @@ static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *sr
     size_t plen = prelude ? prelude->length : 0;
     size_t len = plen + 1 + src->length;
     char *text = malloc(len + 1);
+    /* Devices whose built-in launches are not split get loop-free KILN_FOR (prelude.cl). */
+    char nosplit[512];
+    if (!kiln__launch_splits(dev)) {
+        snprintf(nosplit, sizeof nosplit, "%s -DKILN_NO_SPLIT=1", defines ? defines : "");
+        defines = nosplit;
+    }
     char *options = build_options(dev, defines);
     kiln_status s = KILN_OK;
     if (!text || !options) {

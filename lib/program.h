@@ -37,7 +37,7 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
                                  const char *kernel, const char *op, kiln__kernel **out);
 
 /* The kernel `name` of a user program, created on first use and kept with the program (launch
- * it with kiln__kernel_launch, launch.h). KILN_ERR_INVALID_ARGUMENT naming op for a program that
+ * it with kiln_program_launch, launch.c). KILN_ERR_INVALID_ARGUMENT naming op for a program that
  * is not live or a NULL name; KILN_ERR_NOT_FOUND listing the program's kernels. */
 kiln_status kiln__program_kernel(kiln_program *prog, const char *name, const char *op,
                                  kiln__kernel **out);

@@ -10,16 +10,14 @@
 
 kernel void kiln_fill(global KILN_T *out, long n, KILN_TC value)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    STORE_T(out, i, value);
+    KILN_FOR(i, 0, n) {
+        STORE_T(out, i, value);
+    }
 }
 
 kernel void kiln_arange(global KILN_T *out, long n, KILN_TC start, KILN_TC step)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    STORE_T(out, i, start + (KILN_TC)i * step);
+    KILN_FOR(i, 0, n) {
+        STORE_T(out, i, start + (KILN_TC)i * step);
+    }
 }

@@ -14,7 +14,8 @@
  *   kiln_cast_to_NAME(x, out, n)                 NAME: every dtype of KILN_DTYPE_MAP; float ->
  *                                                integer truncates toward zero and saturates
  *                                                (NaN -> 0); integers wrap
- * Every kernel bounds-checks its global id against n (global sizes are padded). */
+ * Every kernel loops over its ids with KILN_FOR (prelude.cl: grid-stride, the host caps each
+ * launch) and bounds-checks them against n (global sizes are padded). */
 
 /* ---- binary operators ------------------------------------------------------------------- */
 /* An op's kernel line: OP_<name>(x, y) in the compute type KILN_TC. Kind ARITH needs one for
@@ -79,43 +80,38 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
     BB_STEP2(0)
 
 #define DEF_BINARY(OPF, KB, KBS, KBB, KB2, OUTT, STORE)                                       \
-    kernel void KB(global const KILN_T *a, global const KILN_T *b,                            \
-                            global OUTT *out, long n)                                         \
+    kernel void KB(global const KILN_T *a, global const KILN_T *b, global OUTT *out, long n)  \
     {                                                                                         \
-        long i = get_global_id(0);                                                            \
-        if (i >= n)                                                                           \
-            return;                                                                           \
-        KILN_TC x = LOAD_T(a, i), y = LOAD_T(b, i);                                           \
-        STORE(out, i, OPF(x, y));                                                             \
+        KILN_FOR(i, 0, n) {                                                                   \
+            KILN_TC x = LOAD_T(a, i), y = LOAD_T(b, i);                                       \
+            STORE(out, i, OPF(x, y));                                                         \
+        }                                                                                     \
     }                                                                                         \
     kernel void KBS(global const KILN_T *a, KILN_TC y, global OUTT *out, long n)              \
     {                                                                                         \
-        long i = get_global_id(0);                                                            \
-        if (i >= n)                                                                           \
-            return;                                                                           \
-        KILN_TC x = LOAD_T(a, i);                                                             \
-        STORE(out, i, OPF(x, y));                                                             \
+        KILN_FOR(i, 0, n) {                                                                   \
+            KILN_TC x = LOAD_T(a, i);                                                         \
+            STORE(out, i, OPF(x, y));                                                         \
+        }                                                                                     \
     }                                                                                         \
-    kernel void KBB(global const KILN_T *a, global const KILN_T *b,                           \
-                             global OUTT *out, long n, BB_SHAPE, BB_STRIDES(sa),              \
-                             BB_STRIDES(sb))                                                  \
+    kernel void KBB(global const KILN_T *a, global const KILN_T *b, global OUTT *out, long n, \
+                    BB_SHAPE, BB_STRIDES(sa), BB_STRIDES(sb))                                 \
     {                                                                                         \
-        long i = get_global_id(0);                                                            \
-        if (i >= n)                                                                           \
-            return;                                                                           \
-        BB_INDEX2                                                                             \
-        KILN_TC x = LOAD_T(a, ia), y = LOAD_T(b, ib);                                         \
-        STORE(out, i, OPF(x, y));                                                             \
+        KILN_FOR(i, 0, n) {                                                                   \
+            BB_INDEX2                                                                         \
+            KILN_TC x = LOAD_T(a, ia), y = LOAD_T(b, ib);                                     \
+            STORE(out, i, OPF(x, y));                                                         \
+        }                                                                                     \
     }                                                                                         \
-    kernel void KB2(global const KILN_T *a, global const KILN_T *b,                           \
-                             global OUTT *out, long rows, long cols, long sar, long sac,      \
-                             long sbr, long sbc)                                              \
+    kernel void KB2(global const KILN_T *a, global const KILN_T *b, global OUTT *out,         \
+                    long rows, long cols, long sar, long sac, long sbr, long sbc)             \
     {                                                                                         \
-        long c = get_global_id(0), r = get_global_id(1);                                      \
-        if (c >= cols || r >= rows)                                                           \
-            return;                                                                           \
-        KILN_TC x = LOAD_T(a, r * sar + c * sac), y = LOAD_T(b, r * sbr + c * sbc);           \
-        STORE(out, r * cols + c, OPF(x, y));                                                  \
+        KILN_FOR(r, 1, rows) {                                                                \
+            KILN_FOR(c, 0, cols) {                                                            \
+                KILN_TC x = LOAD_T(a, r * sar + c * sac), y = LOAD_T(b, r * sbr + c * sbc);   \
+                STORE(out, r * cols + c, OPF(x, y));                                          \
+            }                                                                                 \
+        }                                                                                     \
     }
 
 /* One set of kernels per line of KILN_BINARY_OP_MAP (kiln.h, copied in front of the prelude),
@@ -138,10 +134,9 @@ KILN_BINARY_OP_MAP(DEF_BINARY_X)
 kernel void kiln_where(global const uchar *c, global const KILN_T *a, global const KILN_T *b,
                        global KILN_T *out, long n)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    STORE_T(out, i, c[i] ? LOAD_T(a, i) : LOAD_T(b, i));
+    KILN_FOR(i, 0, n) {
+        STORE_T(out, i, c[i] ? LOAD_T(a, i) : LOAD_T(b, i));
+    }
 }
 
 #define BB_STEP3(k)                                                                           \
@@ -157,13 +152,12 @@ kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global 
                           global KILN_T *out, long n, BB_SHAPE, BB_STRIDES(sc), BB_STRIDES(sa),
                           BB_STRIDES(sb))
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    long r = i, ic = 0, ia = 0, ib = 0;
-    BB_STEP3(7) BB_STEP3(6) BB_STEP3(5) BB_STEP3(4) BB_STEP3(3) BB_STEP3(2) BB_STEP3(1)
-    BB_STEP3(0)
-    STORE_T(out, i, c[ic] ? LOAD_T(a, ia) : LOAD_T(b, ib));
+    KILN_FOR(i, 0, n) {
+        long r = i, ic = 0, ia = 0, ib = 0;
+        BB_STEP3(7) BB_STEP3(6) BB_STEP3(5) BB_STEP3(4) BB_STEP3(3) BB_STEP3(2) BB_STEP3(1)
+        BB_STEP3(0)
+        STORE_T(out, i, c[ic] ? LOAD_T(a, ia) : LOAD_T(b, ib));
+    }
 }
 
 /* ---- unary operators and their derivatives ---------------------------------------------- */
@@ -256,21 +250,18 @@ KILN_TC kiln_gelu_d(KILN_TC x)
 #define DEF_UNARY(UF, KU)                                                                     \
     kernel void KU(global const KILN_T *x, global KILN_T *out, long n)                        \
     {                                                                                         \
-        long i = get_global_id(0);                                                            \
-        if (i >= n)                                                                           \
-            return;                                                                           \
-        KILN_TC v = LOAD_T(x, i);                                                             \
-        STORE_T(out, i, UF(v));                                                               \
+        KILN_FOR(i, 0, n) {                                                                   \
+            KILN_TC v = LOAD_T(x, i);                                                         \
+            STORE_T(out, i, UF(v));                                                           \
+        }                                                                                     \
     }
 #define DEF_UNARY_BW(UBF, KUB)                                                                \
-    kernel void KUB(global const KILN_T *x, global const KILN_T *g,                           \
-                             global KILN_T *out, long n)                                      \
+    kernel void KUB(global const KILN_T *x, global const KILN_T *g, global KILN_T *out, long n) \
     {                                                                                         \
-        long i = get_global_id(0);                                                            \
-        if (i >= n)                                                                           \
-            return;                                                                           \
-        KILN_TC v = LOAD_T(x, i), gv = LOAD_T(g, i);                                          \
-        STORE_T(out, i, UBF(v, gv));                                                          \
+        KILN_FOR(i, 0, n) {                                                                   \
+            KILN_TC v = LOAD_T(x, i), gv = LOAD_T(g, i);                                      \
+            STORE_T(out, i, UBF(v, gv));                                                      \
+        }                                                                                     \
     }
 
 /* One kernel (and on floating dtypes its derivative) per line of KILN_UNARY_OP_MAP, by its
@@ -306,11 +297,10 @@ KILN_UNARY_OP_MAP(DEF_UNARY_X)
 #define DEF_CAST(KC, STORE, OUTT, VALUE)                                                      \
     kernel void KC(global const KILN_T *x, global OUTT *out, long n)                          \
     {                                                                                         \
-        long i = get_global_id(0);                                                            \
-        if (i >= n)                                                                           \
-            return;                                                                           \
-        KILN_TC v = LOAD_T(x, i);                                                             \
-        STORE(out, i, VALUE);                                                                 \
+        KILN_FOR(i, 0, n) {                                                                   \
+            KILN_TC v = LOAD_T(x, i);                                                         \
+            STORE(out, i, VALUE);                                                             \
+        }                                                                                     \
     }
 #define DEF_CAST_X(NAME, num, name, bytes, cl, clc, fl, sg)                                   \
     KILN_IF_##name(                                                                           \

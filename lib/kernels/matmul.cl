@@ -5,7 +5,8 @@
  * of a group takes part in every barrier, and loads and stores are bounds-checked instead.
  * Transposes are strides: A(i, p) = A[i*sar + p*sac], B(p, j) = B[p*sbr + j*sbc]. Large
  * products come in several launches (NVIDIA limits grid dimensions 1 and 2 to 65535 groups):
- * group0 and batch0 are the first row group and batch entry of this launch. */
+ * group0 and batch0 are the first row group and batch entry of this launch, groups and batch
+ * its counts; within a launch (capped by the host) work-groups loop over tiles. */
 
 #ifndef KILN_MM_TS
 #define KILN_MM_TS 16
@@ -15,22 +16,12 @@
 #endif
 #define KILN_MM_RTS (KILN_MM_TS / KILN_MM_WPT)
 
-__kernel void kiln_matmul_tiled(__global const KILN_T *A, __global const KILN_T *B,
-                                __global KILN_T *C, int M, int N, int K, long sar, long sac,
-                                long sbr, long sbc, long bsa, long bsb, long bsc, int group0,
-                                long batch0)
+/* One TS x TS tile of C at (row0, col0). */
+void kiln_matmul_tile(__global const KILN_T *A, __global const KILN_T *B, __global KILN_T *C,
+                      int M, int N, int K, long sar, long sac, long sbr, long sbc, int row0,
+                      int col0, int tr, int tc, __local KILN_TC (*As)[KILN_MM_TS + 1],
+                      __local KILN_TC (*Bs)[KILN_MM_TS + 1])
 {
-    /* The +1 column keeps work-items that read one column of a tile on different banks. */
-    __local KILN_TC As[KILN_MM_TS][KILN_MM_TS + 1];
-    __local KILN_TC Bs[KILN_MM_TS][KILN_MM_TS + 1];
-    const int tc = (int)get_local_id(0), tr = (int)get_local_id(1);
-    const int row0 = ((int)get_group_id(1) + group0) * KILN_MM_TS;
-    const int col0 = (int)get_group_id(0) * KILN_MM_TS;
-    const long bi = batch0 + (long)get_global_id(2);
-    A += bi * bsa;
-    B += bi * bsb;
-    C += bi * bsc;
-
     KILN_TC acc[KILN_MM_WPT][KILN_MM_WPT];
     for (int wi = 0; wi < KILN_MM_WPT; wi++)
         for (int wj = 0; wj < KILN_MM_WPT; wj++)
@@ -57,7 +48,7 @@ __kernel void kiln_matmul_tiled(__global const KILN_T *A, __global const KILN_T 
                     acc[wi][wj] += av * breg[wj];
             }
         }
-        /* The next iteration overwrites the tiles: wait until everyone has read them. */
+        /* The next iteration (or tile) overwrites the tiles: wait until everyone has read them. */
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
@@ -67,6 +58,29 @@ __kernel void kiln_matmul_tiled(__global const KILN_T *A, __global const KILN_T 
             const int j = col0 + tc + wj * KILN_MM_RTS;
             if (i < M && j < N)
                 STORE_T(C, (long)i * N + j, acc[wi][wj]);
+        }
+    }
+}
+
+__kernel void kiln_matmul_tiled(__global const KILN_T *A, __global const KILN_T *B,
+                                __global KILN_T *C, int M, int N, int K, long sar, long sac,
+                                long sbr, long sbc, long bsa, long bsb, long bsc, int group0,
+                                int groups, long batch0, long batch)
+{
+    /* The +1 column keeps work-items that read one column of a tile on different banks. */
+    __local KILN_TC As[KILN_MM_TS][KILN_MM_TS + 1];
+    __local KILN_TC Bs[KILN_MM_TS][KILN_MM_TS + 1];
+    const int tc = (int)get_local_id(0), tr = (int)get_local_id(1);
+    /* Capped launches: each work-group loops over batch entries, row and column tiles (the
+     * same for all its work-items, so every barrier is reached by all). */
+    KILN_FOR(bl, 2, batch) {
+        const long bi = batch0 + bl;
+        KILN_FOR_GROUP(rg, 1, groups) {
+            KILN_FOR_GROUP(cg, 0, (N + KILN_MM_TS - 1) / KILN_MM_TS) {
+                kiln_matmul_tile(A + bi * bsa, B + bi * bsb, C + bi * bsc, M, N, K, sar, sac, sbr,
+                                 sbc, ((int)rg + group0) * KILN_MM_TS, (int)cg * KILN_MM_TS, tr,
+                                 tc, As, Bs);
+            }
         }
     }
 }

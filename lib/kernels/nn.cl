@@ -25,50 +25,48 @@ void kiln_row_stats(global const KILN_T *x, long base, long n, long stride, KILN
     *s = sum + comp;
 }
 
-/* Launched over [inner, rows o0, o0 + 1, ...] (padded): rows come from the NDRange, not from
+/* Launched over [inner, outer] (capped: KILN_FOR loops). Rows come from the NDRange, not from
  * div/rem of one id (a div/rem pair becomes an LLVM `freeze`, which Oclgrind's checker cannot
  * run). */
-kernel void kiln_softmax(global const KILN_T *x, global KILN_T *y, long o0, long outer, long n,
-                         long inner, int logmode)
+kernel void kiln_softmax(global const KILN_T *x, global KILN_T *y, long outer, long n, long inner,
+                         int logmode)
 {
-    long i = get_global_id(0), o = o0 + (long)get_global_id(1);
-    if (i >= inner || o >= outer)
-        return;
-    long base = o * n * inner + i;
-    KILN_TC m, s;
-    kiln_row_stats(x, base, n, inner, &m, &s);
-    KILN_TC lse = log(s);
-    for (long j = 0; j < n; j++) {
-        long k = base + j * inner;
-        KILN_TC d = LOAD_T(x, k) - m;
-        STORE_T(y, k, logmode ? d - lse : exp(d) / s);
+    KILN_FOR(o, 1, outer) {
+        KILN_FOR(i, 0, inner) {
+            long base = o * n * inner + i;
+            KILN_TC m, s;
+            kiln_row_stats(x, base, n, inner, &m, &s);
+            KILN_TC lse = log(s);
+            for (long j = 0; j < n; j++) {
+                long k = base + j * inner;
+                KILN_TC d = LOAD_T(x, k) - m;
+                STORE_T(y, k, logmode ? d - lse : exp(d) / s);
+            }
+        }
     }
 }
 
 /* loss[i] = logsumexp(row) - row[label]; grad row = (softmax - onehot) * scale. A label outside
  * [0, C) gives NaN for the row's loss and gradient, so the mean loss is NaN. */
-#define KILN_CE_KERNEL(name, LABEL_T)                                                          \
-    kernel void name(global const KILN_T *logits, global const LABEL_T *labels,                \
-                     global KILN_T *loss, global KILN_T *grad, long rows, long classes,        \
-                     int want_grad, KILN_TC scale)                                             \
-    {                                                                                          \
-        long r = get_global_id(0);                                                             \
-        if (r >= rows)                                                                         \
-            return;                                                                            \
-        long base = r * classes;                                                               \
-        long label = (long)labels[r];                                                          \
-        bool ok = label >= 0 && label < classes;                                               \
-        KILN_TC m, s;                                                                          \
-        kiln_row_stats(logits, base, classes, 1, &m, &s);                                      \
-        KILN_TC lse = m + log(s);                                                              \
-        STORE_T(loss, r, ok ? lse - LOAD_T(logits, base + label) : (KILN_TC)NAN);              \
-        if (!want_grad)                                                                        \
-            return;                                                                            \
-        for (long j = 0; j < classes; j++) {                                                   \
-            KILN_TC p = exp(LOAD_T(logits, base + j) - m) / s;                                 \
-            KILN_TC g = (p - (j == label ? (KILN_TC)1 : (KILN_TC)0)) * scale;                  \
-            STORE_T(grad, base + j, ok ? g : (KILN_TC)NAN);                                    \
-        }                                                                                      \
+#define KILN_CE_KERNEL(name, LABEL_T)                                                           \
+    kernel void name(global const KILN_T *logits, global const LABEL_T *labels,                 \
+                     global KILN_T *loss, global KILN_T *grad, long rows, long classes,         \
+                     int want_grad, KILN_TC scale)                                              \
+    {                                                                                           \
+        KILN_FOR(r, 0, rows) {                                                                  \
+            long base = r * classes;                                                            \
+            long label = (long)labels[r];                                                       \
+            bool ok = label >= 0 && label < classes;                                            \
+            KILN_TC m, s;                                                                       \
+            kiln_row_stats(logits, base, classes, 1, &m, &s);                                   \
+            KILN_TC lse = m + log(s);                                                           \
+            STORE_T(loss, r, ok ? lse - LOAD_T(logits, base + label) : (KILN_TC)NAN);           \
+            for (long j = 0; want_grad && j < classes; j++) {                                   \
+                KILN_TC p = exp(LOAD_T(logits, base + j) - m) / s;                              \
+                KILN_TC g = (p - (j == label ? (KILN_TC)1 : (KILN_TC)0)) * scale;               \
+                STORE_T(grad, base + j, ok ? g : (KILN_TC)NAN);                                 \
+            }                                                                                   \
+        }                                                                                       \
     }
 
 KILN_CE_KERNEL(kiln_cross_entropy_i32, int)
@@ -77,29 +75,27 @@ KILN_CE_KERNEL(kiln_cross_entropy_i64, long)
 kernel void kiln_mse(global const KILN_T *pred, global const KILN_T *target, global KILN_T *sq,
                      global KILN_T *grad, long n, int want_grad, KILN_TC gscale)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    KILN_TC d = LOAD_T(pred, i) - LOAD_T(target, i);
-    STORE_T(sq, i, d * d);
-    if (want_grad)
-        STORE_T(grad, i, gscale * d);
+    KILN_FOR(i, 0, n) {
+        KILN_TC d = LOAD_T(pred, i) - LOAD_T(target, i);
+        STORE_T(sq, i, d * d);
+        if (want_grad)
+            STORE_T(grad, i, gscale * d);
+    }
 }
 
 /* d = g + wd * p; with momentum: v = momentum * v + d, d = v; p -= lr * d. */
 kernel void kiln_sgd(global KILN_T *p, global const KILN_T *g, global KILN_T *v, long n,
                      KILN_TC lr, KILN_TC momentum, KILN_TC wd, int has_v)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    KILN_TC pi = LOAD_T(p, i);
-    KILN_TC d = LOAD_T(g, i) + wd * pi;
-    if (has_v) {
-        d = momentum * LOAD_T(v, i) + d;
-        STORE_T(v, i, d);
+    KILN_FOR(i, 0, n) {
+        KILN_TC pi = LOAD_T(p, i);
+        KILN_TC d = LOAD_T(g, i) + wd * pi;
+        if (has_v) {
+            d = momentum * LOAD_T(v, i) + d;
+            STORE_T(v, i, d);
+        }
+        STORE_T(p, i, pi - lr * d);
     }
-    STORE_T(p, i, pi - lr * d);
 }
 
 /* m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr (m / bc1) / (sqrt(v / bc2) + eps),
@@ -108,13 +104,12 @@ kernel void kiln_adam(global KILN_T *p, global const KILN_T *g, global KILN_T *m
                       long n, KILN_TC lr, KILN_TC b1, KILN_TC b2, KILN_TC eps, KILN_TC bc1,
                       KILN_TC bc2)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    KILN_TC gi = LOAD_T(g, i);
-    KILN_TC mi = b1 * LOAD_T(m, i) + (1 - b1) * gi;
-    KILN_TC vi = b2 * LOAD_T(v, i) + (1 - b2) * gi * gi;
-    STORE_T(m, i, mi);
-    STORE_T(v, i, vi);
-    STORE_T(p, i, LOAD_T(p, i) - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+    KILN_FOR(i, 0, n) {
+        KILN_TC gi = LOAD_T(g, i);
+        KILN_TC mi = b1 * LOAD_T(m, i) + (1 - b1) * gi;
+        KILN_TC vi = b2 * LOAD_T(v, i) + (1 - b2) * gi * gi;
+        STORE_T(m, i, mi);
+        STORE_T(v, i, vi);
+        STORE_T(p, i, LOAD_T(p, i) - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+    }
 }

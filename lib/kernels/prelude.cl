@@ -41,3 +41,23 @@
 #define STORE_O(p, i, v) ((p)[(i)] = (KILN_O)(v))
 #endif
 #endif
+
+/* Grid-stride loops, which every built-in kernel uses for every NDRange dimension: the host
+ * caps each built-in launch (lib/launch.c: at most 2^30 work-items in dimension 0, 65535
+ * work-groups in dimensions 1 and 2, where NVIDIA's global ids and grid sizes stop), so a
+ * work-item covers ids id, id + size, id + 2 size, ... below n.
+ *   KILN_FOR(i, d, n)        long i over global ids of dimension d
+ *   KILN_FOR_GROUP(g, d, n)  long g over work-group ids of dimension d (the same for every
+ *                            work-item of a group, so barriers inside stay uniform)
+ * With KILN_NO_SPLIT (CPU devices, whose launches are never capped: kiln__launch_splits) each
+ * runs its body at most once, a loop the compiler deletes: PoCL vectorizes across work-items
+ * only when the kernel has no loop of its own. */
+#ifdef KILN_NO_SPLIT
+#define KILN_FOR(i, d, n) for (long i = (long)get_global_id(d); i < (n); i = (n))
+#define KILN_FOR_GROUP(g, d, n) for (long g = (long)get_group_id(d); g < (n); g = (n))
+#else
+#define KILN_FOR(i, d, n)                                                                     \
+    for (long i = (long)get_global_id(d); i < (n); i += (long)get_global_size(d))
+#define KILN_FOR_GROUP(g, d, n)                                                               \
+    for (long g = (long)get_group_id(d); g < (n); g += (long)get_num_groups(d))
+#endif

@@ -105,26 +105,24 @@ float kiln_rng_cos2pi(float u)
 kernel void kiln_rand_uniform(global KILN_T *out, long n, int seed_lo, int seed_hi, float low,
                               float high)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    uint4 x = kiln_philox_at(i, seed_lo, seed_hi);
-    float v = low + (high - low) * KILN_U01(x.x);
-    if (v >= high) /* rounding can reach high; keep the interval half-open */
-        v = nextafter(high, low);
-    STORE_T(out, i, v);
+    KILN_FOR(i, 0, n) {
+        uint4 x = kiln_philox_at(i, seed_lo, seed_hi);
+        float v = low + (high - low) * KILN_U01(x.x);
+        if (v >= high) /* rounding can reach high; keep the interval half-open */
+            v = nextafter(high, low);
+        STORE_T(out, i, v);
+    }
 }
 
 /* Box-Muller on the pair (x.x, x.y): sqrt(-2 ln u1) cos(2 pi u2), u1 in (0, 1]. */
 kernel void kiln_rand_normal(global KILN_T *out, long n, int seed_lo, int seed_hi, float mean,
                              float stddev)
 {
-    long i = get_global_id(0);
-    if (i >= n)
-        return;
-    uint4 x = kiln_philox_at(i, seed_lo, seed_hi);
-    float u1 = (float)((x.x >> 8) + 1u) * 5.9604645e-08f;
-    float u2 = KILN_U01(x.y);
-    float z = kiln_rng_sqrt(-2.0f * kiln_rng_log(u1)) * kiln_rng_cos2pi(u2);
-    STORE_T(out, i, mean + stddev * z);
+    KILN_FOR(i, 0, n) {
+        uint4 x = kiln_philox_at(i, seed_lo, seed_hi);
+        float u1 = (float)((x.x >> 8) + 1u) * 5.9604645e-08f;
+        float u2 = KILN_U01(x.y);
+        float z = kiln_rng_sqrt(-2.0f * kiln_rng_log(u1)) * kiln_rng_cos2pi(u2);
+        STORE_T(out, i, mean + stddev * z);
+    }
 }

@@ -13,31 +13,42 @@ kernel void kiln_strided_copy(global const KILN_E *in, global KILN_E *out, long 
                               long d0, long d1, long d2, long is0, long is1, long is2, long os0,
                               long os1, long os2)
 {
-    long c2 = get_global_id(0), c1 = get_global_id(1), c0 = get_global_id(2);
-    if (c2 >= d2 || c1 >= d1 || c0 >= d0)
-        return;
-    out[oo + c0 * os0 + c1 * os1 + c2 * os2] = in[io + c0 * is0 + c1 * is1 + c2 * is2];
+    KILN_FOR(c0, 2, d0) {
+        KILN_FOR(c1, 1, d1) {
+            KILN_FOR(c2, 0, d2) {
+                out[oo + c0 * os0 + c1 * os1 + c2 * os2] = in[io + c0 * is0 + c1 * is1 + c2 * is2];
+            }
+        }
+    }
 }
 
 /* kiln_transpose_tiles: the same copy for blocks whose innermost two dimensions swap their
  * contiguity (in is contiguous along a, out along b), as in a transpose: a tile of
  * KILN_TILE x KILN_TILE elements is read along a and written along b through local memory, so
  * both sides are accessed in order. Launched over [ceil(A), ceil(B), d0] with local
- * [KILN_TILE, KILN_TILE, 1]; c0 < d0 is an optional outer dimension. */
+ * [KILN_TILE, KILN_TILE, 1] (capped: loops over tiles); c0 < d0 is an optional outer dimension. */
 #define KILN_TILE 16
 kernel void kiln_transpose_tiles(global const KILN_E *in, global KILN_E *out, long io, long oo,
                                  long d0, long na, long nb, long is0, long isb, long os0,
                                  long osa)
 {
     local KILN_E tile[KILN_TILE][KILN_TILE + 1]; /* +1: no bank conflicts on the way out */
-    long lx = get_local_id(0), ly = get_local_id(1), c0 = get_global_id(2);
-    long a0 = get_group_id(0) * KILN_TILE, b0 = get_group_id(1) * KILN_TILE;
-    long a = a0 + lx, b = b0 + ly;
-    if (a < na && b < nb && c0 < d0)
-        tile[ly][lx] = in[io + c0 * is0 + a + b * isb];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    a = a0 + ly;
-    b = b0 + lx;
-    if (a < na && b < nb && c0 < d0)
-        out[oo + c0 * os0 + a * osa + b] = tile[lx][ly];
+    long lx = get_local_id(0), ly = get_local_id(1);
+    /* Capped launches: every work-group loops over tiles (the same for all its work-items). */
+    KILN_FOR(c0, 2, d0) {
+        KILN_FOR_GROUP(tb, 1, (nb + KILN_TILE - 1) / KILN_TILE) {
+            KILN_FOR_GROUP(ta, 0, (na + KILN_TILE - 1) / KILN_TILE) {
+                long a0 = ta * KILN_TILE, b0 = tb * KILN_TILE;
+                long a = a0 + lx, b = b0 + ly;
+                if (a < na && b < nb)
+                    tile[ly][lx] = in[io + c0 * is0 + a + b * isb];
+                barrier(CLK_LOCAL_MEM_FENCE);
+                a = a0 + ly;
+                b = b0 + lx;
+                if (a < na && b < nb)
+                    out[oo + c0 * os0 + a * osa + b] = tile[lx][ly];
+                barrier(CLK_LOCAL_MEM_FENCE); /* before the next tile overwrites this one */
+            }
+        }
+    }
 }

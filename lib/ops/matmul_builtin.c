@@ -107,6 +107,8 @@ static kiln_status builtin_run(const kiln__matmul_problem *p)
         kiln_arg_i64(p->stride_b),
         kiln_arg_i64(p->stride_c),
         kiln_arg_i32(0),
+        kiln_arg_i32(0),
+        kiln_arg_i64(0),
         kiln_arg_i64(0),
     };
     const int64_t most = kiln__matmul_builtin_max_groups;
@@ -116,7 +118,9 @@ static kiln_status builtin_run(const kiln__matmul_problem *p)
             int64_t batch = p->batch - b0 < most ? p->batch - b0 : most;
             size_t global[3] = {round_up(p->n, ts) * rts, rows * rts, (size_t)batch};
             args[13] = kiln_arg_i32((int32_t)g0);
-            args[14] = kiln_arg_i64(b0);
+            args[14] = kiln_arg_i32((int32_t)rows);
+            args[15] = kiln_arg_i64(b0);
+            args[16] = kiln_arg_i64(batch);
             s = kiln__kernel_launch(p->dev, k, "kiln_matmul", 3, global, local,
                                     (int)(sizeof args / sizeof args[0]), args);
         }

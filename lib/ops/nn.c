@@ -113,15 +113,12 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, k
     kiln__kernel *k;
     if (x->numel > 0) {
         s = nn_kernel(x->dev, x->dtype, "kiln_softmax", op, &k);
-        /* Rows in pieces of at most KILN__MAX_GROUPS_YZ along NDRange dimension 1. */
-        for (int64_t o0 = 0; s == KILN_OK && o0 < outer; o0 += KILN__MAX_GROUPS_YZ) {
-            int64_t rows = outer - o0 < KILN__MAX_GROUPS_YZ ? outer - o0 : KILN__MAX_GROUPS_YZ;
-            size_t global[2] = {(size_t)inner, (size_t)rows};
-            kiln_arg args[] = {kiln_arg_tensor(x),   kiln_arg_tensor(y),        kiln_arg_i64(o0),
-                               kiln_arg_i64(outer),  kiln_arg_i64(x->shape[a]), kiln_arg_i64(inner),
-                               kiln_arg_i32(logmode)};
-            s = launch2(x->dev, k, op, global, 7, args);
-        }
+        /* One launch: kiln__kernel_launch caps dimension 1 and the kernel loops over rows. */
+        size_t global[2] = {(size_t)inner, (size_t)outer};
+        kiln_arg args[] = {kiln_arg_tensor(x),        kiln_arg_tensor(y),  kiln_arg_i64(outer),
+                           kiln_arg_i64(x->shape[a]), kiln_arg_i64(inner), kiln_arg_i32(logmode)};
+        if (s == KILN_OK)
+            s = launch2(x->dev, k, op, global, 6, args);
     }
     return kiln__finish(s, y, given, out);
 }

@@ -112,21 +112,17 @@ static kiln_status launch_rows(kiln_device *dev, kiln_reduce_op op, const kiln_t
     if (s != KILN_OK)
         return s;
     size_t items = cols ? (size_t)((p->inner + COLS - 1) / COLS) : (size_t)p->inner;
-    /* Rows in pieces of at most KILN__MAX_GROUPS_YZ along NDRange dimension 1. */
-    for (int64_t o0 = 0; s == KILN_OK && o0 < p->outer; o0 += KILN__MAX_GROUPS_YZ) {
-        int64_t rows = p->outer - o0 < KILN__MAX_GROUPS_YZ ? p->outer - o0 : KILN__MAX_GROUPS_YZ;
-        size_t global[2] = {items, (size_t)rows}, local[2];
-        kiln_arg args[] = {kiln_arg_tensor(x),
-                           kiln_arg_tensor(y),
-                           kiln_arg_i64(o0),
-                           kiln_arg_i64(p->outer),
-                           kiln_arg_i64(p->n),
-                           kiln_arg_i64(p->inner),
-                           kiln_arg_i32(op == KILN_REDUCE_MIN),
-                           kiln_arg_i32(op == KILN_REDUCE_MEAN)};
-        kiln__fixed_ndrange(k->wg_size, 2, global, local);
-        s = kiln__kernel_launch(dev, k, OP, 2, global, local, 8, args);
-    }
+    /* One launch: kiln__kernel_launch caps dimension 1 and the kernel loops over rows. */
+    size_t global[2] = {items, (size_t)p->outer}, local[2];
+    kiln_arg args[] = {kiln_arg_tensor(x),
+                       kiln_arg_tensor(y),
+                       kiln_arg_i64(p->outer),
+                       kiln_arg_i64(p->n),
+                       kiln_arg_i64(p->inner),
+                       kiln_arg_i32(op == KILN_REDUCE_MIN),
+                       kiln_arg_i32(op == KILN_REDUCE_MEAN)};
+    kiln__fixed_ndrange(k->wg_size, 2, global, local);
+    return kiln__kernel_launch(dev, k, OP, 2, global, local, 7, args);
     return s;
 }
 
@@ -177,6 +173,7 @@ static kiln_status launch_wg(kiln_device *dev, kiln_reduce_op op, const kiln_ten
                         kiln_arg_tensor(ps),
                         kiln_arg_tensor(pc),
                         kiln_arg_tensor(pi),
+                        kiln_arg_i64(p->outer),
                         kiln_arg_i64(p->n),
                         kiln_arg_i64(p->inner),
                         kiln_arg_i64(chunk),
@@ -186,7 +183,7 @@ static kiln_status launch_wg(kiln_device *dev, kiln_reduce_op op, const kiln_ten
                         kiln_arg_local(local * accsz),
                         kiln_arg_local(local * accsz),
                         kiln_arg_local(local * sizeof(int64_t))};
-    s = kiln__kernel_launch(dev, kw, OP, 3, global, local3, 13, wargs);
+    s = kiln__kernel_launch(dev, kw, OP, 3, global, local3, 14, wargs);
     if (s != KILN_OK)
         goto done;
     size_t cglobal = (size_t)p->outputs;
