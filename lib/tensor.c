@@ -128,10 +128,8 @@ kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, 
                                op, i, kiln__shape_str(buf, sizeof buf, ndim, shape));
         if (shape[i] == 0)
             empty = true;
-        else if (n > INT64_MAX / shape[i])
+        else if (!kiln__dim_mul(n, shape[i], &n))
             goto overflow;
-        else
-            n *= shape[i];
     }
     if ((uint64_t)n > SIZE_MAX / size)
         goto overflow;
@@ -246,6 +244,7 @@ kiln_status kiln_tensor_zeros(kiln_device *dev, kiln_dtype dtype, int ndim, cons
     kiln_tensor *t;
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_zeros: out is NULL");
+    *out = NULL;
     kiln_status s = kiln__tensor_new(dev, dtype, ndim, shape, "kiln_tensor_zeros", &t);
     if (s != KILN_OK || (*out = t)->nbytes == 0)
         return s;
@@ -483,10 +482,8 @@ static kiln_status infer_shape(const kiln_tensor *t, int ndim, const int64_t *sh
             return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                                "%s: dimension %d is %" PRId64 "; dimensions must be >= 0 (or -1)",
                                op, i, shape[i]);
-        else if (shape[i] > 0 && known > INT64_MAX / shape[i])
+        else if (!kiln__dim_mul(known, shape[i], &known))
             goto mismatch;
-        else
-            known *= shape[i];
     }
     if (infer >= 0) {
         if (known == 0 || t->numel % known)

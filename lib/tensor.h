@@ -3,6 +3,7 @@
 #define KILN_TENSOR_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "kiln_cl.h"
 
@@ -48,6 +49,18 @@ kiln_status kiln__check_tensor(const kiln_tensor *t, const char *op, const char 
  * with kiln_tensor_to()". *dev (optional) gets the common device. */
 kiln_status kiln__same_device(const char *op, int n, const kiln_tensor *const *ts,
                               kiln_device **dev);
+
+/* Checked shape arithmetic: *r = a * b (a + b); false, with *r unspecified, when the exact
+ * result does not fit in int64_t. Every product or sum of dimensions goes through these. */
+static inline bool kiln__dim_mul(int64_t a, int64_t b, int64_t *r)
+{
+    return !__builtin_mul_overflow(a, b, r);
+}
+
+static inline bool kiln__dim_add(int64_t a, int64_t b, int64_t *r)
+{
+    return !__builtin_add_overflow(a, b, r);
+}
 
 /* Check a shape: ndim in 1..KILN_MAX_DIMS, dims >= 0, the element count and byte count fit.
  * Writes numel and nbytes. */

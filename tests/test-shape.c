@@ -288,6 +288,23 @@ START_TEST(test_cat_errors)
     ASSERT_FAILS(kiln_cat(ab, 2, 2, &y), KILN_ERR_INVALID_ARGUMENT, "axis 2 is out of range");
     ASSERT_FAILS(kiln_cat(ab, 2, 1, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
     ck_assert_ptr_null(y);
+    /* [0, INT64_MAX] is a valid (empty) tensor, but two of them along axis 1 have more than
+     * INT64_MAX columns */
+    static const int64_t widest[] = {0, INT64_MAX};
+    kiln_tensor *w = NULL;
+    ASSERT_OK(kiln_tensor_empty(devs[0], KILN_U8, 2, widest, &w));
+    const kiln_tensor *ww[] = {w, w};
+    y = (kiln_tensor *)1;
+    ASSERT_FAILS(kiln_cat(ww, 2, 1, &y), KILN_ERR_INVALID_ARGUMENT, "overflow");
+    ASSERT_ERROR_HAS("axis 1");
+    ck_assert_ptr_null(y);
+    ASSERT_OK(kiln_cat(ww, 1, 1, &y)); /* one of them still fits */
+    kiln_tensor_release(y);
+    y = NULL;
+    ASSERT_OK(kiln_cat(ww, 2, 0, &y)); /* [0, INT64_MAX] again */
+    assert_shape(y, 2, widest);
+    kiln_tensor_release(y);
+    kiln_tensor_release(w);
     kiln_tensor_release(a);
     kiln_tensor_release(b);
     kiln_tensor_release(c);

@@ -513,6 +513,164 @@ START_TEST(test_bad_tensors)
 }
 END_TEST
 
+/* Every public function with an out-parameter sets it to NULL on failure, whatever was there
+ * before (kiln.h's API conventions): each call starts from garbage and must fail. */
+#define OUT_NULL(p, call)                                                                          \
+    do {                                                                                           \
+        p = (void *)1;                                                                             \
+        kiln_status s_ = (call);                                                                   \
+        if (s_ == KILN_OK || p != NULL) {                                                          \
+            fprintf(stderr, "%s:%d: %s: %s, %s = %p (%s)\n", __FILE__, __LINE__, #call,            \
+                    kiln_status_string(s_), #p, (void *)p, kiln_last_error());                     \
+            out_null_failures++;                                                                   \
+        }                                                                                          \
+    } while (0)
+
+static int out_null_failures;
+
+START_TEST(test_out_null_on_failure)
+{
+    const int64_t s4[1] = {4}, s23[2] = {2, 3}, neg[2] = {3, -2};
+    const int64_t huge[3] = {INT64_C(1) << 31, INT64_C(1) << 31, INT64_C(1) << 31};
+    const float data[4] = {0};
+    const kiln_dtype bad = (kiln_dtype)17;
+    kiln_tensor *o, *g;
+    kiln_device *d;
+    kiln_program *p;
+    void *ptr;
+    kiln_tensor *x, *y, *m, *lab;
+    ASSERT_OK(kiln_tensor_zeros(dev0, KILN_F32, 1, s4, &x));
+    ASSERT_OK(kiln_tensor_zeros(dev0, KILN_F32, 2, s23, &y));
+    ASSERT_OK(kiln_tensor_zeros(dev0, KILN_F32, 2, s23, &m));
+    ASSERT_OK(kiln_tensor_zeros(dev0, KILN_I64, 1, s4, &lab));
+    /* creation: NULL device, bad dtype, bad ndim, NULL shape, negative and overflowing dims */
+    kiln_device *devices[2] = {NULL, dev0};
+    for (int i = 0; i < 2; i++) {
+        kiln_device *v = devices[i];
+        kiln_dtype dt = v ? bad : KILN_F32;
+        OUT_NULL(o, kiln_tensor_empty(v, dt, 1, s4, &o));
+        OUT_NULL(o, kiln_tensor_zeros(v, dt, 1, s4, &o));
+        OUT_NULL(o, kiln_tensor_from_host(v, dt, 1, s4, data, &o));
+        OUT_NULL(o, kiln_full(v, dt, 1, s4, 1.0, &o));
+        OUT_NULL(o, kiln_ones(v, dt, 1, s4, &o));
+        OUT_NULL(o, kiln_full_i64(v, dt, 1, s4, 1, &o));
+        OUT_NULL(o, kiln_arange(v, dt, 0, 4, 1, &o));
+        OUT_NULL(o, kiln_arange_i64(v, dt, 0, 4, 1, &o));
+        OUT_NULL(o, kiln_rand_uniform(v, dt, 1, s4, 1, 0, 1, &o));
+        OUT_NULL(o, kiln_rand_normal(v, dt, 1, s4, 1, 0, 1, &o));
+    }
+    const struct {
+        int ndim;
+        const int64_t *shape;
+    } shapes[] = {{0, s4}, {9, s4}, {1, NULL}, {2, neg}, {3, huge}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        int n = shapes[i].ndim;
+        const int64_t *sh = shapes[i].shape;
+        OUT_NULL(o, kiln_tensor_empty(dev0, KILN_F32, n, sh, &o));
+        OUT_NULL(o, kiln_tensor_zeros(dev0, KILN_F32, n, sh, &o));
+        OUT_NULL(o, kiln_tensor_from_host(dev0, KILN_F32, n, sh, data, &o));
+        OUT_NULL(o, kiln_full(dev0, KILN_F32, n, sh, 1.0, &o));
+        OUT_NULL(o, kiln_ones(dev0, KILN_F32, n, sh, &o));
+        OUT_NULL(o, kiln_full_i64(dev0, KILN_F32, n, sh, 1, &o));
+        OUT_NULL(o, kiln_rand_uniform(dev0, KILN_F32, n, sh, 1, 0, 1, &o));
+        OUT_NULL(o, kiln_rand_normal(dev0, KILN_F32, n, sh, 1, 0, 1, &o));
+        OUT_NULL(o, kiln_tensor_reshape(x, n, sh, &o));
+    }
+    OUT_NULL(o, kiln_tensor_from_host(dev0, KILN_F32, 1, s4, NULL, &o));
+    OUT_NULL(o, kiln_tensor_from_cl_mem(dev0, NULL, KILN_F32, 1, s4, &o));
+    OUT_NULL(o, kiln_tensor_from_cl_mem(NULL, kiln_tensor_cl_mem(x), KILN_F32, 1, s4, &o));
+    OUT_NULL(o, kiln_tensor_from_cl_mem(dev0, kiln_tensor_cl_mem(x), bad, 1, s4, &o));
+    OUT_NULL(o, kiln_tensor_from_cl_mem(dev0, kiln_tensor_cl_mem(x), KILN_F32, 1, huge, &o));
+    OUT_NULL(o, kiln_full(dev0, KILN_U8, 1, s4, 300.0, &o));
+    OUT_NULL(o, kiln_arange(dev0, KILN_F32, 0, 4, 0, &o));
+    OUT_NULL(o, kiln_arange_i64(dev0, KILN_F32, 0, 4, -1, &o));
+    OUT_NULL(o, kiln_rand_uniform(dev0, KILN_I32, 1, s4, 1, 0, 1, &o));
+    OUT_NULL(o, kiln_rand_normal(dev0, KILN_I32, 1, s4, 1, 0, 1, &o));
+    /* tensors: NULL, then fitting tensors with a bad argument */
+    OUT_NULL(o, kiln_tensor_to(NULL, dev0, &o));
+    OUT_NULL(o, kiln_tensor_to(x, NULL, &o));
+    OUT_NULL(o, kiln_tensor_clone(NULL, &o));
+    OUT_NULL(o, kiln_tensor_reshape(NULL, 1, s4, &o));
+    OUT_NULL(o, kiln_tensor_reshape(x, 2, s23, &o));
+    OUT_NULL(ptr, kiln_tensor_map(NULL, KILN_MAP_READ, &ptr));
+    OUT_NULL(ptr, kiln_tensor_map(x, (kiln_map_flags)0x40, &ptr));
+    for (int i = 0; i < 2; i++) {
+        const kiln_tensor *a = i ? x : NULL, *b = i ? y : x; /* NULL, then [4] with [2, 3] */
+        OUT_NULL(o, kiln_binary(KILN_BINARY_ADD, a, b, &o));
+        OUT_NULL(o, kiln_add(a, b, &o));
+        OUT_NULL(o, kiln_sub(a, b, &o));
+        OUT_NULL(o, kiln_mul(a, b, &o));
+        OUT_NULL(o, kiln_div(a, b, &o));
+        OUT_NULL(o, kiln_where(a, b, b, &o));
+        OUT_NULL(o, kiln_unary_backward(KILN_UNARY_EXP, a, b, &o));
+        OUT_NULL(o, kiln_matmul(a, b, &o));
+        OUT_NULL(o, kiln_matmul_trans(a, b, 0, &o));
+        OUT_NULL(o, kiln_mse_loss(a, b, &o, &g));
+        OUT_NULL(g, kiln_mse_loss(a, b, &o, &g));
+        OUT_NULL(o, kiln_cross_entropy(a, b, &o, &g));
+        OUT_NULL(g, kiln_cross_entropy(a, b, &o, &g));
+        const kiln_tensor *xs[2] = {a, b};
+        OUT_NULL(o, kiln_cat(xs, 2, 0, &o));
+    }
+    OUT_NULL(o, kiln_binary((kiln_binary_op)99, x, x, &o));
+    OUT_NULL(o, kiln_binary_scalar(KILN_BINARY_ADD, NULL, 1.0, &o));
+    OUT_NULL(o, kiln_binary_scalar((kiln_binary_op)99, x, 1.0, &o));
+    OUT_NULL(o, kiln_binary_scalar_i64(KILN_BINARY_ADD, NULL, 1, &o));
+    OUT_NULL(o, kiln_binary_scalar_i64((kiln_binary_op)99, x, 1, &o));
+    OUT_NULL(o, kiln_where(y, y, y, &o)); /* cond must be u8 */
+    OUT_NULL(o, kiln_unary(KILN_UNARY_EXP, NULL, &o));
+    OUT_NULL(o, kiln_unary((kiln_unary_op)99, x, &o));
+    OUT_NULL(o, kiln_unary_backward(KILN_UNARY_EXP, NULL, NULL, &o));
+    OUT_NULL(o, kiln_cast(NULL, KILN_F32, &o));
+    OUT_NULL(o, kiln_cast(x, bad, &o));
+    OUT_NULL(o, kiln_permute(NULL, (const int[]){0}, &o));
+    OUT_NULL(o, kiln_permute(y, (const int[]){0, 0}, &o));
+    OUT_NULL(o, kiln_permute(y, NULL, &o));
+    OUT_NULL(o, kiln_transpose(NULL, &o));
+    OUT_NULL(o, kiln_transpose(x, &o)); /* 1-D */
+    OUT_NULL(o, kiln_cat(NULL, 1, 0, &o));
+    OUT_NULL(o, kiln_cat((const kiln_tensor *const[]){x}, 0, 0, &o));
+    OUT_NULL(o, kiln_cat((const kiln_tensor *const[]){x}, 1, 5, &o));
+    OUT_NULL(o, kiln_slice(NULL, 0, 0, 1, &o));
+    OUT_NULL(o, kiln_slice(x, 0, 0, 9, &o));
+    OUT_NULL(o, kiln_slice(x, 3, 0, 1, &o));
+    OUT_NULL(o, kiln_reduce(KILN_REDUCE_SUM, NULL, 0, false, &o));
+    OUT_NULL(o, kiln_reduce((kiln_reduce_op)99, x, 0, false, &o));
+    OUT_NULL(o, kiln_reduce(KILN_REDUCE_SUM, x, 4, false, &o));
+    OUT_NULL(o, kiln_matmul(x, x, &o)); /* 1-D */
+    OUT_NULL(o, kiln_matmul(y, y, &o)); /* [2, 3] @ [2, 3] */
+    OUT_NULL(o, kiln_matmul_trans(y, y, (kiln_matmul_flags)8, &o));
+    OUT_NULL(o, kiln_softmax(NULL, 0, &o));
+    OUT_NULL(o, kiln_softmax(x, 3, &o));
+    OUT_NULL(o, kiln_log_softmax(NULL, 0, &o));
+    OUT_NULL(o, kiln_log_softmax(x, 3, &o));
+    OUT_NULL(o, kiln_cross_entropy(y, lab, &o, &g)); /* 2 rows, 4 labels */
+    OUT_NULL(g, kiln_cross_entropy(y, lab, &o, &g));
+    OUT_NULL(o, kiln_cross_entropy(y, lab, &o, NULL));
+    OUT_NULL(o, kiln_cross_entropy(y, NULL, &o, &g));
+    OUT_NULL(g, kiln_cross_entropy(y, y, &o, &g));
+    OUT_NULL(o, kiln_mse_loss(x, y, &o, NULL));
+    OUT_NULL(g, kiln_mse_loss(x, NULL, &o, &g));
+    OUT_NULL(g, kiln_mse_loss(x, y, NULL, &g));
+    OUT_NULL(g, kiln_cross_entropy(y, lab, NULL, &g));
+    /* devices and programs */
+    OUT_NULL(d, kiln_device_get(NULL, &d));
+    OUT_NULL(d, kiln_device_get("nonsense:x", &d));
+    OUT_NULL(d, kiln_device_get("cpu:77", &d));
+    OUT_NULL(p, kiln_program_build(NULL, "__kernel void k(void) {}", NULL, &p));
+    OUT_NULL(p, kiln_program_build(dev0, NULL, NULL, &p));
+    OUT_NULL(p, kiln_program_build_file(NULL, "/nonexistent.cl", NULL, &p));
+    OUT_NULL(p, kiln_program_build_file(dev0, NULL, NULL, &p));
+    OUT_NULL(p, kiln_program_build_file(dev0, "/nonexistent/kiln.cl", NULL, &p));
+    kiln_tensor_release(x);
+    kiln_tensor_release(y);
+    kiln_tensor_release(m);
+    kiln_tensor_release(lab);
+    ck_assert_msg(out_null_failures == 0, "%d call(s) broke the rule (listed on stderr)",
+                  out_null_failures);
+}
+END_TEST
+
 /* --- memory ----------------------------------------------------------------------------- */
 
 START_TEST(test_cache_reuse_and_stats)
@@ -1221,6 +1379,7 @@ Suite *tensor_suite(void)
     tcase_add_test(tc, test_bad_shapes);
     tcase_add_test(tc, test_bad_devices);
     tcase_add_test(tc, test_bad_tensors);
+    tcase_add_test(tc, test_out_null_on_failure);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("memory");

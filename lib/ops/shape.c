@@ -1,4 +1,5 @@
 /* shape.c - copies that move elements between layouts: permute, transpose, cat and slice. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -360,22 +361,53 @@ static kiln_status check_cat(const kiln_tensor *const *xs, int n, int axis, kiln
     return s;
 }
 
+/* The products of x's dimensions before and after axis a. Both fit in int64_t for a valid
+ * tensor; checked all the same. */
+static kiln_status split_at(const kiln_tensor *x, int a, const char *op, int64_t *outer,
+                            int64_t *inner)
+{
+    *outer = *inner = 1;
+    bool ok = true;
+    for (int d = 0; ok && d < x->ndim; d++) {
+        if (d != a)
+            ok = kiln__dim_mul(d < a ? *outer : *inner, x->shape[d], d < a ? outer : inner);
+    }
+    if (!ok)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: the dimensions around axis %d multiply past INT64_MAX (overflow)",
+                           op, a);
+    return KILN_OK;
+}
+
+/* The length of the result's axis a: the sum of the tensors' lengths there, checked. */
+static kiln_status cat_length(const kiln_tensor *const *xs, int n, int a, const char *op,
+                              int64_t *total)
+{
+    *total = 0;
+    for (int i = 0; i < n; i++) {
+        if (!kiln__dim_add(*total, xs[i]->shape[a], total))
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: the %d tensors' lengths along axis %d add up to more than "
+                               "%" PRId64 " (overflow); split the concatenation",
+                               op, n, a, INT64_MAX);
+    }
+    return KILN_OK;
+}
+
 static kiln_status cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor *given,
                        kiln_tensor **out, const char *op)
 {
     int a = 0;
+    const kiln_tensor *x0 = NULL;
+    int64_t shape[KILN_MAX_DIMS], outer = 1, inner = 1, total = 0;
     kiln_status s = check_cat(xs, n, axis, given, out, op, &a);
+    if (s == KILN_OK)
+        s = split_at(x0 = xs[0], a, op, &outer, &inner);
+    if (s == KILN_OK)
+        s = cat_length(xs, n, a, op, &total);
     if (s != KILN_OK)
         return s;
-    const kiln_tensor *x0 = xs[0];
-    int64_t shape[KILN_MAX_DIMS], outer = 1, inner = 1, total = 0;
     memcpy(shape, x0->shape, sizeof shape);
-    for (int d = 0; d < x0->ndim; d++) {
-        outer *= d < a ? x0->shape[d] : 1;
-        inner *= d > a ? x0->shape[d] : 1;
-    }
-    for (int i = 0; i < n; i++)
-        total += xs[i]->shape[a];
     shape[a] = total;
     kiln_tensor *y = NULL;
     s = target(xs, n, x0->ndim, shape, given, op, &y);
@@ -425,11 +457,10 @@ static kiln_status slice(const kiln_tensor *x, int axis, int64_t start_, int64_t
                            op, (long long)start_, (long long)end, axis, (long long)len,
                            (long long)len);
     int64_t outer = 1, inner = 1, shape[KILN_MAX_DIMS];
+    s = split_at(x, a, op, &outer, &inner);
+    if (s != KILN_OK)
+        return s;
     memcpy(shape, x->shape, sizeof shape);
-    for (int d = 0; d < x->ndim; d++) {
-        outer *= d < a ? x->shape[d] : 1;
-        inner *= d > a ? x->shape[d] : 1;
-    }
     shape[a] = e - b;
     copy_desc c = {.ndim = 3,
                    .dims = {outer, e - b, inner},
