@@ -207,8 +207,13 @@ KILN_API kiln_status kiln_device_empty_cache(kiln_device *dev);
 
 /* Cap the bytes that live tensors may hold on the device (0: no cap beyond the driver's). An
  * allocation past the cap, after the cache was emptied once, fails with
- * KILN_ERR_OUT_OF_MEMORY. The environment variable KILN_MEMORY_LIMIT (bytes, or with a K/M/G
- * suffix) sets the initial cap of every device. */
+ * KILN_ERR_OUT_OF_MEMORY. The environment variable KILN_MEMORY_LIMIT sets the initial cap of
+ * every device, read when the device's allocator is created (its first allocation or memory
+ * call): a whole number of bytes, optionally followed by K, M, G or T (powers of 1024, any case)
+ * and then optionally iB or B ("1048576", "512M", "2G", "64MiB", "1tb"); nothing else (no
+ * fractions, signs, spaces, hex or empty value). While it is malformed, every allocation on the
+ * device fails with KILN_ERR_INVALID_ARGUMENT naming the variable and its value, until this
+ * call sets a cap (0 included). */
 KILN_API kiln_status kiln_device_set_memory_limit(kiln_device *dev, uint64_t bytes);
 
 /* ------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,10 @@ struct kiln__pool {
     uint64_t cached;
     uint64_t driver_allocations;
     uint64_t budget;
+    /* KILN_MEMORY_LIMIT's value when it was malformed at the pool's creation (every allocation
+     * fails until kiln_device_set_memory_limit sets a cap); "" when it was fine or unset. */
+    char bad_limit[64];
+    bool limit_malformed;
 };
 
 uint64_t kiln__parse_size(const char *s, bool *ok)
@@ -61,17 +66,33 @@ uint64_t kiln__parse_size(const char *s, bool *ok)
     return (uint64_t)v * mult;
 }
 
-static uint64_t env_budget(void)
+/* The pool's initial budget from KILN_MEMORY_LIMIT (unset: none). A malformed value (empty
+ * included) is kept in p->bad_limit and makes every allocation fail (check_limit). */
+static void env_budget(struct kiln__pool *p)
 {
     const char *v = getenv("KILN_MEMORY_LIMIT");
-    if (!v || !*v)
-        return 0;
-    bool ok;
-    uint64_t b = kiln__parse_size(v, &ok);
+    bool ok = true;
+    p->budget = v ? kiln__parse_size(v, &ok) : 0;
+    p->limit_malformed = !ok;
     if (!ok)
-        kiln__log(KILN_LOG_WARN, "KILN_MEMORY_LIMIT='%s' is not a size like 512M or 2G; ignored",
-                  v);
-    return b;
+        snprintf(p->bad_limit, sizeof p->bad_limit, "%.48s%s", v, strlen(v) > 48 ? "..." : "");
+}
+
+/* Allocations fail while KILN_MEMORY_LIMIT was malformed (and no limit was set since). */
+static kiln_status check_limit(struct kiln__pool *p, const char *op)
+{
+    pthread_mutex_lock(&p->lock);
+    bool bad = p->limit_malformed;
+    char shown[sizeof p->bad_limit];
+    memcpy(shown, p->bad_limit, sizeof shown);
+    pthread_mutex_unlock(&p->lock);
+    if (!bad)
+        return KILN_OK;
+    return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                       "%s: KILN_MEMORY_LIMIT='%s' is not a size; give a whole number of bytes "
+                       "with an optional K, M, G or T (powers of 1024, optionally followed by iB "
+                       "or B): 1073741824, 512M, 2G, 64MiB; or unset it for no limit",
+                       op, shown);
 }
 
 /* The device's pool, created on first use. NULL only when out of host memory. */
@@ -82,7 +103,7 @@ static struct kiln__pool *get_pool(kiln_device *dev)
         struct kiln__pool *p = calloc(1, sizeof *p);
         if (p) {
             pthread_mutex_init(&p->lock, NULL);
-            p->budget = env_budget();
+            env_budget(p);
             dev->pool = p;
         }
     }
@@ -264,6 +285,8 @@ kiln_status kiln__mem_alloc(kiln_device *dev, size_t bytes, const char *op, cl_m
     *capacity = 0;
     kiln_status s = pool_for(dev, op, &p);
     if (s == KILN_OK)
+        s = check_limit(p, op);
+    if (s == KILN_OK)
         s = kiln__device_open(dev, op);
     if (s != KILN_OK)
         return s;
@@ -362,6 +385,7 @@ static void set_budget(struct kiln__pool *p, uint64_t bytes)
 {
     pthread_mutex_lock(&p->lock);
     p->budget = bytes;
+    p->limit_malformed = false;
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -389,4 +413,15 @@ kiln_status kiln_device_empty_cache(kiln_device *dev)
 kiln_status kiln_device_set_memory_limit(kiln_device *dev, uint64_t bytes)
 {
     return with_pool(dev, "kiln_device_set_memory_limit", set_budget, bytes);
+}
+
+void kiln__mem_pool_free(kiln_device *dev)
+{
+    struct kiln__pool *p = dev->pool;
+    if (!p)
+        return;
+    dev->pool = NULL;
+    free_blocks(detach_cache(p));
+    pthread_mutex_destroy(&p->lock);
+    free(p);
 }

@@ -14,6 +14,10 @@ kiln_status kiln__mem_alloc(kiln_device *dev, size_t bytes, const char *op, cl_m
 /* Return a buffer from kiln__mem_alloc to dev's cache. `bytes` is what was asked for. */
 void kiln__mem_free(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity);
 
+/* Free dev's pool and its cached buffers (kiln__registry_reset, when no tensor exists); the
+ * next allocation creates a new pool, reading KILN_MEMORY_LIMIT again. */
+void kiln__mem_pool_free(kiln_device *dev);
+
 /* Parse a size like "1048576", "64M", "2G", "512KiB" (K/M/G/T are powers of 1024) into bytes;
  * *ok is false (and 0 returned) for anything else, or on overflow. */
 uint64_t kiln__parse_size(const char *s, bool *ok);

@@ -12,6 +12,7 @@
 
 #include "clcall.h"
 #include "diagnose.h"
+#include "memory.h"
 #include "spec.h"
 #include "staging.h"
 #include "status.h"
@@ -346,6 +347,7 @@ void kiln__registry_reset(void)
         for (int i = 0; i < reg.nvisible; i++) {
             kiln_device *dev = reg.visible[i];
             kiln__staging_free(dev);
+            kiln__mem_pool_free(dev);
             if (dev->queue)
                 kiln__cl.ReleaseCommandQueue(dev->queue);
             if (dev->private_queue)

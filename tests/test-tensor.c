@@ -62,6 +62,50 @@ START_TEST(test_env_memory_limit)
 }
 END_TEST
 
+/* A malformed KILN_MEMORY_LIMIT fails every allocation on a device whose allocator was created
+ * while it was set, naming the variable and its value, until a limit is set in code. Each value
+ * needs a fresh allocator: kiln__registry_reset forgets the devices (none has a tensor). */
+START_TEST(test_env_memory_limit_malformed)
+{
+    static const char *const bad[] = {"1.5G", "abc", "-5", "64MiBx", "", " 1G", "1G ", "0x10"};
+    const int64_t shape[1] = {4};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        kiln__registry_reset();
+        setenv("KILN_MEMORY_LIMIT", bad[i], 1);
+        kiln_device *dev = test_device();
+        kiln_tensor *t = (kiln_tensor *)1;
+        char want[64];
+        snprintf(want, sizeof want, "KILN_MEMORY_LIMIT='%s' is not a size", bad[i]);
+        ASSERT_FAILS(kiln_tensor_empty(dev, KILN_F32, 1, shape, &t), KILN_ERR_INVALID_ARGUMENT,
+                     want);
+        ck_assert_ptr_null(t);
+        ASSERT_FAILS(kiln_tensor_zeros(dev, KILN_F32, 1, shape, &t), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_tensor_zeros: KILN_MEMORY_LIMIT");
+        unsetenv("KILN_MEMORY_LIMIT"); /* read once, when the allocator was made */
+        ASSERT_FAILS(kiln_tensor_empty(dev, KILN_F32, 1, shape, &t), KILN_ERR_INVALID_ARGUMENT,
+                     want);
+        ck_assert_uint_eq(stats(dev).budget_bytes, 0);
+        /* a limit set in code replaces the bad one */
+        ASSERT_OK(kiln_device_set_memory_limit(dev, 1u << 20));
+        ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 1, shape, &t));
+        kiln_tensor_release(t);
+    }
+    /* a long value is shown cut */
+    kiln__registry_reset();
+    setenv("KILN_MEMORY_LIMIT", "1234567890123456789012345678901234567890123456789012345678901234G",
+           1);
+    kiln_tensor *t = (kiln_tensor *)1;
+    ASSERT_FAILS(kiln_tensor_empty(test_device(), KILN_U8, 1, shape, &t), KILN_ERR_INVALID_ARGUMENT,
+                 "KILN_MEMORY_LIMIT='123456789012345678901234567890");
+    ASSERT_ERROR_HAS("...' is not a size");
+    ck_assert_ptr_null(t);
+    unsetenv("KILN_MEMORY_LIMIT");
+    /* the next case needs a device without an allocator */
+    kiln__registry_reset();
+    dev0 = test_device();
+}
+END_TEST
+
 START_TEST(test_parse_size)
 {
     static const struct {
@@ -1357,6 +1401,7 @@ Suite *tensor_suite(void)
     Suite *s = suite_create("tensor");
     TCase *tc = tcase_create("environment"); /* first: see test_env_memory_limit */
     tcase_add_unchecked_fixture(tc, setup_device, NULL);
+    tcase_add_test(tc, test_env_memory_limit_malformed);
     tcase_add_test(tc, test_env_memory_limit);
     tcase_add_test(tc, test_parse_size);
     suite_add_tcase(s, tc);
