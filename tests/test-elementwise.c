@@ -972,6 +972,15 @@ START_TEST(test_errors)
     ck_assert_ptr_null(r);
     ASSERT_FAILS(kiln_add(a, b, &r), KILN_ERR_SHAPE_MISMATCH, "kiln_add");
     ASSERT_FAILS(kiln_mul(a, ai, &r), KILN_ERR_DTYPE_MISMATCH, "f32 and i32");
+    /* two valid empty tensors whose broadcast shape [2^40, 2^40, 0] multiplies past INT64_MAX */
+    static const int64_t tall[3] = {INT64_C(1) << 40, 1, 0}, wide[3] = {1, INT64_C(1) << 40, 0};
+    kiln_tensor *et = NULL, *ew = NULL;
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 3, tall, &et));
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 3, wide, &ew));
+    ASSERT_FAILS(kiln_add(et, ew, &r), KILN_ERR_INVALID_ARGUMENT, "overflow");
+    ck_assert_ptr_null(r);
+    kiln_tensor_release(et);
+    kiln_tensor_release(ew);
     ASSERT_FAILS(kiln_sub(NULL, a, &r), KILN_ERR_INVALID_ARGUMENT, "argument 1");
     ASSERT_FAILS(kiln_div(a, NULL, &r), KILN_ERR_INVALID_ARGUMENT, "argument 2");
     ASSERT_FAILS(kiln_add(a, a, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");

@@ -212,6 +212,14 @@ static kiln_status bcast_error(const char *op, int n, const kiln_tensor *const *
                        n > 3 ? " and " : "", n > 3 ? shapes[3] : "");
 }
 
+static kiln_status bcast_overflow(const char *op, const int64_t *shape, int d)
+{
+    char buf[160];
+    return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                       "%s: the broadcast shape %s... has more elements than INT64_MAX (overflow)",
+                       op, kiln__shape_str(buf, sizeof buf, d + 1, shape));
+}
+
 /* Padded shape (right-aligned to nd dims) and contiguous strides of input t. */
 static void bcast_input(const kiln_tensor *t, int nd, int64_t *shape, int64_t *stride)
 {
@@ -233,7 +241,8 @@ kiln_status kiln__broadcast(const char *op, int n, const kiln_tensor *const *ts,
     int64_t shape[4][KILN_MAX_DIMS], stride[4][KILN_MAX_DIMS];
     for (int i = 0; i < n; i++)
         bcast_input(ts[i], bc->ndim, shape[i], stride[i]);
-    bc->numel = 1;
+    int64_t nonzero = 1; /* the product of the nonzero sizes, checked as kiln__check_shape does */
+    bool empty = false;
     for (int d = 0; d < bc->ndim; d++) {
         int64_t size = 1;
         for (int i = 0; i < n; i++) {
@@ -244,8 +253,11 @@ kiln_status kiln__broadcast(const char *op, int n, const kiln_tensor *const *ts,
             size = shape[i][d];
         }
         bc->shape[d] = size;
-        bc->numel *= size;
+        empty = empty || size == 0;
+        if (size != 0 && !kiln__dim_mul(nonzero, size, &nonzero))
+            return bcast_overflow(op, bc->shape, d);
     }
+    bc->numel = empty ? 0 : nonzero;
     for (int d = 0; d < bc->ndim; d++) {
         if (bc->shape[d] == 1)
             continue; /* contributes nothing to any index */
