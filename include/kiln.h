@@ -260,7 +260,8 @@ KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
 
 /* A new tensor on dev with unspecified contents. The memory comes from the device's caching
  * allocator and is real when this returns: out of memory is reported here, not at first use
- * (KILN_ERR_OUT_OF_MEMORY, with the sizes). f64 on a device without fp64 and f16 are allowed
+ * (KILN_ERR_OUT_OF_MEMORY, with the sizes), and so is an allocation that would make live tensors
+ * hold more than the device's global memory. f64 on a device without fp64 and f16 are allowed
  * as storage. */
 KILN_API kiln_status kiln_tensor_empty(kiln_device *dev, kiln_dtype dtype, int ndim,
                                        const int64_t *shape, kiln_tensor **out);
@@ -330,8 +331,10 @@ typedef enum kiln_map_flags {
 /* Map the tensor into host memory: *ptr points to nbytes of its contents. Zero-copy on devices
  * with unified host memory; on a discrete device (unified_memory false) a full copy each way:
  * the whole tensor to host memory at map, and back at unmap of a write map (use read/write
- * there). Blocks until pending work is done. Until kiln_tensor_unmap, do not
- * use the tensor in other calls. Mapping a mapped tensor is KILN_ERR_STATE. */
+ * there). Blocks until pending work is done. Until kiln_tensor_unmap, the device must not use
+ * the tensor: an op, copy, clone, to() another device or kernel launch given a mapped tensor (or
+ * a view of its storage) is KILN_ERR_STATE, and so is mapping it again; reshape and to() its
+ * own device are allowed. */
 KILN_API kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr);
 KILN_API kiln_status kiln_tensor_unmap(kiln_tensor *t);
 
@@ -677,7 +680,9 @@ KILN_API kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tenso
 KILN_API kiln_status kiln_log_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out);
 /* Mean cross-entropy of logits [N, C] against class labels [N] (i32 or i64). *loss is a [1]
  * tensor; *grad (optional, may be NULL) is d loss / d logits = (softmax - onehot) / N. Labels
- * are not read back (that would block): a label outside [0, C) makes the loss NaN. */
+ * are not read back (that would block): a label outside [0, C) makes the loss NaN, unless the
+ * environment has KILN_CHECK=1, which reads them first and reports the first bad one
+ * (KILN_ERR_INVALID_ARGUMENT; a KILN_CHECK other than 0 or 1 is KILN_ERR_INVALID_ARGUMENT too). */
 KILN_API kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *labels,
                                         kiln_tensor **loss, kiln_tensor **grad);
 /* Mean squared error over all elements; *grad (optional) is d loss / d pred. */

@@ -21,6 +21,8 @@
     X(cl_int, RetainMemObject, (cl_mem))                                                           \
     X(cl_int, ReleaseMemObject, (cl_mem))                                                          \
     X(cl_int, GetMemObjectInfo, (cl_mem, cl_mem_info, size_t, void *, size_t *))                   \
+    X(cl_int, SetMemObjectDestructorCallback,                                                      \
+      (cl_mem, void(CL_CALLBACK *)(cl_mem, void *), void *))                                       \
     X(cl_int, EnqueueReadBuffer,                                                                   \
       (cl_command_queue, cl_mem, cl_bool, size_t, size_t, void *, cl_uint, const cl_event *,       \
        cl_event *))                                                                                \

@@ -39,7 +39,8 @@ static kiln_status check_args(kiln_device *dev, const kiln__kernel *k, const cha
         const kiln_arg *a = &args[i];
         /* The common case (all fine) formats nothing: this runs on every launch. */
         if (a->kind == KILN_ARG_TENSOR && a->value.tensor &&
-            a->value.tensor->magic == KILN__TENSOR_MAGIC && a->value.tensor->dev == dev)
+            a->value.tensor->magic == KILN__TENSOR_MAGIC && a->value.tensor->dev == dev &&
+            !atomic_load(&a->value.tensor->storage->mapped))
             continue;
         if (a->kind == KILN_ARG_SCALAR && scalar_ptr(a))
             continue;

@@ -199,12 +199,55 @@ static void empty_cache(struct kiln__pool *p)
     free_blocks(list);
 }
 
-/* A new driver buffer, made real by writing its first byte and waiting for that: drivers
- * that allocate lazily (PoCL, NVIDIA) then fail here rather than at first use. The write goes
- * to the device's private queue: waiting on it does not wait for the device queue's work. */
+static void CL_CALLBACK free_host_backing(cl_mem mem, void *host)
+{
+    (void)mem;
+    free(host);
+}
+
+/* A buffer over host memory that kiln allocates and commits itself, for a CPU device. PoCL
+ * allocates a buffer's memory only at its first use, and asserts (aborting the process) when
+ * that fails; the operating system then commits each page only when it is first written. Here
+ * the memory is allocated and written before the driver sees it, so running out of memory
+ * (an address-space limit, a failing malloc) is an error at allocation. CL_MEM_USE_HOST_PTR on
+ * a device that shares host memory uses the pointer in place; the driver calls back to free it
+ * once the buffer is destroyed, after the work that used it. */
+static cl_mem create_host_backed(kiln_device *dev, size_t capacity, cl_int *err, const char **clfn)
+{
+    void *host = NULL;
+    *clfn = "posix_memalign";
+    if (posix_memalign(&host, 4096, capacity ? capacity : 1) != 0) {
+        *err = CL_OUT_OF_HOST_MEMORY;
+        return NULL;
+    }
+    memset(host, 0, capacity);
+    *clfn = "clCreateBuffer";
+    cl_mem mem = kiln__cl.CreateBuffer(
+        kiln__device_context(dev), CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, capacity, host, err);
+    if (*err == CL_SUCCESS && !mem)
+        *err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    if (*err == CL_SUCCESS) {
+        *clfn = "clSetMemObjectDestructorCallback";
+        *err = kiln__cl.SetMemObjectDestructorCallback(mem, free_host_backing, host);
+        if (*err == CL_SUCCESS)
+            return mem;
+        kiln__cl.ReleaseMemObject(mem); /* never used: destroyed at once */
+    }
+    free(host);
+    return NULL;
+}
+
+/* A new driver buffer, made real before it is handed out, so that a driver that allocates
+ * lazily fails here rather than at first use. A CPU device gets host memory kiln commits
+ * (create_host_backed). A discrete device (NVIDIA) backs the whole buffer at its first use, so
+ * writing one byte is enough; a GPU that shares host memory gets the whole buffer filled, since
+ * the operating system commits each page at its first write. The work goes to the device's
+ * private queue: waiting on it does not wait for the device queue's work. */
 static cl_mem create_real(kiln_device *dev, size_t capacity, cl_int *err, const char **clfn)
 {
     static const unsigned char zero = 0;
+    if (dev->info.unified_memory && dev->info.type == KILN_DEVICE_CPU && !is_oclgrind(dev))
+        return create_host_backed(dev, capacity, err, clfn);
     cl_command_queue q;
     *clfn = "clCreateCommandQueue";
     *err = kiln__queue_private(dev, &q);
@@ -220,8 +263,17 @@ static cl_mem create_real(kiln_device *dev, size_t capacity, cl_int *err, const 
     }
     if (is_oclgrind(dev))
         return mem;
-    *clfn = "clEnqueueWriteBuffer";
-    *err = kiln__cl.EnqueueWriteBuffer(q, mem, CL_TRUE, 0, 1, &zero, 0, NULL, NULL);
+    if (dev->info.unified_memory) {
+        *clfn = "clEnqueueFillBuffer";
+        *err = kiln__cl.EnqueueFillBuffer(q, mem, &zero, 1, 0, capacity, 0, NULL, NULL);
+        if (*err == CL_SUCCESS) {
+            *clfn = "clFinish";
+            *err = kiln__cl.Finish(q);
+        }
+    } else {
+        *clfn = "clEnqueueWriteBuffer";
+        *err = kiln__cl.EnqueueWriteBuffer(q, mem, CL_TRUE, 0, 1, &zero, 0, NULL, NULL);
+    }
     if (*err != CL_SUCCESS) {
         kiln__cl.ReleaseMemObject(mem);
         return NULL;
@@ -252,22 +304,46 @@ static kiln_status over_budget(kiln_device *dev, const char *op, size_t capacity
                        op, capacity, kiln__device_label(dev), budget, allocated);
 }
 
+static kiln_status over_device(kiln_device *dev, const char *op, size_t capacity,
+                               uint64_t allocated)
+{
+    return kiln__error(KILN_ERR_OUT_OF_MEMORY,
+                       "%s: allocating %zu bytes on %s would exceed its global memory of %" PRIu64
+                       " bytes (CL_DEVICE_GLOBAL_MEM_SIZE; %" PRIu64 " bytes held by live "
+                       "tensors); release tensors or use smaller ones",
+                       op, capacity, kiln__device_label(dev), dev->info.global_mem_bytes,
+                       allocated);
+}
+
+/* The most that live tensors and cached buffers together may hold on dev: the budget when one
+ * is set, and never more than the global memory the device reports (drivers that allocate
+ * lazily accept more and fail, or abort the process, at first use). 0: no limit known. */
+static uint64_t hold_limit(const kiln_device *dev, const struct kiln__pool *p)
+{
+    uint64_t dev_mem = dev->info.global_mem_bytes;
+    if (p->budget && (!dev_mem || p->budget < dev_mem))
+        return p->budget;
+    return dev_mem;
+}
+
 /* Reserve capacity in the stats, reusing a cached buffer when there is one (*mem). */
 static kiln_status reserve(kiln_device *dev, struct kiln__pool *p, size_t capacity, const char *op,
                            cl_mem *mem)
 {
     kiln__block *drop = NULL;
     pthread_mutex_lock(&p->lock);
-    if (p->budget && p->allocated + capacity > p->budget) {
+    uint64_t limit = hold_limit(dev, p);
+    if (limit && (capacity > limit || p->allocated > limit - capacity)) {
         uint64_t allocated = p->allocated, budget = p->budget;
         kiln__block *list = detach_cache(p);
         pthread_mutex_unlock(&p->lock);
         free_blocks(list);
-        return over_budget(dev, op, capacity, allocated, budget);
+        return budget == limit ? over_budget(dev, op, capacity, allocated, budget)
+                               : over_device(dev, op, capacity, allocated);
     }
     *mem = take_cached(p, capacity);
-    /* Keep what the driver holds for this device within the budget too. */
-    if (!*mem && p->budget && p->allocated + p->cached + capacity > p->budget)
+    /* Keep what the driver holds for this device within the limit too. */
+    if (!*mem && limit && p->allocated + p->cached > limit - capacity)
         drop = detach_cache(p);
     p->allocated += capacity;
     if (*mem)

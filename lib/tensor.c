@@ -45,7 +45,7 @@ static void bury(kiln_tensor *t)
     free(old);
 }
 
-kiln_status(kiln__check_tensor)(const kiln_tensor *t, const char *op, const char *argname)
+kiln_status kiln__check_handle(const kiln_tensor *t, const char *op, const char *argname)
 {
     if (!t)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, argname);
@@ -59,6 +59,15 @@ kiln_status(kiln__check_tensor)(const kiln_tensor *t, const char *op, const char
                            "%s: %s (%p) is not a tensor handle from kiln (forged or corrupted)", op,
                            argname, (const void *)t);
     return kiln__device_check_lost(t->dev, op); /* a lost device is never used again */
+}
+
+kiln_status(kiln__check_tensor)(const kiln_tensor *t, const char *op, const char *argname)
+{
+    kiln_status s = kiln__check_handle(t, op, argname);
+    if (s == KILN_OK && atomic_load(&t->storage->mapped))
+        return kiln__error(KILN_ERR_STATE, "%s: %s is mapped; call kiln_tensor_unmap() first", op,
+                           argname);
+    return s;
 }
 
 static bool tensor_valid(const kiln_tensor *t)
@@ -92,16 +101,6 @@ kiln_status kiln__same_device(const char *op, int n, const kiln_tensor *const *t
     }
     if (dev)
         *dev = first ? first->dev : NULL;
-    return KILN_OK;
-}
-
-/* KILN_ERR_STATE when t's storage is mapped; what names the tensor in the message ("the
- * tensor", "a tensor"). */
-static kiln_status check_unmapped(const kiln_tensor *t, const char *op, const char *what)
-{
-    if (atomic_load(&t->storage->mapped))
-        return kiln__error(KILN_ERR_STATE, "%s: %s is mapped; call kiln_tensor_unmap() first", op,
-                           what);
     return KILN_OK;
 }
 
@@ -276,7 +275,7 @@ static kiln_status check_io(const kiln_tensor *t, const void *ptr, size_t nbytes
                            kiln_dtype_name(t->dtype));
     if (!ptr && nbytes > 0)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, ptrname);
-    return check_unmapped(t, op, "the tensor");
+    return KILN_OK;
 }
 
 /* A blocking copy between the tensor and host memory (ptr, nbytes): read into ptr, or write from
@@ -376,7 +375,7 @@ kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor *
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
     *out = NULL;
-    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    kiln_status s = kiln__check_handle(t, op, "tensor");
     if (s == KILN_OK)
         s = kiln__check_device(dev, op);
     if (s != KILN_OK)
@@ -385,7 +384,7 @@ kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor *
         *out = kiln_tensor_retain((kiln_tensor *)t);
         return KILN_OK;
     }
-    s = check_unmapped(t, op, "the tensor");
+    s = kiln__check_tensor(t, op, "tensor"); /* a copy to another device reads it */
     if (s != KILN_OK)
         return s;
     kiln_tensor *d;
@@ -425,8 +424,6 @@ kiln_status kiln_tensor_clone(const kiln_tensor *t, kiln_tensor **out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
     *out = NULL;
     kiln_status s = kiln__check_tensor(t, op, "tensor");
-    if (s == KILN_OK)
-        s = check_unmapped(t, op, "the tensor");
     if (s != KILN_OK)
         return s;
     kiln_tensor *c;
@@ -459,10 +456,7 @@ kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src)
         return kiln__error(KILN_ERR_SHAPE_MISMATCH,
                            "%s: dst has %" PRId64 " elements but src has %" PRId64, op, dst->numel,
                            src->numel);
-    s = check_unmapped(dst, op, "a tensor");
-    if (s == KILN_OK)
-        s = check_unmapped(src, op, "a tensor");
-    return s == KILN_OK ? enqueue_copy(dst, src, op) : s;
+    return enqueue_copy(dst, src, op);
 }
 
 /* Resolve a reshape target with at most one -1 into out_shape. */
@@ -504,7 +498,7 @@ kiln_status kiln_tensor_reshape(const kiln_tensor *t, int ndim, const int64_t *s
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
     *out = NULL;
-    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    kiln_status s = kiln__check_handle(t, op, "tensor");
     if (s != KILN_OK)
         return s;
     if (ndim < 1 || ndim > KILN_MAX_DIMS || !shape)
@@ -598,7 +592,7 @@ kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr)
     const char *op = "kiln_tensor_map";
     if (ptr)
         *ptr = NULL;
-    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    kiln_status s = kiln__check_handle(t, op, "tensor");
     if (s != KILN_OK)
         return s;
     if (!ptr)
@@ -638,7 +632,7 @@ kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr)
 kiln_status kiln_tensor_unmap(kiln_tensor *t)
 {
     const char *op = "kiln_tensor_unmap";
-    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    kiln_status s = kiln__check_handle(t, op, "tensor");
     if (s != KILN_OK)
         return s;
     kiln__storage *st = t->storage;

@@ -34,8 +34,13 @@ struct kiln_tensor {
 };
 
 /* Check a tensor argument: KILN_ERR_INVALID_ARGUMENT naming op and the argument when NULL,
- * released or forged; KILN_ERR_DEVICE_LOST when its device was lost. */
+ * released or forged; KILN_ERR_DEVICE_LOST when its device was lost; KILN_ERR_STATE when its
+ * storage is mapped (kiln_tensor_map), since the device must not use it then. */
 kiln_status kiln__check_tensor(const kiln_tensor *t, const char *op, const char *argname);
+
+/* The same without the mapped rule: for the calls that are fine on a mapped tensor (map,
+ * unmap, reshape and views, which share the storage without using it). */
+kiln_status kiln__check_handle(const kiln_tensor *t, const char *op, const char *argname);
 
 #ifdef __clang_analyzer__
 /* For the static analyzer (see status.h), which cannot see into tensor.c: NULL fails. */

@@ -39,7 +39,9 @@ def exported_by(path):
     for line in out.splitlines():
         parts = line.split()
         if len(parts) >= 3 and parts[1] != 'A':  # 'A': version-node markers, not symbols
-            names.add(parts[2].split('@')[0])
+            name = parts[2].split('@')[0]
+            if not name.startswith('__gcov_'):  # a coverage build's runtime (scripts/coverage.sh)
+                names.add(name)
     return names
 
 

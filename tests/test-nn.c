@@ -276,6 +276,68 @@ START_TEST(test_cross_entropy_bad_label)
 }
 END_TEST
 
+/* KILN_CHECK=1 (issue 10, item 5): the first label outside [0, C) is an error naming it, for
+ * i32 and i64 labels and both forms; a malformed KILN_CHECK is an error naming the variable;
+ * with every label in range the result is the unchecked one. */
+START_TEST(test_cross_entropy_checked)
+{
+    static const int64_t shape[] = {4, 3}, rows = 4;
+    static const float x[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 0, 1};
+    static const int32_t bad32[] = {0, 2, -1, 7};
+    static const int64_t bad64[] = {0, 2, 1, (int64_t)1 << 40}, good64[] = {0, 2, 1, 1};
+    kiln_device *dev = test_device();
+    kiln_tensor *t = NULL, *l32 = NULL, *l64 = NULL, *good = NULL, *loss = (kiln_tensor *)1;
+    ASSERT_OK(kiln_tensor_from_host(dev, KILN_F32, 2, shape, x, &t));
+    ASSERT_OK(kiln_tensor_from_host(dev, KILN_I32, 1, &rows, bad32, &l32));
+    ASSERT_OK(kiln_tensor_from_host(dev, KILN_I64, 1, &rows, bad64, &l64));
+    ASSERT_OK(kiln_tensor_from_host(dev, KILN_I64, 1, &rows, good64, &good));
+    kiln_tensor *unchecked = NULL, *checked = NULL;
+    ASSERT_OK(kiln_cross_entropy(t, good, &unchecked, NULL));
+    /* setenv races with the driver's threads reading the environment: only while idle */
+    ASSERT_OK(kiln_device_synchronize(dev));
+    ck_assert_int_eq(setenv("KILN_CHECK", "1", 1), 0);
+    kiln_status s32 = kiln_cross_entropy(t, l32, &loss, NULL);
+    char msg32[512];
+    snprintf(msg32, sizeof msg32, "%s", kiln_last_error());
+    kiln_tensor *given = NULL;
+    kiln_status s64 = kiln_tensor_empty(dev, KILN_F32, 1, (const int64_t[]){1}, &given);
+    if (s64 == KILN_OK)
+        s64 = kiln_cross_entropy_out(t, l64, given, NULL);
+    char msg64[512];
+    snprintf(msg64, sizeof msg64, "%s", kiln_last_error());
+    kiln_status sgood = kiln_cross_entropy(t, good, &checked, NULL);
+    ASSERT_OK(kiln_device_synchronize(dev));
+    ck_assert_int_eq(setenv("KILN_CHECK", "yes", 1), 0);
+    kiln_tensor *o = (kiln_tensor *)1;
+    kiln_status smal = kiln_cross_entropy(t, good, &o, NULL);
+    char msgmal[512];
+    snprintf(msgmal, sizeof msgmal, "%s", kiln_last_error());
+    ASSERT_OK(kiln_device_synchronize(dev));
+    unsetenv("KILN_CHECK");
+    ck_assert_int_eq(s32, KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(loss);
+    ck_assert_msg(strstr(msg32, "labels[2] is -1") && strstr(msg32, "3 classes"), "%s", msg32);
+    ck_assert_int_eq(s64, KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(msg64, "kiln_cross_entropy_out: labels[3] is 1099511627776"), "%s", msg64);
+    ck_assert_int_eq(sgood, KILN_OK);
+    float a, b;
+    ASSERT_OK(kiln_tensor_read(unchecked, &a, sizeof a));
+    ASSERT_OK(kiln_tensor_read(checked, &b, sizeof b));
+    ck_assert_float_eq(a, b);
+    ck_assert_msg(!isnan(a), "loss %g", a);
+    ck_assert_int_eq(smal, KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(o);
+    ck_assert_msg(strstr(msgmal, "KILN_CHECK='yes'"), "%s", msgmal);
+    kiln_tensor_release(unchecked);
+    kiln_tensor_release(checked);
+    kiln_tensor_release(given);
+    kiln_tensor_release(good);
+    kiln_tensor_release(l64);
+    kiln_tensor_release(l32);
+    kiln_tensor_release(t);
+}
+END_TEST
+
 START_TEST(test_cross_entropy_errors)
 {
     static const int64_t s23[] = {2, 3}, s2[] = {2}, s3[] = {3}, s6[] = {6};
@@ -706,6 +768,7 @@ Suite *nn_suite(void)
     tcase_add_test(tc, test_softmax_stability);
     tcase_add_test(tc, test_cross_entropy);
     tcase_add_test(tc, test_cross_entropy_bad_label);
+    tcase_add_test(tc, test_cross_entropy_checked);
     tcase_add_test(tc, test_mse);
     tcase_add_test(tc, test_sgd);
     tcase_add_test(tc, test_adam);

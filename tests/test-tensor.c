@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "kiln_cl.h"
 #include "lib/clcall.h"
@@ -317,6 +319,215 @@ START_TEST(test_map_read_write)
     ck_assert_str_contains(kiln_last_error(), "flags");
     ck_assert_int_eq(kiln_tensor_map(t, KILN_MAP_READ, NULL), KILN_ERR_INVALID_ARGUMENT);
     ck_assert_str_contains(kiln_last_error(), "ptr is NULL");
+    kiln_tensor_release(t);
+}
+END_TEST
+
+/* The device must not use a mapped tensor (issue 10, item 5): ops, copies and user launches on
+ * one are KILN_ERR_STATE naming the call; map, unmap, reshape and to() the same device are not
+ * device work and stay allowed. */
+START_TEST(test_mapped_tensor_refused)
+{
+    const int64_t shape[1] = {64};
+    double x[64], back[64];
+    for (int i = 0; i < 64; i++)
+        x[i] = i + 0.5;
+    kiln_tensor *t, *u, *o = (kiln_tensor *)1, *v, *same;
+    ck_assert_int_eq(kiln_tensor_from_host(dev0, KILN_F64, 1, shape, x, &t), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_from_host(dev0, KILN_F64, 1, shape, x, &u), KILN_OK);
+    void *p;
+    ck_assert_int_eq(kiln_tensor_map(t, KILN_MAP_WRITE, &p), KILN_OK);
+    ck_assert_int_eq(kiln_add(t, t, &o), KILN_ERR_STATE);
+    ck_assert_ptr_null(o);
+    ck_assert_str_contains(kiln_last_error(), "kiln_add");
+    ck_assert_str_contains(kiln_last_error(), "is mapped");
+    ck_assert_int_eq(kiln_add(u, t, &o), KILN_ERR_STATE);    /* as the second argument too */
+    ck_assert_int_eq(kiln_add_out(u, u, t), KILN_ERR_STATE); /* and as the result */
+    ck_assert_int_eq(kiln_fill(t, 1.0), KILN_ERR_STATE);
+    ck_assert_int_eq(kiln_matmul(t, t, &o), KILN_ERR_STATE);
+    ck_assert_int_eq(kiln_tensor_copy(u, t), KILN_ERR_STATE);
+    ck_assert_int_eq(kiln_tensor_clone(t, &o), KILN_ERR_STATE);
+    /* A user kernel writing a mapped tensor */
+    kiln_program *prog;
+    ck_assert_int_eq(kiln_program_build(dev0,
+                                        "__kernel void put(__global double *x) "
+                                        "{ x[get_global_id(0)] = 7.0; }",
+                                        NULL, &prog),
+                     KILN_OK);
+    kiln_arg args[1] = {kiln_arg_tensor(t)};
+    size_t global = 64;
+    ck_assert_int_eq(kiln_program_launch(prog, "put", 1, &global, NULL, 1, args), KILN_ERR_STATE);
+    ck_assert_str_contains(kiln_last_error(), "is mapped");
+    /* Not device work: allowed while mapped */
+    ck_assert_int_eq(kiln_tensor_reshape(t, 1, shape, &v), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_to(t, dev0, &same), KILN_OK);
+    ck_assert_ptr_eq(same, t);
+    kiln_tensor_release(same);
+    kiln_tensor_release(v);
+    /* the host's writes through the map are what the device sees after unmap */
+    for (int i = 0; i < 64; i++)
+        ((double *)p)[i] = -x[i];
+    ck_assert_int_eq(kiln_tensor_unmap(t), KILN_OK);
+    ck_assert_int_eq(kiln_program_launch(prog, "put", 1, &global, NULL, 1, args), KILN_OK);
+    ck_assert_int_eq(kiln_add(t, u, &o), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_read(o, back, sizeof back), KILN_OK);
+    for (int i = 0; i < 64; i++)
+        ck_assert_double_eq(back[i], 7.0 + x[i]);
+    kiln_program_release(prog);
+    kiln_tensor_release(o);
+    kiln_tensor_release(u);
+    kiln_tensor_release(t);
+}
+END_TEST
+
+/* Allocations never exceed the global memory the device reports (issue 10, item 10): PoCL and
+ * NVIDIA accept more and fail, or abort the process, at first use. The device's report is
+ * lowered here to what kiln holds plus 3 MiB. */
+START_TEST(test_device_memory_refused)
+{
+    kiln_memory_stats s0 = stats(dev0);
+    ck_assert_int_eq(kiln_device_empty_cache(dev0), KILN_OK);
+    uint64_t saved = dev0->info.global_mem_bytes;
+    dev0->info.global_mem_bytes = s0.allocated_bytes + 3 * MIB;
+    const int64_t one[1] = {(int64_t)MIB};
+    kiln_tensor *a = NULL, *b = NULL, *c = (kiln_tensor *)1;
+    kiln_status sa = kiln_tensor_empty(dev0, KILN_U8, 1, one, &a);
+    kiln_status sb = kiln_tensor_empty(dev0, KILN_U8, 1, one, &b);
+    const int64_t big[1] = {2 * (int64_t)MIB};
+    kiln_status sc = kiln_tensor_empty(dev0, KILN_U8, 1, big, &c);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", kiln_last_error());
+    kiln_memory_stats s1 = stats(dev0);
+    kiln_tensor_release(b);
+    kiln_tensor *d = NULL; /* room again once b is gone */
+    kiln_status sd = kiln_tensor_empty(dev0, KILN_U8, 1, one, &d);
+    dev0->info.global_mem_bytes = saved;
+    ck_assert_int_eq(sa, KILN_OK);
+    ck_assert_int_eq(sb, KILN_OK);
+    ck_assert_int_eq(sc, KILN_ERR_OUT_OF_MEMORY);
+    ck_assert_ptr_null(c);
+    ck_assert_str_contains(msg, "kiln_tensor_empty");
+    ck_assert_str_contains(msg, "global memory");
+    ck_assert_str_contains(msg, "CL_DEVICE_GLOBAL_MEM_SIZE");
+    ck_assert_uint_eq(s1.allocated_bytes, s0.allocated_bytes + 2 * MIB);
+    ck_assert_int_eq(sd, KILN_OK);
+    kiln_tensor_release(d);
+    kiln_tensor_release(a);
+    ck_assert_uint_eq(stats(dev0).allocated_bytes, s0.allocated_bytes);
+}
+END_TEST
+
+/* Resident set size of this process, in bytes (Linux /proc). */
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, resident = 0;
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fscanf(f, "%llu %llu", &size, &resident), 2);
+    fclose(f);
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* A new tensor's memory is real when kiln_tensor_empty returns (issue 10, item 10): on a device
+ * that shares host memory, its pages are committed (the process's resident size grows by the
+ * tensor's size), so that running out shows at allocation, not at first use. */
+START_TEST(test_allocation_committed)
+{
+    kiln_device_info info;
+    ck_assert_int_eq(kiln_device_info_get(dev0, &info), KILN_OK);
+    if (!info.unified_memory || simulated(dev0)) {
+        test_skip("test_allocation_committed: %s does not share host memory", info.spec);
+        return;
+    }
+    ck_assert_int_eq(kiln_device_empty_cache(dev0), KILN_OK);
+    const int64_t shape[1] = {64 * (int64_t)MIB + 4096};
+    uint64_t before = rss_bytes();
+    kiln_tensor *t;
+    ck_assert_int_eq(kiln_tensor_empty(dev0, KILN_U8, 1, shape, &t), KILN_OK);
+    uint64_t after = rss_bytes();
+    ck_assert_msg(after >= before + 60 * MIB,
+                  "resident size grew by %" PRIu64 " bytes for a 64 MiB tensor", after - before);
+    kiln_tensor_release(t);
+    ck_assert_int_eq(kiln_device_empty_cache(dev0), KILN_OK);
+}
+END_TEST
+
+/* Under an address-space limit (ulimit -v) allocations fail cleanly and leave the tensors
+ * already made intact and the device usable. */
+START_TEST(test_address_space_limit)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256];
+    unsigned long long vm_kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %llu kB", &vm_kib) == 1)
+            break;
+    fclose(f);
+    ck_assert_uint_gt(vm_kib, 0);
+    if (getenv("KILN_VALGRIND")) { /* valgrind's own address space makes the limit meaningless */
+        test_skip("test_address_space_limit: under valgrind");
+        return;
+    }
+    if (simulated(dev0)) { /* Oclgrind's race detector aborts when its own records cannot grow */
+        test_skip("test_address_space_limit: Oclgrind aborts when it runs out of memory");
+        return;
+    }
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(KILN_TEST_ASAN)
+    /* ASan aborts when an allocation fails unless told to return NULL (tests/meson.build does) */
+    const char *asan = getenv("ASAN_OPTIONS");
+    if (!asan || !strstr(asan, "allocator_may_return_null=1")) {
+        test_skip("test_address_space_limit: ASAN_OPTIONS lacks allocator_may_return_null=1");
+        return;
+    }
+#endif
+    struct rlimit old;
+    ck_assert_int_eq(getrlimit(RLIMIT_AS, &old), 0);
+    if (old.rlim_cur != RLIM_INFINITY) {
+        test_skip("test_address_space_limit: an address-space limit is already set");
+        return;
+    }
+    enum { MAXT = 64 };
+    kiln_tensor *ts[MAXT] = {0};
+    const int64_t shape[1] = {32 * (int64_t)MIB};
+    struct rlimit lim = old;
+    lim.rlim_cur = (rlim_t)vm_kib * 1024 + 512 * MIB;
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &lim), 0);
+    int made = 0;
+    kiln_status s = KILN_OK;
+    while (made < MAXT && (s = kiln_tensor_empty(dev0, KILN_U8, 1, shape, &ts[made])) == KILN_OK)
+        made++;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", kiln_last_error());
+    /* Only the allocations ran under the limit: the driver's own allocations (a kernel build)
+     * may abort the process when they fail. */
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &old), 0);
+    /* the tensors made are real and usable */
+    kiln_status fill = made ? kiln_fill(ts[made - 1], 3.0) : KILN_OK;
+    unsigned char byte = 0;
+    if (made && fill == KILN_OK) {
+        kiln_tensor *one = NULL;
+        fill = kiln_slice(ts[made - 1], 0, 5, 6, &one);
+        if (fill == KILN_OK)
+            fill = kiln_tensor_read(one, &byte, 1);
+        kiln_tensor_release(one);
+    }
+    for (int i = 0; i < made; i++)
+        kiln_tensor_release(ts[i]);
+    ck_assert_int_eq(kiln_device_empty_cache(dev0), KILN_OK);
+    ck_assert_int_lt(made, MAXT);
+    ck_assert_int_gt(made, 0);
+    ck_assert_int_eq(s, KILN_ERR_OUT_OF_MEMORY);
+    ck_assert_str_contains(msg, "kiln_tensor_empty");
+    ck_assert_int_eq(fill, KILN_OK);
+    ck_assert_int_eq(byte, 3);
+    kiln_tensor *t;
+    ck_assert_int_eq(kiln_tensor_empty(dev0, KILN_U8, 1, shape, &t), KILN_OK);
     kiln_tensor_release(t);
 }
 END_TEST
@@ -836,6 +1047,21 @@ static cl_int CL_API_CALL failing_write(cl_command_queue q, cl_mem m, cl_bool b,
     return CL_MEM_OBJECT_ALLOCATION_FAILURE;
 }
 
+static cl_int CL_API_CALL failing_fill(cl_command_queue q, cl_mem m, const void *p, size_t ps,
+                                       size_t o, size_t n, cl_uint ne, const cl_event *w,
+                                       cl_event *e)
+{
+    (void)q, (void)m, (void)p, (void)ps, (void)o, (void)n, (void)ne, (void)w, (void)e;
+    return CL_MEM_OBJECT_ALLOCATION_FAILURE;
+}
+
+static cl_int CL_API_CALL failing_destructor(cl_mem m, void(CL_CALLBACK *fn)(cl_mem, void *),
+                                             void *data)
+{
+    (void)m, (void)fn, (void)data;
+    return CL_OUT_OF_HOST_MEMORY;
+}
+
 static int live_buffers;
 static cl_mem CL_API_CALL tracking_create(cl_context c, cl_mem_flags f, size_t n, void *h,
                                           cl_int *err)
@@ -895,21 +1121,38 @@ START_TEST(test_fault_injection)
     ck_assert_str_contains(kiln_last_error(), "CL_MEM_OBJECT_ALLOCATION_FAILURE");
     /* 49380 in its size class; Oclgrind gets exact sizes (see memory.c) */
     ck_assert_str_contains(kiln_last_error(), simulated(dev0) ? "49380 bytes" : "49664 bytes");
-    /* a lazy driver fails at first touch: the buffer made for it is released again (kiln
-     * touches no buffer on Oclgrind, which allocates eagerly: see memory.c) */
+    /* Each way of making a new buffer real fails at its last step, and the buffer made for it
+     * is released again (with the host memory of a CPU device's buffer: LeakSanitizer): a CPU
+     * device's host memory (the driver's destructor callback), a GPU sharing host memory (the
+     * fill that commits its pages), a discrete GPU (the first byte's write). The device's
+     * report is changed to take the other paths. Oclgrind allocates eagerly and gets none. */
     if (simulated(dev0))
         test_skip("fault_injection: first-touch failure (no touch on Oclgrind)");
-    if (!simulated(dev0)) {
+    struct {
+        kiln_device_type type;
+        bool unified;
+        const char *fails;
+    } paths[] = {{KILN_DEVICE_CPU, true, "clSetMemObjectDestructorCallback"},
+                 {KILN_DEVICE_GPU, true, "clEnqueueFillBuffer"},
+                 {KILN_DEVICE_GPU, false, "clEnqueueWriteBuffer"}};
+    kiln_device_info saved = dev0->info;
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0] && !simulated(dev0); i++) {
+        dev0->info.type = paths[i].type;
+        dev0->info.unified_memory = paths[i].unified;
         live_buffers = 0;
         kiln__cl.CreateBuffer = tracking_create;
         kiln__cl.ReleaseMemObject = tracking_release;
+        kiln__cl.SetMemObjectDestructorCallback = failing_destructor;
+        kiln__cl.EnqueueFillBuffer = failing_fill;
         kiln__cl.EnqueueWriteBuffer = failing_write;
-        s = kiln_tensor_zeros(dev0, KILN_F32, 1, shape, &t);
+        t = (kiln_tensor *)1;
+        s = kiln_tensor_empty(dev0, KILN_F32, 1, shape, &t);
         kiln__cl_reset();
+        dev0->info = saved;
         ck_assert_int_eq(s, KILN_ERR_OUT_OF_MEMORY);
         ck_assert_ptr_null(t);
         ck_assert_int_eq(live_buffers, 0);
-        ck_assert_str_contains(kiln_last_error(), "clEnqueueWriteBuffer");
+        ck_assert_str_contains(kiln_last_error(), paths[i].fails);
         kiln_memory_stats s1 = stats(dev0);
         ck_assert_uint_eq(s1.allocated_bytes, s0.allocated_bytes);
         ck_assert_uint_eq(s1.cached_bytes, s0.cached_bytes);
@@ -1414,6 +1657,7 @@ Suite *tensor_suite(void)
     tcase_add_test(tc, test_clone_and_copy);
     tcase_add_test(tc, test_reshape_shares_storage);
     tcase_add_test(tc, test_map_read_write);
+    tcase_add_test(tc, test_mapped_tensor_refused);
     tcase_add_test(tc, test_empty_tensors);
     tcase_add_test(tc, test_to_same_device_is_same_tensor);
     tcase_add_test(tc, test_from_cl_mem);
@@ -1433,6 +1677,9 @@ Suite *tensor_suite(void)
     tcase_add_test(tc, test_budget);
     tcase_add_test(tc, test_budget_refusal_outputs);
     tcase_add_test(tc, test_over_max_alloc);
+    tcase_add_test(tc, test_device_memory_refused);
+    tcase_add_test(tc, test_allocation_committed);
+    tcase_add_test(tc, test_address_space_limit);
     tcase_add_test(tc, test_fault_injection);
     suite_add_tcase(s, tc);
 

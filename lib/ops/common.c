@@ -3,6 +3,7 @@
 #include "common.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "launch.h"
@@ -75,6 +76,18 @@ kiln_status kiln__check_tensors(const char *op, int n, int required, const kiln_
             return s;
     }
     return kiln__same_device(op, n, ts, dev);
+}
+
+kiln_status kiln__checked_mode(const char *op, bool *on)
+{
+    const char *v = getenv("KILN_CHECK"); /* read on every call, like KILN_LOG */
+    *on = v && strcmp(v, "1") == 0;
+    if (!v || !*v || *on || strcmp(v, "0") == 0)
+        return KILN_OK;
+    return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                       "%s: KILN_CHECK='%.48s' is not 0 or 1; set KILN_CHECK=1 to check class "
+                       "labels and other data-dependent arguments, or unset it",
+                       op, v);
 }
 
 bool kiln__same_shape(const kiln_tensor *t, int ndim, const int64_t *shape)

@@ -23,6 +23,11 @@ kiln_arg kiln__arg_compute(kiln_dtype dtype, double v);
 kiln_status kiln__check_tensors(const char *op, int n, int required, const kiln_tensor *const *ts,
                                 const char *const *names, kiln_device **dev);
 
+/* KILN_CHECK: "1" turns on the checks of data-dependent arguments that cost a synchronizing
+ * read (class labels in range); unset, "" or "0" leaves them off. Any other value is
+ * KILN_ERR_INVALID_ARGUMENT naming the variable, so that a typo does not silently mean off. */
+kiln_status kiln__checked_mode(const char *op, bool *on);
+
 /* Whether t has exactly this shape. */
 bool kiln__same_shape(const kiln_tensor *t, int ndim, const int64_t *shape);
 
