@@ -569,14 +569,24 @@ START_TEST(read_only_dir_is_not_used)
 }
 END_TEST
 
-/* A full disk (a 16 KiB tmpfs, smaller than a binary): the builds succeed, each failed save is
- * counted, one warning names the error, and no temp file is left. */
+/* A full disk (a 64 KiB tmpfs, filled up): the builds succeed, each failed save is counted, one
+ * warning names the error, and no temp file is left. */
 START_TEST(disk_full_builds_anyway)
 {
-    char dir[512];
+    char dir[512], filler[600];
     use_dir("full", dir, sizeof dir);
-    if (!mount_tmpfs(dir, "16k", "disk_full_builds_anyway"))
+    if (!mount_tmpfs(dir, "64k", "disk_full_builds_anyway"))
         return;
+    snprintf(filler, sizeof filler, "%s/filler", dir);
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    char block[4096];
+    memset(block, 'x', sizeof block);
+    int blocks = 0;
+    while (write(fd, block, sizeof block) > 0 && blocks < 1024)
+        blocks++;
+    ck_assert_int_eq(errno, ENOSPC);
+    close(fd);
     captured log;
     capture_log(&log, "warn");
     build_ok(NULL);
