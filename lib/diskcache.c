@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,15 +19,18 @@
 #include "status.h"
 
 #define ENTRY_MAGIC "KILNBIN\0"
-#define ENTRY_VERSION 1u
-#define HEADER_SIZE 40u
+#define ENTRY_VERSION 2u
+#define HEADER_SIZE 48u
+#define SUM_OFFSET 40u
 #define PAYLOAD_CAP ((uint64_t)1 << 30) /* no program binary is near 1 GiB */
-#define STALE_TMP_SECONDS 600           /* older temp files are leftovers of dead writers */
+#define KEY_CAP ((uint64_t)1 << 30)
+#define NAMES_CAP ((uint64_t)1 << 20)
+#define STALE_TMP_SECONDS 600 /* older temp and aside files are leftovers of dead processes */
 
 /* Entry layout, little-endian:
- *   0  magic "KILNBIN\0"      16 key length (u64)   32 FNV-1a of key + payload (u64)
- *   8  format version (u32)   24 payload length (u64)
- *  12  header size (u32)      40 key text, then the payload (the driver's binary) */
+ *   0  magic "KILNBIN\0"      16 key length (u64)     32 payload length (u64)
+ *   8  format version (u32)   24 names length (u64)   40 FNV-1a of bytes 0-39, key, names, payload
+ *  12  header size (u32)      48 key text, kernel names ("a;b"), payload (the driver's binary) */
 
 static struct {
     pthread_mutex_t lock;
@@ -133,7 +137,8 @@ static int make_dirs(const char *path)
     return 0;
 }
 
-/* Remove temp files that writers which died left behind (live writers' files are young). */
+/* Remove temp files of writers, and entries moved aside by loaders, that died (live ones' files
+ * are young). */
 static void clean_stale_temps(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -142,7 +147,7 @@ static void clean_stale_temps(const char *dir)
     time_t now = time(NULL);
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".tmp."))
+        if (!strstr(e->d_name, ".tmp.") && !strstr(e->d_name, ".aside."))
             continue;
         struct stat st;
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
@@ -152,8 +157,10 @@ static void clean_stale_temps(const char *dir)
     closedir(d);
 }
 
-/* Check the directory is a real directory of ours, not writable by others; tighten it when it
- * is ours. Returns NULL when usable, else why not. */
+/* Check the directory is a real directory of ours that no other user may write to; tighten it
+ * when only its group may. Returns NULL when usable, else why not. A directory every user may
+ * write to (say /tmp) is refused, not tightened: others may have planted entries there, and it
+ * is rarely ours to change. */
 static const char *check_dir(const char *dir)
 {
     if (make_dirs(dir) != 0)
@@ -167,8 +174,13 @@ static const char *check_dir(const char *dir)
         return "it is not a directory";
     if (st.st_uid != geteuid())
         return "it is owned by another user";
-    if ((st.st_mode & 022) && chmod(dir, 0700) != 0)
-        return "it is writable by others and could not be tightened";
+    if (st.st_mode & S_IWOTH)
+        return "it is writable by every user";
+    if (st.st_mode & S_IWGRP) {
+        if (chmod(dir, 0700) != 0)
+            return "it is writable by its group and could not be tightened";
+        kiln__log(KILN_LOG_WARN, "cache: %s was writable by its group; made it 0700", dir);
+    }
     if (access(dir, W_OK | X_OK) != 0)
         return strerror(errno);
     return NULL;
@@ -212,8 +224,7 @@ static void resolve_dir(void)
     clean_stale_temps(cache.dir);
 }
 
-/* Resolve the directory once per process (or after kiln__diskcache_reset). */
-static bool cache_usable(void)
+bool kiln__diskcache_usable(void)
 {
     pthread_mutex_lock(&cache.lock);
     if (!cache.resolved) {
@@ -227,7 +238,7 @@ static bool cache_usable(void)
 
 bool kiln__diskcache_entry_path(const char *key, size_t keylen, char *buf, size_t size)
 {
-    if (!cache_usable())
+    if (!kiln__diskcache_usable())
         return false;
     int n = snprintf(buf, size, "%s/%016llx.bin", cache.dir,
                      (unsigned long long)kiln__fnv1a(key, keylen, KILN__FNV_OFFSET));
@@ -270,88 +281,163 @@ static bool write_all(int fd, const void *buf, size_t n)
     return kiln__fd_transfer(fd, (void *)buf, n, true);
 }
 
-/* What verify found: a usable entry, one to remove, or no host memory to check it with (the
- * entry may be fine: keep it). */
+const char *kiln__cache_entry_parse(const uint8_t *buf, size_t len, kiln__cache_entry *out)
+{
+    memset(out, 0, sizeof *out);
+    if (len == 0)
+        return "empty file";
+    if (len < HEADER_SIZE)
+        return "truncated header";
+    if (memcmp(buf, ENTRY_MAGIC, 8) != 0)
+        return "bad magic: not a kiln cache entry";
+    if (get_u32(buf + 8) != ENTRY_VERSION || get_u32(buf + 12) != HEADER_SIZE)
+        return "unknown format version";
+    uint64_t klen = get_u64(buf + 16), nlen = get_u64(buf + 24), plen = get_u64(buf + 32);
+    uint64_t body = (uint64_t)len - HEADER_SIZE;
+    /* Each length is checked against what is left, so no sum can wrap. */
+    if (klen > body || nlen > body - klen || plen != body - klen - nlen)
+        return "length fields do not match the file size (truncated?)";
+    if (klen == 0 || klen > KEY_CAP || nlen > NAMES_CAP || plen == 0 || plen > PAYLOAD_CAP)
+        return "a length field is out of range";
+    const char *key = (const char *)buf + HEADER_SIZE;
+    if (memchr(key + klen, '\0', (size_t)nlen))
+        return "the kernel names hold a NUL byte";
+    uint64_t sum = kiln__fnv1a(buf, SUM_OFFSET, KILN__FNV_OFFSET);
+    if (kiln__fnv1a(buf + HEADER_SIZE, (size_t)body, sum) != get_u64(buf + SUM_OFFSET))
+        return "checksum mismatch";
+    out->key = key;
+    out->keylen = (size_t)klen;
+    out->names = key + klen;
+    out->nameslen = (size_t)nlen;
+    out->payload = buf + HEADER_SIZE + klen + nlen;
+    out->size = (size_t)plen;
+    return NULL;
+}
+
+uint8_t *kiln__cache_entry_encode(const kiln__cache_entry *e, size_t *len)
+{
+    *len = 0;
+    if (e->keylen == 0 || e->keylen > KEY_CAP || e->nameslen > NAMES_CAP || e->size == 0 ||
+        e->size > PAYLOAD_CAP)
+        return NULL;
+    size_t n = HEADER_SIZE + e->keylen + e->nameslen + e->size;
+    uint8_t *b = malloc(n);
+    if (!b)
+        return NULL;
+    memset(b, 0, HEADER_SIZE);
+    memcpy(b, ENTRY_MAGIC, sizeof ENTRY_MAGIC - 1); /* its 8 bytes, the last one NUL */
+    put_u32(b + 8, ENTRY_VERSION);
+    put_u32(b + 12, HEADER_SIZE);
+    put_u64(b + 16, e->keylen);
+    put_u64(b + 24, e->nameslen);
+    put_u64(b + 32, e->size);
+    memcpy(b + HEADER_SIZE, e->key, e->keylen);
+    if (e->nameslen)
+        memcpy(b + HEADER_SIZE + e->keylen, e->names, e->nameslen);
+    memcpy(b + HEADER_SIZE + e->keylen + e->nameslen, e->payload, e->size);
+    uint64_t sum = kiln__fnv1a(b, SUM_OFFSET, KILN__FNV_OFFSET);
+    put_u64(b + SUM_OFFSET, kiln__fnv1a(b + HEADER_SIZE, n - HEADER_SIZE, sum));
+    *len = n;
+    return b;
+}
+
+/* Whether every non-empty name of list a[0, alen) is in list b[0, blen). */
+static bool names_within(const char *a, size_t alen, const char *b, size_t blen)
+{
+    for (size_t i = 0; i < alen;) {
+        const char *end = memchr(a + i, ';', alen - i);
+        size_t n = end ? (size_t)(end - (a + i)) : alen - i;
+        bool found = n == 0;
+        for (size_t j = 0; j < blen && !found;) {
+            const char *bend = memchr(b + j, ';', blen - j);
+            size_t m = bend ? (size_t)(bend - (b + j)) : blen - j;
+            found = m == n && memcmp(a + i, b + j, n) == 0;
+            j += m + 1;
+        }
+        if (!found)
+            return false;
+        i += n + 1;
+    }
+    return true;
+}
+
+bool kiln__kernel_names_match(const char *a, size_t alen, const char *b, size_t blen)
+{
+    return names_within(a, alen, b, blen) && names_within(b, blen, a, alen);
+}
+
+void (*kiln__diskcache_before_read)(const char *path);
+
+/* What reading an entry found: its bytes, a file to remove, or no host memory to check it with
+ * (the entry may be fine: keep it). */
 typedef enum verdict {
     ENTRY_OK,
     ENTRY_CORRUPT,
     ENTRY_NO_MEMORY,
 } verdict;
 
-/* Check an entry's header against the file and the key length: NULL, with the payload length and
- * checksum, or why the entry is unusable. Nothing is allocated. */
-static const char *check_header(int fd, size_t keylen, uint64_t *plen, uint64_t *sum)
+/* Read the whole entry file open on fd: its bytes (malloc'd) and length, or why not. The file's
+ * kind, owner and size are checked before anything is allocated. */
+static verdict read_entry(int fd, const char *path, size_t keylen, uint8_t **buf, size_t *len,
+                          const char **why)
 {
     struct stat st;
+    *why = NULL;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        return "not a regular file";
-    if (st.st_size == 0)
-        return "empty file";
-    unsigned char h[HEADER_SIZE];
-    if ((uint64_t)st.st_size < HEADER_SIZE || !read_all(fd, h, HEADER_SIZE))
-        return "truncated header";
-    if (memcmp(h, ENTRY_MAGIC, 8) != 0)
-        return "bad magic: not a kiln cache entry";
-    if (get_u32(h + 8) != ENTRY_VERSION || get_u32(h + 12) != HEADER_SIZE)
-        return "unknown format version";
-    uint64_t klen = get_u64(h + 16), body = (uint64_t)st.st_size - HEADER_SIZE;
-    *plen = get_u64(h + 24);
-    *sum = get_u64(h + 32);
-    if (klen != keylen)
-        return "a different key (hash collision or foreign entry)";
-    /* Lengths are checked against the file before anything is allocated. */
-    if (*plen == 0 || *plen > PAYLOAD_CAP || klen > body || *plen != body - klen)
-        return "length fields do not match the file size (truncated?)";
-    return NULL;
-}
-
-/* Read the stored key into k and the payload into p, and check them: NULL or why not. */
-static const char *check_body(int fd, const char *key, size_t keylen, char *k, unsigned char *p,
-                              uint64_t plen, uint64_t sum)
-{
-    if (!read_all(fd, k, keylen) || !read_all(fd, p, (size_t)plen))
-        return "short read";
-    if (memcmp(k, key, keylen) != 0)
-        return "a different key (hash collision or foreign entry)";
-    if (kiln__fnv1a(p, (size_t)plen, kiln__fnv1a(k, keylen, KILN__FNV_OFFSET)) != sum)
-        return "checksum mismatch";
-    return NULL;
-}
-
-/* Check an open entry against key; on ENTRY_OK *payload (malloc'd) holds the binary, on
- * ENTRY_CORRUPT *why says what is wrong. */
-static verdict verify(int fd, const char *key, size_t keylen, unsigned char **payload, size_t *size,
-                      const char **why)
-{
-    uint64_t plen = 0, sum = 0;
-    *why = check_header(fd, keylen, &plen, &sum);
+        *why = "not a regular file";
+    else if (st.st_uid != geteuid())
+        *why = "owned by another user";
+    else if (st.st_size == 0)
+        *why = "empty file";
+    else if ((uint64_t)st.st_size > HEADER_SIZE + keylen + NAMES_CAP + PAYLOAD_CAP)
+        *why = "larger than any entry for its key";
     if (*why)
         return ENTRY_CORRUPT;
-    char *k = malloc(keylen ? keylen : 1);
-    unsigned char *p = malloc((size_t)plen);
-    if (!k || !p) {
-        free(k);
-        free(p);
+    if (kiln__diskcache_before_read)
+        kiln__diskcache_before_read(path);
+    uint8_t *b = malloc((size_t)st.st_size);
+    if (!b)
         return ENTRY_NO_MEMORY;
-    }
-    *why = check_body(fd, key, keylen, k, p, plen, sum);
-    free(k);
-    if (*why) {
-        free(p);
+    if (!read_all(fd, b, (size_t)st.st_size)) {
+        free(b);
+        *why = "short read (the file shrank)";
         return ENTRY_CORRUPT;
     }
-    *payload = p;
-    *size = (size_t)plen;
+    *buf = b;
+    *len = (size_t)st.st_size;
     return ENTRY_OK;
 }
 
-bool kiln__diskcache_load(const char *key, size_t keylen, unsigned char **binary, size_t *size)
+/* Move the entry at loan->path aside for the driver: false (logged) when it cannot be. */
+static bool move_aside(kiln__cache_loan *loan)
 {
-    char path[sizeof cache.dir + 32];
-    *binary = NULL;
-    *size = 0;
-    if (!kiln__diskcache_entry_path(key, keylen, path, sizeof path))
+    snprintf(loan->aside, sizeof loan->aside, "%s.aside.%ld.%u", loan->path, (long)getpid(),
+             atomic_fetch_add(&tmp_counter, 1));
+    if (rename(loan->path, loan->aside) == 0)
+        return true;
+    if (errno == ENOENT) {
+        /* Another process moved it aside (or removed it) after we opened it: it is not there to
+         * crash a later run either way, and what we read is a verified whole entry. */
+        kiln__log(KILN_LOG_INFO,
+                  "cache: %s was moved or removed by another process while being read; using "
+                  "the verified copy",
+                  loan->path);
+        loan->aside[0] = '\0';
+        return true;
+    }
+    kiln__log(KILN_LOG_WARN,
+              "cache: cannot move %s aside while the driver loads it (%s); building from source",
+              loan->path, strerror(errno));
+    return false;
+}
+
+bool kiln__diskcache_load(const char *key, size_t keylen, kiln__cache_loan *loan)
+{
+    memset(loan, 0, offsetof(kiln__cache_loan, path));
+    loan->path[0] = loan->aside[0] = '\0';
+    if (!kiln__diskcache_entry_path(key, keylen, loan->path, sizeof loan->path))
         return false;
+    const char *path = loan->path;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ELOOP)
@@ -362,16 +448,51 @@ bool kiln__diskcache_load(const char *key, size_t keylen, unsigned char **binary
             kiln__log(KILN_LOG_INFO, "cache: miss %s", path);
         return false;
     }
+    uint8_t *buf = NULL;
+    size_t len = 0;
     const char *why = NULL;
-    verdict v = verify(fd, key, keylen, binary, size, &why);
+    verdict v = read_entry(fd, path, keylen, &buf, &len, &why);
     close(fd);
+    kiln__cache_entry e;
+    if (v == ENTRY_OK) {
+        why = kiln__cache_entry_parse(buf, len, &e);
+        if (!why && (e.keylen != keylen || memcmp(e.key, key, keylen) != 0))
+            why = "a different key (hash collision or foreign entry)";
+        v = why ? ENTRY_CORRUPT : ENTRY_OK;
+    }
     if (v == ENTRY_CORRUPT)
         corrupt(path, why);
-    if (v != ENTRY_OK)
+    if (v != ENTRY_OK || !move_aside(loan)) {
+        free(buf);
         return false;
+    }
+    loan->file = buf;
+    loan->binary = e.payload;
+    loan->size = e.size;
+    loan->names = e.names;
+    loan->nameslen = e.nameslen;
     atomic_fetch_add(&n_hits, 1);
-    kiln__log(KILN_LOG_INFO, "cache: hit %s (%zu bytes)", path, *size);
     return true;
+}
+
+void kiln__diskcache_return(kiln__cache_loan *loan, const char *why)
+{
+    if (!why) {
+        if (loan->aside[0] && rename(loan->aside, loan->path) != 0) {
+            kiln__log(KILN_LOG_WARN, "cache: cannot put %s back (%s); it is rebuilt next run",
+                      loan->path, strerror(errno));
+            unlink(loan->aside);
+        }
+        kiln__log(KILN_LOG_INFO, "cache: hit %s (%zu bytes)", loan->path, loan->size);
+    } else {
+        atomic_fetch_add(&n_rejected, 1);
+        kiln__log(KILN_LOG_WARN, "cache: entry %s %s; removing it and rebuilding", loan->path, why);
+        if (loan->aside[0])
+            unlink(loan->aside);
+    }
+    free(loan->file);
+    memset(loan, 0, offsetof(kiln__cache_loan, path));
+    loan->aside[0] = '\0';
 }
 
 static void write_failed(const char *what, const char *path)
@@ -383,46 +504,45 @@ static void write_failed(const char *what, const char *path)
               strerror(errno));
 }
 
-void kiln__diskcache_store(const char *key, size_t keylen, const unsigned char *binary, size_t size)
+void kiln__diskcache_store(const char *key, size_t keylen, const char *names,
+                           const unsigned char *binary, size_t size)
 {
-    char path[sizeof cache.dir + 32], tmp[sizeof cache.dir + 96];
-    if (size == 0 || !kiln__diskcache_entry_path(key, keylen, path, sizeof path))
+    char path[KILN__CACHE_PATH_MAX], tmp[KILN__CACHE_PATH_MAX + 64];
+    if (!kiln__diskcache_entry_path(key, keylen, path, sizeof path))
         return;
+    kiln__cache_entry e = {key, keylen, names, strlen(names), binary, size};
+    size_t len = 0;
+    uint8_t *bytes = kiln__cache_entry_encode(&e, &len);
+    if (!bytes) {
+        kiln__diskcache_count_unsaved("no host memory for the entry, or a part over its cap");
+        return;
+    }
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(),
              atomic_fetch_add(&tmp_counter, 1));
-    unsigned char h[HEADER_SIZE] = {0};
-    memcpy(h, ENTRY_MAGIC, sizeof ENTRY_MAGIC - 1); /* its 8 bytes, the last one NUL */
-    put_u32(h + 8, ENTRY_VERSION);
-    put_u32(h + 12, HEADER_SIZE);
-    put_u64(h + 16, keylen);
-    put_u64(h + 24, size);
-    put_u64(h + 32, kiln__fnv1a(binary, size, kiln__fnv1a(key, keylen, KILN__FNV_OFFSET)));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         write_failed("create", tmp);
+        free(bytes);
         return;
     }
-    bool ok = write_all(fd, h, sizeof h) && write_all(fd, key, keylen) &&
-              write_all(fd, binary, size) && fsync(fd) == 0;
+    bool ok = write_all(fd, bytes, len) && fsync(fd) == 0;
     ok = close(fd) == 0 && ok;
     /* rename() is atomic: readers see the old entry or the whole new one, never a torn one. */
     if (!ok || rename(tmp, path) != 0) {
         write_failed(ok ? "rename into" : "write", ok ? path : tmp);
         unlink(tmp);
+        free(bytes);
         return;
     }
+    free(bytes);
     atomic_fetch_add(&n_saves, 1);
     kiln__log(KILN_LOG_INFO, "cache: saved %s (%zu bytes)", path, size);
 }
 
-void kiln__diskcache_rejected(const char *key, size_t keylen)
+void kiln__diskcache_count_unsaved(const char *why)
 {
-    char path[sizeof cache.dir + 32];
-    atomic_fetch_add(&n_rejected, 1);
-    if (kiln__diskcache_entry_path(key, keylen, path, sizeof path)) {
-        kiln__log(KILN_LOG_WARN, "cache: the driver refused %s; removing it and rebuilding", path);
-        unlink(path);
-    }
+    atomic_fetch_add(&n_write_errors, 1);
+    kiln__log(KILN_LOG_DEBUG, "cache: the program was built but not cached: %s", why);
 }
 
 void kiln__diskcache_count_miss(void)
@@ -460,6 +580,6 @@ kiln_status kiln_cache_stats_get(kiln_cache_stats *stats)
 
 const char *kiln_cache_dir(void)
 {
-    cache_usable();
+    kiln__diskcache_usable();
     return cache.enabled ? cache.dir : "";
 }

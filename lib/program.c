@@ -93,33 +93,79 @@ static int program_device_index(cl_program p, cl_device_id dev)
     return -1;
 }
 
-/* The binary of a freshly built program, to save in the disk cache (NULL if unavailable). */
-static unsigned char *program_binary(cl_program p, cl_device_id dev, size_t *size)
+/* The binary of a program just built for dev alone, to save in the disk cache; NULL with why
+ * when there is none. PoCL 3.1 puts the binary of a program built for one device of a shared
+ * context in slot 0 whatever that device's index (CL_PROGRAM_BINARY_SIZES [47313, 0] for the
+ * second device): when dev's own slot is empty, the only non-empty slot is dev's. */
+static unsigned char *program_binary(cl_program p, cl_device_id dev, size_t *size, const char **why)
 {
     int idx = program_device_index(p, dev);
-    if (idx < 0)
-        return NULL;
     size_t sizes[64] = {0};
     cl_uint ndev = 0;
-    if (kiln__cl.GetProgramInfo(p, CL_PROGRAM_NUM_DEVICES, sizeof ndev, &ndev, NULL) !=
+    *why = "clGetProgramInfo gave no binary sizes";
+    if (idx < 0 ||
+        kiln__cl.GetProgramInfo(p, CL_PROGRAM_NUM_DEVICES, sizeof ndev, &ndev, NULL) !=
             CL_SUCCESS ||
-        ndev > 64 ||
+        ndev > 64 || (cl_uint)idx >= ndev ||
         kiln__cl.GetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, ndev * sizeof(size_t), sizes, NULL) !=
-            CL_SUCCESS ||
-        sizes[idx] == 0)
+            CL_SUCCESS)
         return NULL;
-    unsigned char *bin = malloc(sizes[idx]);
+    int slot = sizes[idx] ? idx : -1, filled = 0;
+    for (cl_uint i = 0; slot < 0 && i < ndev; i++)
+        filled += sizes[i] != 0;
+    for (cl_uint i = 0; slot < 0 && filled == 1 && i < ndev; i++)
+        if (sizes[i])
+            slot = (int)i;
+    *why = filled > 1 ? "the driver gives binaries for other devices but none for this one"
+                      : "the driver gives no binary for the device (CL_PROGRAM_BINARY_SIZES)";
+    if (slot < 0)
+        return NULL;
+    unsigned char *bin = malloc(sizes[slot]);
     unsigned char *ptrs[64] = {NULL};
+    *why = "no host memory for the binary";
     if (!bin)
         return NULL;
-    ptrs[idx] = bin;
+    ptrs[slot] = bin;
     if (kiln__cl.GetProgramInfo(p, CL_PROGRAM_BINARIES, ndev * sizeof(unsigned char *), ptrs,
                                 NULL) != CL_SUCCESS) {
+        *why = "clGetProgramInfo(CL_PROGRAM_BINARIES) failed";
         free(bin);
         return NULL;
     }
-    *size = sizes[idx];
+    *size = sizes[slot];
     return bin;
+}
+
+/* The kernel names of a built program ("a;b", malloc'd), or NULL. */
+static char *program_names(cl_program p)
+{
+    size_t n = 0;
+    if (kiln__cl.GetProgramInfo(p, CL_PROGRAM_KERNEL_NAMES, 0, NULL, &n) != CL_SUCCESS)
+        return NULL;
+    char *names = calloc(1, n + 1);
+    if (names && n &&
+        kiln__cl.GetProgramInfo(p, CL_PROGRAM_KERNEL_NAMES, n, names, NULL) != CL_SUCCESS) {
+        free(names);
+        return NULL;
+    }
+    return names;
+}
+
+/* Save the binary of a program just built from source, or count why it cannot be saved. */
+static void save_binary(kiln_device *dev, cl_program p, const char *key, size_t keylen)
+{
+    size_t size = 0;
+    const char *why = NULL;
+    unsigned char *bin = program_binary(p, dev->id, &size, &why);
+    char *names = bin ? program_names(p) : NULL;
+    if (bin && !names)
+        why = "clGetProgramInfo(CL_PROGRAM_KERNEL_NAMES) failed";
+    if (bin && names)
+        kiln__diskcache_store(key, keylen, names, bin, size);
+    else
+        kiln__diskcache_count_unsaved(why);
+    free(bin);
+    free(names);
 }
 
 /* The build log of p on dev, malloc'd ("" when the driver gives none); NULL on OOM. */
@@ -223,24 +269,37 @@ static kiln_status from_source(kiln_device *dev, const char *src, size_t len, co
     return s;
 }
 
-/* A program from a cached binary; NULL when the driver refuses it. */
-static cl_program from_binary(kiln_device *dev, const unsigned char *bin, size_t size,
-                              const char *options)
+/* A program from a cached entry; NULL when the driver refuses it, or the program lacks the
+ * entry's kernels (why, of size n, then says so). */
+static cl_program from_binary(kiln_device *dev, const kiln__cache_loan *loan, const char *options,
+                              char *why, size_t n)
 {
     cl_int err = CL_SUCCESS, bstatus = CL_SUCCESS;
+    size_t size = loan->size;
+    const unsigned char *bin = loan->binary;
     cl_program p = kiln__cl.CreateProgramWithBinary(kiln__device_context(dev), 1, &dev->id, &size,
                                                     &bin, &bstatus, &err);
     if (err != CL_SUCCESS || bstatus != CL_SUCCESS || !p) {
-        kiln__log(KILN_LOG_WARN, "cache: %s refused a cached binary (%s); rebuilding",
-                  dev->info.spec, kiln__cl_error_name(err != CL_SUCCESS ? err : bstatus));
+        snprintf(why, n, "was refused by %s (%s)", dev->info.spec,
+                 kiln__cl_error_name(err != CL_SUCCESS ? err : bstatus));
         if (p)
             kiln__cl.ReleaseProgram(p);
         return NULL;
     }
     err = kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        kiln__log(KILN_LOG_WARN, "cache: %s could not build a cached binary (%s); rebuilding",
-                  dev->info.spec, kiln__cl_error_name(err));
+    char *names = err == CL_SUCCESS ? program_names(p) : NULL;
+    if (err != CL_SUCCESS)
+        snprintf(why, n, "could not be built by %s (%s)", dev->info.spec, kiln__cl_error_name(err));
+    else if (!names)
+        snprintf(why, n, "gave a program whose kernel names %s cannot tell", dev->info.spec);
+    else if (!kiln__kernel_names_match(names, strlen(names), loan->names, loan->nameslen))
+        snprintf(why, n,
+                 "holds a program with kernels \"%.200s\", not the \"%.*s\" it was saved with",
+                 names, (int)(loan->nameslen > 200 ? 200 : loan->nameslen), loan->names);
+    else
+        why[0] = '\0';
+    free(names);
+    if (why[0]) {
         kiln__cl.ReleaseProgram(p);
         return NULL;
     }
@@ -256,17 +315,17 @@ kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
     char *key = kiln__diskcache_key(&dev->info, src, len, options, &keylen, &cacheable);
     if (!key)
         return kiln__host_oom(op);
-    unsigned char *bin = NULL;
-    size_t size = 0;
-    if (cacheable && kiln__diskcache_load(key, keylen, &bin, &size)) {
-        cl_program p = from_binary(dev, bin, size, options);
-        free(bin);
+    cacheable = cacheable && kiln__diskcache_usable();
+    kiln__cache_loan loan;
+    if (cacheable && kiln__diskcache_load(key, keylen, &loan)) {
+        char why[512];
+        cl_program p = from_binary(dev, &loan, options, why, sizeof why);
+        kiln__diskcache_return(&loan, p ? NULL : why);
         if (p) {
             free(key);
             *out = p;
             return KILN_OK;
         }
-        kiln__diskcache_rejected(key, keylen);
     }
     double t0 = kiln__now();
     kiln_status s = from_source(dev, src, len, options, op, out);
@@ -274,10 +333,8 @@ kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
         kiln__diskcache_count_miss();
         kiln__log(KILN_LOG_INFO, "%s: built a program from source on %s in %.3f s", op,
                   dev->info.spec, kiln__now() - t0);
-        bin = cacheable ? program_binary(*out, dev->id, &size) : NULL;
-        if (bin)
-            kiln__diskcache_store(key, keylen, bin, size);
-        free(bin);
+        if (cacheable)
+            save_binary(dev, *out, key, keylen);
     }
     free(key);
     return s;

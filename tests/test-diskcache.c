@@ -1,13 +1,31 @@
 /* test-diskcache.c - the on-disk program cache: key, hits across processes, corrupt and foreign
- * entries, unusable directories, KILN_CACHE=0, two processes racing on one entry. */
+ * entries, unusable directories, KILN_CACHE=0, processes racing on one entry, and the fault
+ * matrix of issue 10. Each fault case checks a warn line (KILN_LOG=warn), a correct program and,
+ * where the payload is bad, that the driver never saw it (clCreateProgramWithBinary calls
+ * counted through the kiln__cl table):
+ *   entry is a symlink, FIFO, directory     damaged_entries_rebuild,
+ * unwritable_entry_leaves_no_temp entry owned by another user (root) foreign_owned_entry_is_refused
+ *   entry truncated / damaged anywhere      truncated_entries_rebuild, damaged_entries_rebuild
+ *   entry deleted / shrunk while read       entry_deleted_while_read, entry_shrunk_while_read
+ *   entry of another program, same key      entry_with_other_kernels_is_dropped
+ *   driver crashes on an entry              driver_crash_does_not_loop, half_binary_does_not_loop
+ *   driver refuses an entry                 driver_rejects_binary
+ *   directory world-writable, group-wr.     world_writable_dir_is_refused, group_writable_dir_...
+ *   directory another user's, a symlink     foreign_owned_dir_is_refused, symlinked_dir_is_refused
+ *   directory read-only, disk full          read_only_dir_is_not_used, disk_full_builds_anyway
+ *   8 processes, empty cache, one program   eight_processes_race
+ *   binary of the second device (2 dev.)    second_device_entry_is_saved
+ *   driver gives no binary                  unsaved_binary_is_a_write_error */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,8 +70,16 @@ static void write_text(const char *path, const char *text)
     ck_assert_int_eq(fclose(f), 0);
 }
 
+static char mounted[600]; /* a tmpfs a case mounted ("" if none) */
+
 static void teardown(void)
 {
+    if (mounted[0]) {
+        umount2(mounted, MNT_DETACH);
+        mounted[0] = '\0';
+    }
+    kiln__diskcache_before_read = NULL;
+    unsetenv("KILN_LOG");
     rm_rf(root);
     unsetenv("KILN_CACHE");
     kiln__diskcache_reset();
@@ -80,17 +106,86 @@ static kiln_cache_stats stats(void)
     return st;
 }
 
-/* Build `source` (with options) and check the program is usable. */
-static void build_ok(const char *options)
+/* Build `source` (with options) on d, run it and check what it computed. */
+static void build_ok_on(kiln_device *d, const char *options)
 {
     kiln_program *prog = NULL;
-    kiln_status s = kiln_program_build(dev, source, options, &prog);
+    kiln_status s = kiln_program_build(d, source, options, &prog);
     ck_assert_msg(s == KILN_OK, "build failed: %s", kiln_last_error());
     ck_assert_str_eq(kiln_program_kernel_names(prog), "twice");
+    const float x[3] = {1.5f, -2.0f, 0.25f};
+    const int64_t shape[1] = {3};
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_tensor_from_host(d, KILN_F32, 1, shape, x, &t));
+    kiln_arg args[2] = {kiln_arg_tensor(t), kiln_arg_i32(3)};
+    size_t global = 3;
+    ASSERT_OK(kiln_program_launch(prog, "twice", 1, &global, NULL, 2, args));
+    float y[3];
+    ASSERT_OK(kiln_tensor_read(t, y, sizeof y));
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(y[i] == 2 * x[i], "element %d: %g, not %g", i, y[i], 2 * x[i]);
+    kiln_tensor_release(t);
     kiln_program_release(prog);
 }
 
-/* Count files in dir whose names contain `part`; the last one's path goes to found. */
+static void build_ok(const char *options)
+{
+    build_ok_on(dev, options);
+}
+
+/* clCreateProgramWithBinary calls, counted through the kiln__cl table. */
+static int binary_calls;
+static cl_program(CL_API_CALL *real_binary)(cl_context, cl_uint, const cl_device_id *,
+                                            const size_t *, const unsigned char **, cl_int *,
+                                            cl_int *);
+
+static cl_program CL_API_CALL counted_binary(cl_context ctx, cl_uint n, const cl_device_id *devs,
+                                             const size_t *lens, const unsigned char **bins,
+                                             cl_int *bstatus, cl_int *err)
+{
+    binary_calls++;
+    return real_binary(ctx, n, devs, lens, bins, bstatus, err);
+}
+
+static void count_binary_calls(void)
+{
+    binary_calls = 0;
+    if (kiln__cl.CreateProgramWithBinary != counted_binary) {
+        real_binary = kiln__cl.CreateProgramWithBinary;
+        kiln__cl.CreateProgramWithBinary = counted_binary;
+    }
+}
+
+/* kiln's log at `level` goes to a file while a case runs a step: stderr is redirected. */
+typedef struct captured {
+    int saved;
+    char path[600];
+} captured;
+
+static void capture_log(captured *c, const char *level)
+{
+    static int n;
+    snprintf(c->path, sizeof c->path, "%s/log-%d.txt", root, n++);
+    fflush(stderr);
+    int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    c->saved = dup(2);
+    ck_assert_int_ge(c->saved, 0);
+    ck_assert_int_ge(dup2(fd, 2), 0);
+    close(fd);
+    setenv("KILN_LOG", level, 1);
+}
+
+static void end_capture(captured *c)
+{
+    unsetenv("KILN_LOG");
+    fflush(stderr);
+    ck_assert_int_ge(dup2(c->saved, 2), 0);
+    close(c->saved);
+}
+
+/* Count files in dir whose names contain `part` (".bin": entries, the names that end so); the
+ * last one's path goes to found. */
 static int count_files(const char *dir, const char *part, char *found, size_t size)
 {
     DIR *d = opendir(dir);
@@ -99,7 +194,9 @@ static int count_files(const char *dir, const char *part, char *found, size_t si
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (e->d_name[0] == '.' || !strstr(e->d_name, part))
+        size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.' || !strstr(e->d_name, part) ||
+            (strcmp(part, ".bin") == 0 && strcmp(e->d_name + len - 4, ".bin") != 0))
             continue;
         n++;
         if (found)
@@ -114,6 +211,40 @@ static size_t file_size(const char *path)
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);
     return (size_t)st.st_size;
+}
+
+static int count_lines_with(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, text) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* The log file holds a "kiln: <level>:" line containing text (shown whole if not). */
+static void assert_logged(const captured *c, const char *level, const char *text)
+{
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "kiln: %s:", level);
+    FILE *f = fopen(c->path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096], all[8192] = "";
+    bool found = false;
+    while (fgets(line, sizeof line, f)) {
+        found = found || (strstr(line, prefix) && strstr(line, text));
+        strncat(all, line, sizeof all - strlen(all) - 1);
+    }
+    fclose(f);
+    ck_assert_msg(found, "no %s line with \"%s\" in the log:\n%s", level, text, all);
+}
+
+static void assert_warned(const captured *c, const char *text)
+{
+    assert_logged(c, "warn", text);
 }
 
 /* ---- key ------------------------------------------------------------------------------ */
@@ -304,13 +435,46 @@ START_TEST(group_writable_dir_is_tightened)
 {
     char dir[512];
     use_dir("loose", dir, sizeof dir);
-    ck_assert_int_eq(mkdir(dir, 0777), 0);
-    ck_assert_int_eq(chmod(dir, 0777), 0);
+    ck_assert_int_eq(mkdir(dir, 0770), 0);
+    ck_assert_int_eq(chmod(dir, 0770), 0);
+    captured log;
+    capture_log(&log, "warn");
     build_ok(NULL);
+    end_capture(&log);
+    assert_warned(&log, "was writable by its group; made it 0700");
     struct stat sd;
     ck_assert_int_eq(stat(dir, &sd), 0);
     ck_assert_int_eq(sd.st_mode & 0777, 0700);
     ck_assert_uint_eq(stats().saves, 1);
+}
+END_TEST
+
+/* A directory every user may write to (say KILN_CACHE_DIR=/tmp) is neither read, written nor
+ * chmod-ed: anyone could have planted an entry in it. */
+START_TEST(world_writable_dir_is_refused)
+{
+    char dir[512], entry[768];
+    use_dir("open", dir, sizeof dir);
+    build_ok(NULL); /* an entry, there before the directory was opened up */
+    ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
+    ck_assert_int_eq(chmod(dir, 01777), 0);
+    kiln__diskcache_reset();
+    captured log;
+    capture_log(&log, "warn");
+    count_binary_calls();
+    build_ok(NULL);
+    build_ok("-DOTHER=1");
+    end_capture(&log);
+    assert_warned(&log, "it is writable by every user");
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.hits + st.saves, 0);
+    ck_assert_uint_eq(st.misses, 2);
+    ck_assert_uint_eq(st.write_errors, 1);
+    ck_assert_int_eq(binary_calls, 0);
+    struct stat sd;
+    ck_assert_int_eq(stat(dir, &sd), 0);
+    ck_assert_int_eq(sd.st_mode & 07777, 01777); /* left as it was */
+    ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 1);
 }
 END_TEST
 
@@ -331,16 +495,110 @@ END_TEST
 
 START_TEST(foreign_owned_dir_is_refused)
 {
-    if (geteuid() != 0)
-        return; /* only root can give a directory to another user */
+    if (geteuid() != 0) {
+        test_skip("foreign_owned_dir_is_refused: only root can give a directory to another user");
+        return;
+    }
     char dir[512];
     use_dir("theirs", dir, sizeof dir);
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+    captured log;
+    capture_log(&log, "warn");
     build_ok(NULL);
+    end_capture(&log);
+    assert_warned(&log, "it is owned by another user");
     kiln_cache_stats st = stats();
     ck_assert_uint_eq(st.saves, 0);
     ck_assert_uint_eq(st.write_errors, 1);
+    ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 0);
+}
+END_TEST
+
+/* Mount a tmpfs of `size` at dir (root only): false, after test_skip, where that is not
+ * possible. */
+static bool mount_tmpfs(const char *dir, const char *size, const char *why)
+{
+    if (geteuid() != 0) {
+        test_skip("%s: mounting a tmpfs needs root", why);
+        return false;
+    }
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    char opts[64];
+    snprintf(opts, sizeof opts, "size=%s,mode=0700", size);
+    if (mount("tmpfs", dir, "tmpfs", 0, opts) != 0) {
+        test_skip("%s: cannot mount a tmpfs (%s)", why, strerror(errno));
+        return false;
+    }
+    snprintf(mounted, sizeof mounted, "%s", dir);
+    return true;
+}
+
+/* A read-only directory is not used at all: an entry could not be moved aside while the driver
+ * tries it (so a crash there could recur every run), nor saved. Root ignores permissions, so as
+ * root the directory is a tmpfs remounted read-only; otherwise it is chmod 0500. */
+START_TEST(read_only_dir_is_not_used)
+{
+    char dir[512];
+    use_dir("ro", dir, sizeof dir);
+    bool as_root = geteuid() == 0;
+    if (as_root && !mount_tmpfs(dir, "4m", "read_only_dir_is_not_used"))
+        return;
+    build_ok(NULL);
+    ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 1);
+    if (as_root)
+        ck_assert_int_eq(mount("tmpfs", dir, "tmpfs", MS_REMOUNT | MS_RDONLY, "mode=0700"), 0);
+    else
+        ck_assert_int_eq(chmod(dir, 0500), 0);
+    kiln__diskcache_reset();
+    captured log;
+    capture_log(&log, "warn");
+    count_binary_calls();
+    build_ok(NULL);
+    end_capture(&log);
+    assert_warned(&log, "cannot use the program cache directory");
+    assert_warned(&log, as_root ? "Read-only file system" : "Permission denied");
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.hits + st.saves + st.corrupt, 0);
+    ck_assert_uint_eq(st.misses, 1);
+    ck_assert_uint_eq(st.write_errors, 1);
+    ck_assert_int_eq(binary_calls, 0);
+    ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 1); /* left alone */
+    if (!as_root)
+        ck_assert_int_eq(chmod(dir, 0700), 0);
+}
+END_TEST
+
+/* A full disk (a 64 KiB tmpfs, filled up): the builds succeed, each failed save is counted, one
+ * warning names the error, and no temp file is left. */
+START_TEST(disk_full_builds_anyway)
+{
+    char dir[512], filler[600];
+    use_dir("full", dir, sizeof dir);
+    if (!mount_tmpfs(dir, "64k", "disk_full_builds_anyway"))
+        return;
+    snprintf(filler, sizeof filler, "%s/filler", dir);
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    char block[4096];
+    memset(block, 'x', sizeof block);
+    int blocks = 0;
+    while (write(fd, block, sizeof block) > 0 && blocks < 1024)
+        blocks++;
+    ck_assert_int_eq(errno, ENOSPC);
+    close(fd);
+    captured log;
+    capture_log(&log, "warn");
+    build_ok(NULL);
+    build_ok("-DOTHER=1");
+    end_capture(&log);
+    assert_warned(&log, "No space left on device");
+    ck_assert_int_eq(count_lines_with(log.path, "kiln: warn:"), 1);
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.misses, 2);
+    ck_assert_uint_eq(st.saves, 0);
+    ck_assert_uint_eq(st.write_errors, 2);
+    ck_assert_int_eq(count_files(dir, ".tmp.", NULL, 0), 0);
     ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 0);
 }
 END_TEST
@@ -395,7 +653,13 @@ static void check_rebuilt(damage_fn damage, size_t arg, const char *what)
     ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
     size_t good = file_size(entry);
     damage(entry, arg);
+    captured log;
+    capture_log(&log, "warn");
+    count_binary_calls();
     build_ok(NULL);
+    end_capture(&log);
+    ck_assert_msg(binary_calls == 0, "%s (arg %zu): the driver was handed the entry", what, arg);
+    assert_warned(&log, "is unusable");
     kiln_cache_stats st = stats();
     ck_assert_msg(st.corrupt == 1 && st.hits == 0 && st.misses == 2 && st.saves == 2,
                   "%s (arg %zu): corrupt %llu hits %llu misses %llu saves %llu", what, arg,
@@ -515,7 +779,14 @@ START_TEST(unwritable_entry_leaves_no_temp)
     ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
     ck_assert_int_eq(unlink(entry), 0);
     ck_assert_int_eq(mkdir(entry, 0700), 0);
+    captured log;
+    capture_log(&log, "warn");
+    count_binary_calls();
     build_ok(NULL);
+    end_capture(&log);
+    assert_warned(&log, "is unusable (not a regular file)");
+    assert_warned(&log, "cannot rename into");
+    ck_assert_int_eq(binary_calls, 0);
     kiln_cache_stats st = stats();
     ck_assert_uint_eq(st.corrupt, 1);
     ck_assert_uint_eq(st.write_errors, 1);
@@ -530,7 +801,12 @@ START_TEST(driver_rejects_binary)
     use_dir("rej", dir, sizeof dir);
     build_ok(NULL);
     kiln__cl.CreateProgramWithBinary = refuse_binary;
+    captured log;
+    capture_log(&log, "warn");
     build_ok(NULL);
+    end_capture(&log);
+    assert_warned(&log, "was refused by");
+    ck_assert_int_eq(count_lines_with(log.path, "kiln: warn:"), 1); /* one line, not two */
     kiln__cl_reset();
     kiln_cache_stats st = stats();
     ck_assert_uint_eq(st.rejected, 1);
@@ -539,6 +815,226 @@ START_TEST(driver_rejects_binary)
     ck_assert_uint_eq(st.saves, 2); /* and was replaced */
     build_ok(NULL);
     ck_assert_uint_eq(stats().hits, 2);
+    ck_assert_int_eq(count_files(dir, ".aside.", NULL, 0), 0);
+}
+END_TEST
+
+/* An entry file of another user (possible where the directory was group-writable before kiln
+ * tightened it) is not read. */
+START_TEST(foreign_owned_entry_is_refused)
+{
+    if (geteuid() != 0) {
+        test_skip("foreign_owned_entry_is_refused: only root can give a file to another user");
+        return;
+    }
+    char dir[512], entry[768];
+    use_dir("theirs", dir, sizeof dir);
+    build_ok(NULL);
+    ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
+    ck_assert_int_eq(chown(entry, 65534, 65534), 0);
+    captured log;
+    capture_log(&log, "warn");
+    count_binary_calls();
+    build_ok(NULL);
+    end_capture(&log);
+    assert_warned(&log, "is unusable (owned by another user)");
+    ck_assert_int_eq(binary_calls, 0);
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.corrupt, 1);
+    ck_assert_uint_eq(st.saves, 2);
+    struct stat se;
+    ck_assert_int_eq(stat(entry, &se), 0);
+    ck_assert_uint_eq(se.st_uid, geteuid()); /* replaced by one of ours */
+}
+END_TEST
+
+static void unlink_it(const char *path)
+{
+    ck_assert_int_eq(unlink(path), 0);
+}
+
+static void halve_it(const char *path)
+{
+    truncate_to(path, file_size(path) / 2);
+}
+
+/* Another process removes the entry after it was opened: what was read is whole and verified,
+ * so it is used; the entry is gone, so the next build saves it again. */
+START_TEST(entry_deleted_while_read)
+{
+    char dir[512];
+    use_dir("del", dir, sizeof dir);
+    build_ok(NULL);
+    kiln__diskcache_before_read = unlink_it;
+    captured log;
+    capture_log(&log, "info");
+    count_binary_calls();
+    build_ok(NULL);
+    end_capture(&log);
+    kiln__diskcache_before_read = NULL;
+    assert_logged(&log, "info", "was moved or removed by another process while being read");
+    ck_assert_int_eq(binary_calls, 1);
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.hits, 1);
+    ck_assert_uint_eq(st.corrupt + st.rejected, 0);
+    ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 0);
+    ck_assert_int_eq(count_files(dir, ".aside.", NULL, 0), 0);
+    build_ok(NULL);
+    st = stats();
+    ck_assert_uint_eq(st.misses, 2);
+    ck_assert_uint_eq(st.saves, 2);
+}
+END_TEST
+
+/* The entry shrinks between the size check and the read: a short read, no driver call. */
+START_TEST(entry_shrunk_while_read)
+{
+    char dir[512];
+    use_dir("shrink", dir, sizeof dir);
+    build_ok(NULL);
+    kiln__diskcache_before_read = halve_it;
+    captured log;
+    capture_log(&log, "warn");
+    count_binary_calls();
+    build_ok(NULL);
+    end_capture(&log);
+    kiln__diskcache_before_read = NULL;
+    assert_warned(&log, "is unusable (short read");
+    ck_assert_int_eq(binary_calls, 0);
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.corrupt, 1);
+    ck_assert_uint_eq(st.saves, 2);
+    build_ok(NULL);
+    ck_assert_uint_eq(stats().hits, 1);
+}
+END_TEST
+
+static uint8_t *read_whole(const char *path, size_t *len)
+{
+    *len = file_size(path);
+    uint8_t *b = malloc(*len);
+    ck_assert_ptr_nonnull(b);
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(read(fd, b, *len), (ssize_t)*len);
+    close(fd);
+    return b;
+}
+
+/* A valid binary of another program under this program's key, header and checksum correct
+ * (issue 10, item 7: "the program has no kernel named ..." on every run): the driver builds it,
+ * its kernels are not the entry's, so it is dropped and rebuilt. */
+START_TEST(entry_with_other_kernels_is_dropped)
+{
+    const char *other = "__kernel void other(__global float *x, int n)\n"
+                        "{\n"
+                        "    int i = get_global_id(0);\n"
+                        "    if (i < n)\n"
+                        "        x[i] = 7.0f;\n"
+                        "}\n";
+    char dir[512], entry[768];
+    use_dir("b", dir, sizeof dir);
+    kiln_program *prog = NULL;
+    ASSERT_OK(kiln_program_build(dev, other, NULL, &prog));
+    kiln_program_release(prog);
+    ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
+    size_t blen, alen, len;
+    uint8_t *b = read_whole(entry, &blen);
+    use_dir("a", dir, sizeof dir);
+    build_ok(NULL);
+    ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
+    uint8_t *a = read_whole(entry, &alen);
+    kiln__cache_entry ea, eb;
+    ck_assert_ptr_null(kiln__cache_entry_parse(a, alen, &ea));
+    ck_assert_ptr_null(kiln__cache_entry_parse(b, blen, &eb));
+    kiln__cache_entry forged = ea;
+    forged.payload = eb.payload;
+    forged.size = eb.size;
+    uint8_t *bytes = kiln__cache_entry_encode(&forged, &len);
+    ck_assert_ptr_nonnull(bytes);
+    FILE *f = fopen(entry, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(bytes, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+    free(bytes);
+    free(a);
+    free(b);
+    kiln__diskcache_reset();
+    captured log;
+    capture_log(&log, "warn");
+    build_ok(NULL); /* asserts the kernel is "twice" and computes 2x */
+    end_capture(&log);
+    assert_warned(&log, "holds a program with kernels \"other\", not the \"twice\"");
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.rejected, 1);
+    ck_assert_uint_eq(st.misses, 1);
+    ck_assert_uint_eq(st.saves, 1);
+    count_binary_calls();
+    build_ok(NULL); /* the rebuilt entry is the right one */
+    ck_assert_int_eq(binary_calls, 1);
+    ck_assert_uint_eq(stats().hits, 2);
+    ck_assert_uint_eq(stats().rejected, 1);
+}
+END_TEST
+
+static cl_int(CL_API_CALL *real_program_info)(cl_program, cl_program_info, size_t, void *,
+                                              size_t *);
+
+static cl_int CL_API_CALL no_binary_sizes(cl_program p, cl_program_info what, size_t n, void *v,
+                                          size_t *ret)
+{
+    if (what != CL_PROGRAM_BINARY_SIZES)
+        return real_program_info(p, what, n, v, ret);
+    memset(v, 0, n);
+    if (ret)
+        *ret = n;
+    return CL_SUCCESS;
+}
+
+/* The driver gives no binary for the device: the build succeeds, and the lost save is counted as
+ * a write error with a debug line (issue 10, item 4: it was silent). */
+START_TEST(unsaved_binary_is_a_write_error)
+{
+    char dir[512];
+    use_dir("nobin", dir, sizeof dir);
+    real_program_info = kiln__cl.GetProgramInfo;
+    kiln__cl.GetProgramInfo = no_binary_sizes;
+    captured log;
+    capture_log(&log, "debug");
+    build_ok(NULL);
+    end_capture(&log);
+    kiln__cl_reset();
+    assert_logged(&log, "debug", "built but not cached: the driver gives no binary");
+    kiln_cache_stats st = stats();
+    ck_assert_uint_eq(st.misses, 1);
+    ck_assert_uint_eq(st.saves, 0);
+    ck_assert_uint_eq(st.write_errors, 1);
+}
+END_TEST
+
+/* A program built for the second device of a shared context is saved, and hits (issue 10,
+ * item 4: PoCL 3.1 reports its binary in slot 0, and nothing was ever saved). */
+START_TEST(second_device_entry_is_saved)
+{
+    kiln_device *other = test_other_device(dev, true);
+    if (!other) {
+        test_skip("second_device_entry_is_saved: no second device in the context of %s",
+                  kiln_device_spec(dev));
+        return;
+    }
+    char dir[512];
+    use_dir("second", dir, sizeof dir);
+    build_ok_on(other, NULL);
+    kiln_cache_stats st = stats();
+    ck_assert_msg(st.misses == 1 && st.saves == 1 && st.write_errors == 0,
+                  "%s: misses %llu saves %llu write_errors %llu", kiln_device_spec(other),
+                  (unsigned long long)st.misses, (unsigned long long)st.saves,
+                  (unsigned long long)st.write_errors);
+    count_binary_calls();
+    build_ok_on(other, NULL);
+    ck_assert_int_eq(binary_calls, 1);
+    ck_assert_uint_eq(stats().hits, 1);
+    ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 1);
 }
 END_TEST
 
@@ -582,11 +1078,20 @@ static pid_t spawn_helper(const char *dir, const char *nbuilds, const char *errf
     return pid;
 }
 
-/* Wait for the helper; its counters go to c[6]. */
-static void wait_helper(pid_t pid, const char *errfile, unsigned long long *c)
+/* The helper's counters: hits misses saves corrupt rejected write_errors binary_calls. */
+#define NC 7
+
+/* Wait for the helper: its wait status. */
+static int wait_status(pid_t pid)
 {
     int status;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+/* The counters the helper printed to errfile.out. */
+static void read_counters(const char *errfile, unsigned long long *c)
+{
     char outfile[600], line[256] = "";
     snprintf(outfile, sizeof outfile, "%s.out", errfile);
     FILE *f = fopen(outfile, "r");
@@ -594,22 +1099,18 @@ static void wait_helper(pid_t pid, const char *errfile, unsigned long long *c)
     if (!fgets(line, sizeof line, f))
         line[0] = '\0';
     fclose(f);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "helper failed (status %d), see %s", status, errfile);
-    ck_assert_int_eq(
-        sscanf(line, "%llu %llu %llu %llu %llu %llu", &c[0], &c[1], &c[2], &c[3], &c[4], &c[5]), 6);
+    ck_assert_msg(sscanf(line, "%llu %llu %llu %llu %llu %llu %llu", &c[0], &c[1], &c[2], &c[3],
+                         &c[4], &c[5], &c[6]) == NC,
+                  "helper printed \"%s\", see %s", line, errfile);
 }
 
-static int count_lines_with(const char *path, const char *text)
+/* Wait for the helper, which must succeed; its counters go to c[NC]. */
+static void wait_helper(pid_t pid, const char *errfile, unsigned long long *c)
 {
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    char line[4096];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, text) != NULL;
-    fclose(f);
-    return n;
+    int status = wait_status(pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "helper failed (status %d), see %s", status, errfile);
+    read_counters(errfile, c);
 }
 
 START_TEST(hit_in_new_process)
@@ -617,7 +1118,7 @@ START_TEST(hit_in_new_process)
     char dir[512], err[512];
     snprintf(dir, sizeof dir, "%s/proc", root);
     snprintf(err, sizeof err, "%s/helper1.err", root);
-    unsigned long long c[6];
+    unsigned long long c[NC];
     wait_helper(spawn_helper(dir, "1", err, NULL), err, c);
     ck_assert_uint_eq(c[0], 0); /* hits */
     ck_assert_uint_eq(c[1], 1); /* misses */
@@ -639,7 +1140,7 @@ START_TEST(one_warning_for_unusable_dir)
     fclose(f);
     snprintf(dir, sizeof dir, "%s/sub", file);
     snprintf(err, sizeof err, "%s/helper2.err", root);
-    unsigned long long c[6];
+    unsigned long long c[NC];
     wait_helper(spawn_helper(dir, "3", err, NULL), err, c);
     ck_assert_uint_eq(c[1], 3);
     ck_assert_uint_eq(c[2], 0);
@@ -654,7 +1155,7 @@ START_TEST(two_processes_race)
     snprintf(dir, sizeof dir, "%s/race", root);
     snprintf(e1, sizeof e1, "%s/race1.err", root);
     snprintf(e2, sizeof e2, "%s/race2.err", root);
-    unsigned long long c1[6], c2[6];
+    unsigned long long c1[NC], c2[NC];
     pid_t p1 = spawn_helper(dir, "2", e1, NULL);
     pid_t p2 = spawn_helper(dir, "2", e2, NULL);
     wait_helper(p1, e1, c1);
@@ -670,24 +1171,127 @@ START_TEST(two_processes_race)
 }
 END_TEST
 
+/* Eight processes build the same program into an empty cache at once: all succeed with the
+ * right result, nothing is torn, corrupt or refused, one entry remains, no temp or aside file. */
+START_TEST(eight_processes_race)
+{
+    char dir[512], err[8][512];
+    snprintf(dir, sizeof dir, "%s/race8", root);
+    pid_t pid[8];
+    for (int i = 0; i < 8; i++) {
+        snprintf(err[i], sizeof err[i], "%s/race8-%d.err", root, i);
+        pid[i] = spawn_helper(dir, "1", err[i], NULL);
+    }
+    unsigned long long sum[NC] = {0}, c[NC];
+    for (int i = 0; i < 8; i++) {
+        wait_helper(pid[i], err[i], c);
+        for (int k = 0; k < NC; k++)
+            sum[k] += c[k];
+        ck_assert_int_eq(count_lines_with(err[i], "kiln: warn"), 0);
+    }
+    ck_assert_uint_eq(sum[0] + sum[1], 8);          /* each built or loaded it once */
+    ck_assert_uint_eq(sum[2], sum[1]);              /* every build saved */
+    ck_assert_uint_eq(sum[3] + sum[4] + sum[5], 0); /* nothing corrupt, refused, unsaved */
+    ck_assert_uint_eq(sum[6], sum[0]);              /* the driver saw only hits */
+    ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 1);
+    ck_assert_int_eq(count_files(dir, ".tmp.", NULL, 0), 0);
+    ck_assert_int_eq(count_files(dir, ".aside.", NULL, 0), 0);
+    wait_helper(spawn_helper(dir, "1", err[0], NULL), err[0], c);
+    ck_assert_uint_eq(c[0], 1);
+    ck_assert_uint_eq(c[3] + c[4], 0);
+}
+END_TEST
+
+/* A driver that crashes on a cached binary (the helper kills itself inside
+ * clCreateProgramWithBinary) must not crash every later run: the entry was moved aside before
+ * the driver saw it, so the next run, crashing too if handed a binary, builds from source. */
+START_TEST(driver_crash_does_not_loop)
+{
+    char dir[512], err[512];
+    snprintf(dir, sizeof dir, "%s/crash", root);
+    snprintf(err, sizeof err, "%s/crash.err", root);
+    unsigned long long c[NC];
+    wait_helper(spawn_helper(dir, "1", err, NULL), err, c);
+    ck_assert_uint_eq(c[2], 1);
+    int status = wait_status(spawn_helper(dir, "1", err, "KILN_TEST_HELPER_CRASH=1"));
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+                  "the helper was to die in the driver (status %d)", status);
+    ck_assert_int_eq(count_files(dir, ".bin", NULL, 0), 0);
+    ck_assert_int_eq(count_files(dir, ".aside.", NULL, 0), 1); /* cleaned once stale */
+    wait_helper(spawn_helper(dir, "1", err, "KILN_TEST_HELPER_CRASH=1"), err, c);
+    ck_assert_uint_eq(c[0], 0); /* hits */
+    ck_assert_uint_eq(c[1], 1); /* misses */
+    ck_assert_uint_eq(c[2], 1); /* saves */
+    ck_assert_uint_eq(c[6], 0); /* no binary reached the driver */
+    wait_helper(spawn_helper(dir, "1", err, NULL), err, c);
+    ck_assert_uint_eq(c[0], 1);
+    ck_assert_uint_eq(c[6], 1);
+}
+END_TEST
+
+/* Issue 10, item 7 with the real driver: half of a valid binary under a correct header and
+ * checksum made PoCL read past it (ASan heap-buffer-overflow, else exit 139) on every run.
+ * Whatever the first run does with it (crash or refuse), the second must build and succeed. */
+START_TEST(half_binary_does_not_loop)
+{
+    char dir[512], err[512], entry[768];
+    snprintf(dir, sizeof dir, "%s/half", root);
+    snprintf(err, sizeof err, "%s/half.err", root);
+    unsigned long long c[NC];
+    wait_helper(spawn_helper(dir, "1", err, NULL), err, c);
+    ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
+    size_t len, blen;
+    uint8_t *bytes = read_whole(entry, &len);
+    kiln__cache_entry e;
+    ck_assert_ptr_null(kiln__cache_entry_parse(bytes, len, &e));
+    e.size /= 2;
+    uint8_t *half = kiln__cache_entry_encode(&e, &blen);
+    ck_assert_ptr_nonnull(half);
+    FILE *f = fopen(entry, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(half, 1, blen, f), blen);
+    ck_assert_int_eq(fclose(f), 0);
+    free(half);
+    free(bytes);
+    int status = wait_status(spawn_helper(dir, "1", err, NULL));
+    bool crashed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    if (!crashed) {
+        read_counters(err, c);
+        ck_assert_uint_eq(c[4], 1); /* then the driver refused it */
+    }
+    for (int run = 0; run < 2; run++) {
+        wait_helper(spawn_helper(dir, "1", err, NULL), err, c);
+        ck_assert_uint_eq(c[3] + c[4], 0);
+        if (run == 0 && crashed)
+            ck_assert_msg(c[1] == 1 && c[6] == 0, "after the crash: misses %llu binaries %llu",
+                          c[1], c[6]);
+        else
+            ck_assert_uint_eq(c[0], 1); /* the rebuilt entry */
+    }
+}
+END_TEST
+
 START_TEST(stale_temp_files_are_cleaned)
 {
-    char dir[512], tmp[600], fresh[600];
+    char dir[512], tmp[600], fresh[600], aside[600];
     use_dir("stale", dir, sizeof dir);
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     snprintf(tmp, sizeof tmp, "%s/0123456789abcdef.bin.tmp.1.0", dir);
     snprintf(fresh, sizeof fresh, "%s/0123456789abcdef.bin.tmp.2.0", dir);
-    FILE *f = fopen(tmp, "w");
-    ck_assert_ptr_nonnull(f);
-    fclose(f);
-    f = fopen(fresh, "w");
-    ck_assert_ptr_nonnull(f);
-    fclose(f);
+    snprintf(aside, sizeof aside, "%s/0123456789abcdef.bin.aside.3.0", dir);
+    const char *files[] = {tmp, fresh, aside};
+    for (int i = 0; i < 3; i++) {
+        FILE *f = fopen(files[i], "w");
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+    }
     struct timespec old[2] = {{.tv_sec = 1000000}, {.tv_sec = 1000000}};
     ck_assert_int_eq(utimensat(AT_FDCWD, tmp, old, 0), 0);
+    ck_assert_int_eq(utimensat(AT_FDCWD, aside, old, 0), 0);
     build_ok(NULL);
-    ck_assert_int_eq(access(tmp, F_OK), -1);  /* an old leftover is removed */
-    ck_assert_int_eq(access(fresh, F_OK), 0); /* a live writer's file is left alone */
+    ck_assert_int_eq(access(tmp, F_OK), -1);   /* an old leftover is removed */
+    ck_assert_int_eq(access(aside, F_OK), -1); /* and an entry a crashed process held */
+    ck_assert_int_eq(access(fresh, F_OK), 0);  /* a live writer's file is left alone */
 }
 END_TEST
 
@@ -714,6 +1318,7 @@ Suite *diskcache_suite(void)
     tcase_add_test(tc, hit_after_save_and_permissions);
     tcase_add_test(tc, include_change_rebuilds);
     tcase_add_test(tc, group_writable_dir_is_tightened);
+    tcase_add_test(tc, world_writable_dir_is_refused);
     tcase_add_test(tc, symlinked_dir_is_refused);
     tcase_add_test(tc, foreign_owned_dir_is_refused);
     tcase_add_test(tc, cache_off);
@@ -721,12 +1326,20 @@ Suite *diskcache_suite(void)
     tcase_add_test(tc, stale_temp_files_are_cleaned);
     tcase_add_test(tc, driver_rejects_binary);
     tcase_add_test(tc, unwritable_entry_leaves_no_temp);
+    tcase_add_test(tc, read_only_dir_is_not_used);
+    tcase_add_test(tc, disk_full_builds_anyway);
+    tcase_add_test(tc, unsaved_binary_is_a_write_error);
+    tcase_add_test(tc, second_device_entry_is_saved);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("damaged");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, truncated_entries_rebuild);
     tcase_add_test(tc, damaged_entries_rebuild);
+    tcase_add_test(tc, foreign_owned_entry_is_refused);
+    tcase_add_test(tc, entry_deleted_while_read);
+    tcase_add_test(tc, entry_shrunk_while_read);
+    tcase_add_test(tc, entry_with_other_kernels_is_dropped);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
 
@@ -735,6 +1348,9 @@ Suite *diskcache_suite(void)
     tcase_add_test(tc, hit_in_new_process);
     tcase_add_test(tc, one_warning_for_unusable_dir);
     tcase_add_test(tc, two_processes_race);
+    tcase_add_test(tc, eight_processes_race);
+    tcase_add_test(tc, driver_crash_does_not_loop);
+    tcase_add_test(tc, half_binary_does_not_loop);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
     return s;
