@@ -60,11 +60,11 @@ char *fuzz_strndup(const uint8_t *data, size_t n)
 void fuzz_fail(const char *file, int line, const char *cond, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "%s:%d: property violated: %s\n  ", file, line, cond);
+    fprintf(stderr, "%s:%d: property violated: ", file, line);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n");
+    fprintf(stderr, " (%s)\n", cond);
     abort();
 }
 

@@ -15,12 +15,20 @@ case $secs in '' | *[!0-9]*)
     ;;
 esac
 
-if [ -d "$build/meson-private" ]; then
-    meson setup --reconfigure "$build" -Dfuzz=true >/dev/null
-else
-    CC=clang CXX=clang++ meson setup "$build" -Dfuzz=true -Dtests=disabled >/dev/null
+# The build's output goes to a log, shown only when it fails.
+mkdir -p "$build"
+blog=$build/fuzz-build.log
+if ! {
+    if [ -d "$build/meson-private" ]; then
+        meson setup --reconfigure "$build" -Dfuzz=true
+    else
+        CC=clang CXX=clang++ meson setup "$build" -Dfuzz=true -Dtests=disabled
+    fi && meson compile -C "$build" fuzz
+} >"$blog" 2>&1; then
+    cat "$blog" >&2
+    echo "scripts/fuzz.sh: building the fuzz targets failed" >&2
+    exit 1
 fi
-meson compile -C "$build" fuzz >/dev/null
 
 targets=()
 for exe in "$build"/fuzz/fuzz-*; do
@@ -52,8 +60,8 @@ for t in "${targets[@]}"; do
     fi
     printf '%-12s %12s %8s %10s  %s\n' "$t" "${execs:-?}" "${took:-?}" "${rate:-?}" "$result"
     if [ $rc -ne 0 ]; then
-        grep -E 'ERROR:|property violated|runtime error|SUMMARY|Test unit written|^  ' "$log" |
-            head -20 | sed 's/^/    /'
+        grep -E 'ERROR:|property violated|runtime error|SUMMARY|Test unit written' "$log" |
+            head -10 | sed 's/^/    /'
     fi
 done
 exit $failed
