@@ -23,6 +23,9 @@ FIELDS = {
 
 failures = []
 
+# kiln-info's exit codes (kiln-info --help, README.md).
+EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_NO_PLATFORM, EXIT_NO_DEVICE, EXIT_NO_SUCH = 1, 2, 3, 4, 5
+
 
 def check(cond, what):
     print(('ok   ' if cond else 'FAIL ') + what)
@@ -71,7 +74,8 @@ def run(exe, args, extra=None):
 def check_json(exe, extra, label):
     want = direct_count(extra)
     r = run(exe, ['--json'], extra)
-    check(r.returncode == (0 if want else 1), f'{label}: --json exit {r.returncode}')
+    check(r.returncode == 0 if want else r.returncode in (EXIT_NO_PLATFORM, EXIT_NO_DEVICE),
+          f'{label}: --json exit {r.returncode}')
     try:
         doc = json.loads(r.stdout)
     except ValueError as e:
@@ -133,7 +137,7 @@ def main(exe, vendors, have_oclgrind, have_clblast):
     r = run(exe, ['--device=cpu', '-l'], plain)
     check(r.returncode == 0 and r.stdout.startswith('cpu:0'), '--device=cpu -l')
 
-    # Exit codes: 2 usage, 1 no device / no platform.
+    # Exit codes: 2 usage, 5 no such device (others exist).
     for args, code, text in [
         (['-d', 'gpu:1x'], 2, "invalid device spec 'gpu:1x'"),
         (['-d', ''], 2, 'empty device spec'),
@@ -143,9 +147,11 @@ def main(exe, vendors, have_oclgrind, have_clblast):
         (['-d'], 2, 'needs an argument'),
         (['extra'], 2, "unexpected argument 'extra'"),
         (['-l', '--json'], 2, 'at most one'),
-        (['-d', 'gpu:7'], 1, "no device 'gpu:7'"),
-        (['-d', 'cpu:99'], 1, 'available: cpu:0'),
-        (['-d', 'cuda:0'], 1, 'NVIDIA'),
+        (['-d', 'gpu:7'], EXIT_NO_SUCH, "no device 'gpu:7'"),
+        (['-d', 'cpu:99'], EXIT_NO_SUCH, 'available: cpu:0'),
+        (['-d', 'cuda:0'], EXIT_NO_SUCH, 'NVIDIA'),
+        (['-d', 'opencl:9:0', '--check'], EXIT_NO_SUCH, "no device 'opencl:9:0'"),
+        (['-d', 'cpu:99', '--json'], EXIT_NO_SUCH, "no device 'cpu:99'"),
     ]:
         r = run(exe, args, plain)
         check(r.returncode == code and text in r.stderr,
@@ -154,18 +160,49 @@ def main(exe, vendors, have_oclgrind, have_clblast):
     r = run(exe, [], dict(plain, KILN_DEVICE='gpu:x'))
     check('KILN_DEVICE' in r.stdout, 'malformed KILN_DEVICE named on the auto line')
 
-    for args in ([], ['-l'], ['--json'], ['-d', 'auto'], ['--check']):
+    # No platform at all (an empty vendors folder): 3, whatever the mode or device asked for.
+    for args in ([], ['-l'], ['--json'], ['-d', 'auto'], ['-d', 'gpu:3'], ['--check']):
         r = run(exe, args, empty)
-        check(r.returncode == 1 and 'pocl-opencl-icd' in r.stderr,
-              f'no platform {args}: exit 1 with install hint (got {r.returncode})')
+        check(r.returncode == EXIT_NO_PLATFORM and 'pocl-opencl-icd' in r.stderr,
+              f'no platform {args}: exit {EXIT_NO_PLATFORM} with install hint '
+              f'(got {r.returncode})')
     r = run(exe, ['--json'], empty)
     try:
         check(json.loads(r.stdout)['devices'] == [], 'no platform --json: valid, no devices')
     except (ValueError, KeyError):
         check(False, 'no platform --json: valid JSON')
-    r = run(exe, [], dict(plain, POCL_DEVICES='bogus'))
-    check(r.returncode == 1 and 'no usable OpenCL device' in r.stderr,
-          f'platform without devices: exit 1 ({r.returncode}, {r.stderr.strip()!r})')
+    # A platform with no devices (PoCL asked for a device kind it does not have): 4.
+    bogus = dict(plain, POCL_DEVICES='bogus')
+    check(direct_count(bogus) == 0, 'POCL_DEVICES=bogus: OpenCL lists no device')
+    for args in ([], ['-l'], ['--check']):
+        r = run(exe, args, bogus)
+        check(r.returncode == EXIT_NO_DEVICE and 'no usable OpenCL device' in r.stderr,
+              f'platform without devices {args}: exit {EXIT_NO_DEVICE} '
+              f'({r.returncode}, {r.stderr.strip()!r})')
+    for args in (['-d', 'cpu:0'], ['-d', 'auto', '--json']):
+        r = run(exe, args, bogus)
+        check(r.returncode == EXIT_NO_DEVICE and "no device '" in r.stderr,
+              f'platform without devices {args}: exit {EXIT_NO_DEVICE} '
+              f'({r.returncode}, {r.stderr.strip()!r})')
+    r = run(exe, ['--json'], bogus)
+    try:
+        check(r.returncode == EXIT_NO_DEVICE and json.loads(r.stdout)['devices'] == [],
+              'platform without devices --json: valid, no devices')
+    except (ValueError, KeyError):
+        check(False, 'platform without devices --json: valid JSON')
+    # Every device hidden (KILN_VISIBLE_DEVICES=''): no usable device either.
+    r = run(exe, ['-l'], dict(plain, KILN_VISIBLE_DEVICES=''))
+    check(r.returncode == EXIT_NO_DEVICE, f'every device hidden: exit {r.returncode}')
+    # A check that fails (no memory allowed for its tensors): 1, with a FAIL line.
+    r = run(exe, ['--check'], dict(plain, KILN_MEMORY_LIMIT='1'))
+    check(r.returncode == EXIT_CHECK_FAILED and ' FAIL ' in r.stdout and
+          'failed the check' in r.stdout,
+          f'failing --check: exit {EXIT_CHECK_FAILED} ({r.returncode}, {r.stdout.strip()!r})')
+    r = run(exe, ['--help'], plain)
+    check(all(f'{c} {w}' in ' '.join(r.stdout.split()) for c, w in
+              [(1, 'a check failed'), (2, 'usage error'), (3, 'no OpenCL platform'),
+               (4, 'no usable device'), (5, 'no such device')]),
+          f'--help lists the exit codes: {r.stdout!r}')
 
     r = run(exe, ['--help'], plain)
     check(r.returncode == 0 and 'usage: kiln-info' in r.stdout, '--help')

@@ -9,7 +9,15 @@
 
 #include "kiln.h"
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+/* Exit codes (documented in usage() and README.md; scripts tell the failures apart by them). */
+enum {
+    EXIT_OK = 0,
+    EXIT_FAIL = 1,        /* a --check failed (or output could not be written) */
+    EXIT_USAGE = 2,       /* bad option or malformed spec */
+    EXIT_NO_PLATFORM = 3, /* no OpenCL platform at all */
+    EXIT_NO_DEVICE = 4,   /* platforms, but no usable (visible) device */
+    EXIT_NO_SUCH = 5,     /* -d SPEC names no device, while others exist */
+};
 
 enum mode { MODE_DETAIL, MODE_LIST, MODE_JSON, MODE_CHECK };
 
@@ -33,8 +41,9 @@ static void usage(FILE *f)
                "\n"
                "Environment: KILN_DEVICE (what auto means), KILN_VISIBLE_DEVICES (hide and\n"
                "renumber devices), KILN_LOG=info|debug.\n"
-               "Exit status: 0 ok; 1 no platform, no device, no such device or a check failed;\n"
-               "2 usage error (bad option or malformed spec).\n");
+               "Exit status: 0 ok; 1 a check failed; 2 usage error (bad option or malformed\n"
+               "spec); 3 no OpenCL platform; 4 no usable device; 5 no such device (-d SPEC\n"
+               "names none of the devices there are).\n");
 }
 
 /* "5.8 GiB": sizes in binary units, as drivers count them. */
@@ -78,7 +87,11 @@ static int select_devices(const char *spec, selection *sel)
         kiln_status s = kiln_device_get(spec, &dev);
         if (s != KILN_OK) {
             fprintf(stderr, "kiln-info: %s\n", kiln_last_error());
-            return s == KILN_ERR_INVALID_ARGUMENT ? EXIT_USAGE : EXIT_FAIL;
+            if (s == KILN_ERR_INVALID_ARGUMENT)
+                return EXIT_USAGE;
+            if (s == KILN_ERR_NO_PLATFORM)
+                return EXIT_NO_PLATFORM;
+            return kiln_device_count(KILN_DEVICE_ALL) > 0 ? EXIT_NO_SUCH : EXIT_NO_DEVICE;
         }
         sel->devs[sel->n++] = dev;
         return EXIT_OK;
@@ -89,20 +102,24 @@ static int select_devices(const char *spec, selection *sel)
     return EXIT_OK;
 }
 
-/* Say on stderr why there is no device at all (with what to install); EXIT_FAIL. */
+/* Say on stderr why there is no device at all (with what to install); EXIT_NO_PLATFORM or
+ * EXIT_NO_DEVICE. */
 static int no_device(void)
 {
     kiln_device *dev;
+    int code = EXIT_NO_DEVICE;
     /* The reason names the missing platform and the packages that provide one. */
-    if (kiln_device_get("auto", &dev) == KILN_ERR_NO_PLATFORM)
+    if (kiln_device_get("auto", &dev) == KILN_ERR_NO_PLATFORM) {
         fprintf(stderr, "kiln-info: %s\n", kiln_unavailable_reason(KILN_DEVICE_ALL));
-    else
+        code = EXIT_NO_PLATFORM;
+    } else {
         fprintf(stderr, "kiln-info: no usable OpenCL device: %s\n",
                 kiln_unavailable_reason(KILN_DEVICE_ALL));
+    }
     const char *notes = kiln_device_notes();
     if (*notes)
         fprintf(stderr, "kiln-info: notes:\n%s", notes);
-    return EXIT_FAIL;
+    return code;
 }
 
 static void print_detail(kiln_device *dev)
@@ -543,7 +560,7 @@ int main(int argc, char **argv)
     selection sel;
     code = select_devices(spec, &sel);
     if (code != EXIT_OK) {
-        if (mode == MODE_JSON && code == EXIT_FAIL)
+        if (mode == MODE_JSON && code != EXIT_USAGE)
             print_json(&sel);
         return finish(code);
     }
