@@ -287,6 +287,25 @@ KILN_API kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nb
  * kiln_tensor_nbytes(t). src may be reused as soon as this returns. */
 KILN_API kiln_status kiln_tensor_write(kiln_tensor *t, const void *src, size_t nbytes);
 
+/* The value of a one-element tensor (any shape of one element), read to the host (blocks):
+ * kiln_tensor_item as a double (integers beyond 2^53 round), kiln_tensor_item_i64 exactly for
+ * integer dtypes (KILN_ERR_DTYPE_MISMATCH for floating ones). A tensor of another size is
+ * KILN_ERR_SHAPE_MISMATCH. *value is 0 on failure. */
+KILN_API kiln_status kiln_tensor_item(const kiln_tensor *t, double *value);
+KILN_API kiln_status kiln_tensor_item_i64(const kiln_tensor *t, int64_t *value);
+
+/* The tensor as text, as PyTorch prints it: nested brackets, integers exactly, floats with four
+ * decimals (scientific when a value is below 1e-4 or from 1e8), tensors of more than 1000
+ * elements summarised to their first and last three entries per dimension, then shape, dtype
+ * and device: "tensor([[1.0000, 2.0000], [3.0000, 4.0000]], shape=[2, 2], dtype=f32,
+ * device=cpu:0)" (rows on lines of their own). Reads the tensor (blocks). Like snprintf, at most
+ * size bytes including the terminating NUL go to buf, and *length (optional) is the whole
+ * text's length: call with buf NULL and size 0 to learn it. kiln_tensor_print writes the text
+ * and a newline to stdout. */
+KILN_API kiln_status kiln_tensor_format(const kiln_tensor *t, char *buf, size_t size,
+                                        size_t *length);
+KILN_API kiln_status kiln_tensor_print(const kiln_tensor *t);
+
 /* A copy of t on dev, like PyTorch's t.to(dev): device-to-device within one OpenCL context,
  * staged through host memory across contexts, ordered after pending work on t. If dev is t's
  * own device, *out is a new reference to t itself (no copy), as in PyTorch. */
@@ -670,6 +689,35 @@ KILN_API kiln_status kiln_slice(const kiln_tensor *x, int axis, int64_t start, i
                                 kiln_tensor **out);
 KILN_API kiln_status kiln_slice_out(const kiln_tensor *x, int axis, int64_t start, int64_t end,
                                     kiln_tensor *out);
+
+/* Clamp every element into [lo, hi] (any dtype; for integers lo and hi are truncated toward
+ * zero and must fit the dtype). lo > hi or a NaN bound is KILN_ERR_INVALID_ARGUMENT. NaN
+ * elements of floating tensors stay NaN. The _out form may write in place. */
+KILN_API kiln_status kiln_clamp(const kiln_tensor *x, double lo, double hi, kiln_tensor **out);
+KILN_API kiln_status kiln_clamp_out(const kiln_tensor *x, double lo, double hi, kiln_tensor *out);
+
+/* Picking elements by index (every dtype; indices are i32 or i64 tensors on x's device). An
+ * index outside [0, n) gives a zero element, never a read outside x; with KILN_CHECK=1 in the
+ * environment the indices are read first and the first bad one is KILN_ERR_INVALID_ARGUMENT.
+ * kiln_index_select: out has x's shape with dimension axis replaced by the length of the 1-D
+ * index, out[..., j, ...] = x[..., index[j], ...] (an embedding lookup is axis 0 of a
+ * [vocabulary, dim] table). kiln_gather (PyTorch's torch.gather): index has x's rank and no
+ * dimension longer than x's except along axis; out has index's shape, and
+ * out[i][j][k] = x[i][index[i][j][k]][k] for axis 1. kiln_one_hot: labels [N] give an [N,
+ * classes] tensor of dtype with 1 at (r, labels[r]) and 0 elsewhere (a row of zeros for a label
+ * outside [0, classes)); kiln_one_hot_out writes into out's dtype. The _out forms need an out
+ * that shares no memory with an input (KILN_ERR_INVALID_ARGUMENT). */
+KILN_API kiln_status kiln_index_select(const kiln_tensor *x, int axis, const kiln_tensor *index,
+                                       kiln_tensor **out);
+KILN_API kiln_status kiln_index_select_out(const kiln_tensor *x, int axis, const kiln_tensor *index,
+                                           kiln_tensor *out);
+KILN_API kiln_status kiln_gather(const kiln_tensor *x, int axis, const kiln_tensor *index,
+                                 kiln_tensor **out);
+KILN_API kiln_status kiln_gather_out(const kiln_tensor *x, int axis, const kiln_tensor *index,
+                                     kiln_tensor *out);
+KILN_API kiln_status kiln_one_hot(const kiln_tensor *labels, int64_t classes, kiln_dtype dtype,
+                                  kiln_tensor **out);
+KILN_API kiln_status kiln_one_hot_out(const kiln_tensor *labels, int64_t classes, kiln_tensor *out);
 
 /* Neural-network helpers (f32, f64; softmax also f16). softmax/log_softmax are max-subtracted
  * (stable); their _out forms need an out of x's shape and dtype that shares no memory with x

@@ -140,3 +140,48 @@ char *kiln__dtype_defines(char *buf, size_t size, const char *slot, kiln_dtype d
              half ? " -DKILN_" : "", half ? slot : "", half ? "_HALF=1" : "");
     return buf;
 }
+
+/* IEEE binary16 bits -> double (exact). */
+static double half_to_double(uint16_t h)
+{
+    int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    double v;
+    if (exp == 0)
+        v = ldexp(mant, -24); /* subnormal */
+    else if (exp == 31)
+        v = mant ? NAN : INFINITY;
+    else
+        v = ldexp(mant | 0x400, exp - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+kiln__host_value kiln__dtype_load(kiln_dtype dtype, const void *buf, int64_t i)
+{
+    kiln__host_value r = {0};
+    const dtype_info *d = info(dtype);
+    if (!d)
+        return r;
+    const unsigned char *p = (const unsigned char *)buf + (size_t)i * d->size;
+    r.floating = d->floating;
+    if (d->floating) {
+        if (d->size == 2) {
+            uint16_t h;
+            memcpy(&h, p, 2);
+            r.f = half_to_double(h);
+        } else if (d->size == 4) {
+            float f;
+            memcpy(&f, p, 4);
+            r.f = f;
+        } else {
+            memcpy(&r.f, p, 8);
+        }
+        return r;
+    }
+    uint64_t u = 0;
+    memcpy(&u, p, d->size); /* little-endian: the low bytes */
+    if (d->is_signed && d->size < 8 && (u >> (8 * d->size - 1)) & 1)
+        u |= ~(uint64_t)0 << (8 * d->size); /* sign-extend */
+    r.i = (int64_t)u;
+    r.f = (double)r.i;
+    return r;
+}

@@ -52,4 +52,13 @@ bool kiln__dtype_scalar_fits(kiln_dtype dtype, double v);
  * buf. */
 char *kiln__dtype_defines(char *buf, size_t size, const char *slot, kiln_dtype dtype);
 
+/* Element i of a host array of dtype: its value as a double (f), and for integer dtypes also
+ * exactly (i). Little-endian hosts, as OpenCL devices kiln supports. */
+typedef struct kiln__host_value {
+    bool floating;
+    double f;
+    int64_t i;
+} kiln__host_value;
+kiln__host_value kiln__dtype_load(kiln_dtype dtype, const void *buf, int64_t i);
+
 #endif

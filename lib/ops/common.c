@@ -2,6 +2,7 @@
  * shape messages and NumPy broadcasting. */
 #include "common.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,29 @@ kiln_status kiln__checked_mode(const char *op, bool *on)
                        "%s: KILN_CHECK='%.48s' is not 0 or 1; set KILN_CHECK=1 to check class "
                        "labels and other data-dependent arguments, or unset it",
                        op, v);
+}
+
+kiln_status kiln__check_indices(const char *op, const kiln_tensor *idx, const char *what, int64_t n,
+                                const char *range)
+{
+    bool on;
+    kiln_status s = kiln__checked_mode(op, &on);
+    if (s != KILN_OK || !on || idx->numel == 0)
+        return s;
+    void *buf = malloc(idx->nbytes);
+    if (!buf)
+        return kiln__host_oom(op);
+    s = kiln_tensor_read(idx, buf, idx->nbytes);
+    for (int64_t i = 0; s == KILN_OK && i < idx->numel; i++) {
+        int64_t v = idx->dtype == KILN_I32 ? ((const int32_t *)buf)[i] : ((const int64_t *)buf)[i];
+        if (v < 0 || v >= n)
+            s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                            "%s: %s[%" PRId64 "] is %" PRId64 ", outside %s (0 to %" PRId64
+                            "); found by KILN_CHECK=1",
+                            op, what, i, v, range, n - 1);
+    }
+    free(buf);
+    return s;
 }
 
 bool kiln__same_shape(const kiln_tensor *t, int ndim, const int64_t *shape)

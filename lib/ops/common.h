@@ -28,6 +28,12 @@ kiln_status kiln__check_tensors(const char *op, int n, int required, const kiln_
  * KILN_ERR_INVALID_ARGUMENT naming the variable, so that a typo does not silently mean off. */
 kiln_status kiln__checked_mode(const char *op, bool *on);
 
+/* With KILN_CHECK=1 (kiln__checked_mode): KILN_ERR_INVALID_ARGUMENT naming the first element
+ * of the i32 or i64 tensor idx outside [0, n), as "<op>: <what>[i] is v, outside <range> (0 to
+ * n-1)". Reads idx back, so it waits for the work that writes it. KILN_OK when off. */
+kiln_status kiln__check_indices(const char *op, const kiln_tensor *idx, const char *what, int64_t n,
+                                const char *range);
+
 /* Whether t has exactly this shape. */
 bool kiln__same_shape(const kiln_tensor *t, int ndim, const int64_t *shape);
 

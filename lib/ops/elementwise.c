@@ -1,5 +1,6 @@
 /* elementwise.c - elementwise ops: binary with NumPy broadcasting (and with a scalar), where,
  * unary ops and their derivatives, and dtype casts (kernels in lib/kernels/elementwise.cl). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -414,4 +415,35 @@ kiln_status kiln_cast_out(const kiln_tensor *x, kiln_tensor *out)
     kiln_status s = check_given("kiln_cast_out", out);
     /* out's dtype, read once out is checked */
     return s != KILN_OK ? s : cast("kiln_cast_out", x, KILN_F32, out, NULL);
+}
+
+/* clamp = minimum(maximum(x, lo), hi), the second step in place on the result. */
+static kiln_status clamp(const char *fn, const kiln_tensor *x, double lo, double hi,
+                         kiln_tensor *given, kiln_tensor **out)
+{
+    if (isnan(lo) || isnan(hi) || lo > hi)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: the bounds [%g, %g] are not an interval; need lo <= hi, neither "
+                           "NaN",
+                           fn, lo, hi);
+    kiln_tensor *t = given;
+    kiln_status s = binary_scalar(fn, KILN_BINARY_MAXIMUM, x, (kiln__scalar){.f = lo}, given,
+                                  given ? NULL : &t);
+    if (s == KILN_OK)
+        s = binary_scalar(fn, KILN_BINARY_MINIMUM, t, (kiln__scalar){.f = hi}, t, NULL);
+    return kiln__finish(s, t, given, out);
+}
+
+kiln_status kiln_clamp(const kiln_tensor *x, double lo, double hi, kiln_tensor **out)
+{
+    const char *fn = "kiln_clamp";
+    kiln_status s = check_out_ptr(fn, out);
+    return s != KILN_OK ? s : clamp(fn, x, lo, hi, NULL, out);
+}
+
+kiln_status kiln_clamp_out(const kiln_tensor *x, double lo, double hi, kiln_tensor *out)
+{
+    const char *fn = "kiln_clamp_out";
+    kiln_status s = check_given(fn, out);
+    return s != KILN_OK ? s : clamp(fn, x, lo, hi, out, NULL);
 }

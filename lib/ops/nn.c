@@ -2,7 +2,6 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -244,31 +243,6 @@ static kiln_status check_ce(const kiln_tensor *logits, const kiln_tensor *labels
     return KILN_OK;
 }
 
-/* With KILN_CHECK=1: KILN_ERR_INVALID_ARGUMENT naming the first label outside [0, classes).
- * Reads the labels back, so it waits for the work that writes them. */
-static kiln_status check_labels(const char *op, const kiln_tensor *labels, int64_t classes)
-{
-    bool on;
-    kiln_status s = kiln__checked_mode(op, &on);
-    if (s != KILN_OK || !on || labels->numel == 0)
-        return s;
-    void *buf = malloc(labels->nbytes);
-    if (!buf)
-        return kiln__host_oom(op);
-    s = kiln_tensor_read(labels, buf, labels->nbytes);
-    for (int64_t i = 0; s == KILN_OK && i < labels->numel; i++) {
-        int64_t v =
-            labels->dtype == KILN_I32 ? ((const int32_t *)buf)[i] : ((const int64_t *)buf)[i];
-        if (v < 0 || v >= classes)
-            s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                            "%s: labels[%" PRId64 "] is %" PRId64 ", outside the %" PRId64
-                            " classes of logits (0 to %" PRId64 "); found by KILN_CHECK=1",
-                            op, i, v, classes, classes - 1);
-    }
-    free(buf);
-    return s;
-}
-
 /* Cross-entropy into loss and grad (NULL: none), every tensor checked here. */
 static kiln_status cross_entropy(const char *op, const kiln_tensor *logits,
                                  const kiln_tensor *labels, kiln_tensor *loss, kiln_tensor *g)
@@ -276,8 +250,11 @@ static kiln_status cross_entropy(const char *op, const kiln_tensor *logits,
     kiln_status s = check_ce(logits, labels, op);
     if (s == KILN_OK)
         s = check_loss_out(op, logits, labels, loss, g);
-    if (s == KILN_OK)
-        s = check_labels(op, labels, logits->shape[1]);
+    if (s == KILN_OK) {
+        char range[64];
+        snprintf(range, sizeof range, "the %" PRId64 " classes of logits", logits->shape[1]);
+        s = kiln__check_indices(op, labels, "labels", logits->shape[1], range);
+    }
     if (s != KILN_OK)
         return s;
     int64_t rows = logits->shape[0], classes = logits->shape[1];
