@@ -70,30 +70,50 @@ static int by_begin(const void *a, const void *b)
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
+/* A name (or other text) from a file, shortened to fit out and with control bytes as '?', for
+ * messages: a file must not put escape sequences on the user's terminal. */
+static const char *shown(const char *in, char *out, size_t size)
+{
+    size_t i = 0;
+    while (in[i] && i + 4 < size) {
+        out[i] = (unsigned char)in[i] < 0x20 || (unsigned char)in[i] == 0x7f ? '?' : in[i];
+        i++;
+    }
+    if (in[i]) {
+        memcpy(out + i, "...", 3);
+        i += 3;
+    }
+    out[i] = '\0';
+    return out;
+}
+
 /* One "name": {...} of the header into *e; what names the file in messages. */
-static kiln_status parse_entry(const char *name, json_t *v, const char *what, kiln__st_entry *e)
+static kiln_status parse_entry(const char *key, json_t *v, const char *what, kiln__st_entry *e)
 {
     const char *op = "kiln_load";
+    char name[72];
+    shown(key, name, sizeof name);
     if (!json_is_object(v))
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s: tensor \"%.64s\" is not an object",
-                           op, what, name);
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s: tensor \"%s\" is not an object", op,
+                           what, name);
     json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape");
     json_t *off = json_object_get(v, "data_offsets");
     if (!json_is_string(dt) || !json_is_array(sh) || !json_is_array(off) ||
         json_array_size(off) != 2)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: %s: tensor \"%.64s\" needs \"dtype\" (a string), \"shape\" (an "
+                           "%s: %s: tensor \"%s\" needs \"dtype\" (a string), \"shape\" (an "
                            "array) and \"data_offsets\" (two integers)",
                            op, what, name);
+    char dts[24];
     if (!dtype_of(json_string_value(dt), &e->dtype))
         return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "%s: %s: tensor \"%.64s\" has dtype %.16s, which kiln does not have "
+                           "%s: %s: tensor \"%s\" has dtype %s, which kiln does not have "
                            "(F16, F32, F64, I32, I64 and U8 load)",
-                           op, what, name, json_string_value(dt));
+                           op, what, name, shown(json_string_value(dt), dts, sizeof dts));
     size_t nd = json_array_size(sh);
     if (nd > KILN_MAX_DIMS)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: %s: tensor \"%.64s\" has %zu dimensions; kiln takes at most %d", op,
+                           "%s: %s: tensor \"%s\" has %zu dimensions; kiln takes at most %d", op,
                            what, name, nd, KILN_MAX_DIMS);
     e->ndim = nd ? (int)nd : 1; /* a scalar loads as [1] */
     e->shape[0] = 1;
@@ -104,7 +124,7 @@ static kiln_status parse_entry(const char *name, json_t *v, const char *what, ki
         uint64_t next;
         if (v2 < 0 || __builtin_mul_overflow(numel, (uint64_t)v2, &next))
             return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                               "%s: %s: tensor \"%.64s\": shape entry %zu is not a size", op, what,
+                               "%s: %s: tensor \"%s\": shape entry %zu is not a size", op, what,
                                name, d);
         numel = next;
         e->shape[d] = (int64_t)v2;
@@ -117,7 +137,7 @@ static kiln_status parse_entry(const char *name, json_t *v, const char *what, ki
         __builtin_mul_overflow(numel, (uint64_t)kiln_dtype_size(e->dtype), &bytes) ||
         bytes != (uint64_t)(ev - bv) || numel > (uint64_t)INT64_MAX)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: %s: tensor \"%.64s\": data_offsets [%lld, %lld] do not hold its "
+                           "%s: %s: tensor \"%s\": data_offsets [%lld, %lld] do not hold its "
                            "%" PRIu64 " elements of %s",
                            op, what, name, (long long)bv, (long long)ev, numel,
                            kiln_dtype_name(e->dtype));
@@ -131,13 +151,14 @@ static kiln_status check_tiling(const kiln__st_entry *es, int n, uint64_t data_l
                                 const char *what)
 {
     uint64_t at = 0;
+    char name[72];
     for (int i = 0; i < n; i++) {
         if (es[i].begin != at)
             return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                               "%s: %s: tensor \"%.64s\" starts at byte %" PRIu64 " of the data, "
+                               "%s: %s: tensor \"%s\" starts at byte %" PRIu64 " of the data, "
                                "but the one before ends at %" PRIu64 " (%s)",
-                               "kiln_load", what, es[i].name, es[i].begin, at,
-                               es[i].begin < at ? "overlap" : "gap");
+                               "kiln_load", what, shown(es[i].name, name, sizeof name), es[i].begin,
+                               at, es[i].begin < at ? "overlap" : "gap");
         at = es[i].end;
     }
     if (at != data_len)
@@ -156,10 +177,14 @@ kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_le
     *n = 0;
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
+    if (!root) {
+        /* jansson quotes the bytes near the error: keep control bytes of the file out of the
+         * message (found by fuzz/fuzz-safetensors.c) */
+        char text[sizeof jerr.text];
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "kiln_load: %s: the header is not valid JSON: %s (byte %d)", what,
-                           jerr.text, jerr.position);
+                           shown(jerr.text, text, sizeof text), jerr.position);
+    }
     if (!json_is_object(root)) {
         json_decref(root);
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,

@@ -259,6 +259,12 @@ START_TEST(test_malformed)
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
                z, 8, INV, "duplicate");
+    /* control bytes of a file never reach a message (found by fuzz/fuzz-safetensors.c) */
+    expect_bad("{\"a\\tb\\u001b[2J\":{\"dtype\":\"X\\u0007\",\"shape\":[1],"
+               "\"data_offsets\":[0,4]}}",
+               z, 4, KILN_ERR_UNSUPPORTED, "tensor \"a?b?[2J\" has dtype X?,");
+    expect_bad("{\"a\":\001}", z, 0, INV, "not valid JSON");
+    ck_assert_ptr_null(strchr(kiln_last_error(), 1));
     expect_bad("{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", z, 4, INV,
                "empty name");
     /* a header length past the end, and every prefix of a valid file */
