@@ -358,6 +358,51 @@ KILN_API kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void 
 KILN_API kiln_status kiln_tensor_unmap(kiln_tensor *t);
 
 /* ------------------------------------------------------------------------------------------
+ * Checkpoints: named tensors in safetensors files
+ * ---------------------------------------------------------------------------------------- */
+
+/* A tensor and its name in a checkpoint. */
+typedef struct kiln_named_tensor {
+    const char *name;
+    kiln_tensor *tensor;
+} kiln_named_tensor;
+
+/* Save n named tensors to path in the safetensors format (an 8-byte little-endian header
+ * length, a JSON header of name -> dtype ("F32"), shape and data_offsets, then the bytes), which
+ * PyTorch, numpy and the safetensors package read. Names are non-empty, unique and not
+ * "__metadata__" (KILN_ERR_INVALID_ARGUMENT). The file is written atomically: a temporary file
+ * beside it (created with the umask's permissions), fsync, rename, fsync of the folder, so path
+ * holds the old file or the whole new one, never half of one. Waits for pending work on the
+ * tensors. KILN_ERR_IO names the path and the system's reason (a full disk, a missing folder). */
+KILN_API kiln_status kiln_save(const char *path, const kiln_named_tensor *tensors, int n);
+
+/* A loaded checkpoint: its tensors, on one device, with their names. */
+typedef struct kiln_checkpoint kiln_checkpoint;
+
+/* Load every tensor of a safetensors file onto dev. The whole header is checked before any
+ * device allocation: JSON, dtypes kiln has (F16, F32, F64, I32, I64, U8; others are
+ * KILN_ERR_UNSUPPORTED), shapes of at most KILN_MAX_DIMS dimensions, offsets that hold exactly
+ * each tensor's bytes and tile the data without gap or overlap; a file that fails gets
+ * KILN_ERR_INVALID_ARGUMENT with the reason, a missing or unreadable one KILN_ERR_IO. A scalar
+ * (shape []) loads as [1]. The data is memory-mapped and copied to the device once: the file must
+ * not be truncated while this runs. */
+KILN_API kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out);
+/* The checkpoint's tensors, in file order, and their names. The tensors are owned by the
+ * checkpoint: retain one (kiln_tensor_retain) to keep it past kiln_checkpoint_free. NULL for an
+ * index out of range or a name the checkpoint does not hold. */
+KILN_API int kiln_checkpoint_count(const kiln_checkpoint *ck);
+KILN_API const char *kiln_checkpoint_name(const kiln_checkpoint *ck, int i);
+KILN_API kiln_tensor *kiln_checkpoint_tensor(const kiln_checkpoint *ck, int i);
+KILN_API kiln_tensor *kiln_checkpoint_find(const kiln_checkpoint *ck, const char *name);
+KILN_API void kiln_checkpoint_free(kiln_checkpoint *ck);
+
+/* Load into existing tensors (a model's parameters, an optimizer's moments): each named tensor
+ * must be in the file with the same dtype and shape (KILN_ERR_INVALID_ARGUMENT,
+ * KILN_ERR_DTYPE_MISMATCH, KILN_ERR_SHAPE_MISMATCH), all checked before any is written; tensors
+ * of the file that are not named are ignored. */
+KILN_API kiln_status kiln_load_into(const char *path, const kiln_named_tensor *tensors, int n);
+
+/* ------------------------------------------------------------------------------------------
  * Programs and launch
  * ---------------------------------------------------------------------------------------- */
 

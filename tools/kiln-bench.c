@@ -16,6 +16,7 @@ static const bench_section sections[] = {
     {"elementwise", "add/mul/relu on 16 Mi f32 vs a C loop over host memory", bench_elementwise},
     {"matmul", "matmul n=256..2048 vs cblas_sgemm, and each matmul path", bench_matmul},
     {"train", "time per training step of the example MLP at a few sizes", bench_train},
+    {"checkpoint", "kiln_save/kiln_load of 1 GiB vs write()+fsync/read()", bench_checkpoint},
 };
 #define NSECTIONS ((int)(sizeof sections / sizeof sections[0]))
 

@@ -66,5 +66,6 @@ int bench_launch(bench_ctx *ctx);
 int bench_elementwise(bench_ctx *ctx);
 int bench_matmul(bench_ctx *ctx);
 int bench_train(bench_ctx *ctx);
+int bench_checkpoint(bench_ctx *ctx);
 
 #endif

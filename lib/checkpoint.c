@@ -1,0 +1,657 @@
+/* checkpoint.c - named tensors saved to and loaded from safetensors files: an 8-byte
+ * little-endian header length, a JSON header (name -> dtype, shape, data_offsets), then the
+ * tensors' bytes, little-endian, in order. The header is read and written with jansson. Files
+ * are written atomically (a temporary file in the same folder, fsync, rename, fsync of the
+ * folder) and checked whole before any device allocation when loaded. */
+#include "checkpoint.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtype.h"
+#include "registry.h"
+#include "status.h"
+#include "tensor.h"
+
+struct kiln_checkpoint {
+    int n;
+    char **names;
+    kiln_tensor **tensors;
+};
+
+/* ---- the header --------------------------------------------------------------------------- */
+
+/* kiln's dtype of a safetensors dtype name: the kiln name in capitals ("F32" is f32). */
+static bool dtype_of(const char *name, kiln_dtype *out)
+{
+    for (int d = 0; d < KILN_DTYPE_COUNT; d++) {
+        const char *k = kiln_dtype_name((kiln_dtype)d);
+        size_t i = 0;
+        while (k[i] && name[i] && toupper((unsigned char)k[i]) == name[i])
+            i++;
+        if (!k[i] && !name[i]) {
+            *out = (kiln_dtype)d;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void st_dtype_name(kiln_dtype dtype, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s", kiln_dtype_name(dtype));
+    for (char *p = buf; *p; p++)
+        *p = (char)toupper((unsigned char)*p);
+}
+
+void kiln__st_entries_free(kiln__st_entry *entries, int n)
+{
+    for (int i = 0; entries && i < n; i++)
+        free(entries[i].name);
+    free(entries);
+}
+
+static int by_begin(const void *a, const void *b)
+{
+    const kiln__st_entry *x = a, *y = b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* A name (or other text) from a file, shortened to fit out and with control bytes as '?', for
+ * messages: a file must not put escape sequences on the user's terminal. */
+static const char *shown(const char *in, char *out, size_t size)
+{
+    size_t i = 0;
+    while (in[i] && i + 4 < size) {
+        out[i] = (unsigned char)in[i] < 0x20 || (unsigned char)in[i] == 0x7f ? '?' : in[i];
+        i++;
+    }
+    if (in[i]) {
+        memcpy(out + i, "...", 3);
+        i += 3;
+    }
+    out[i] = '\0';
+    return out;
+}
+
+/* One "name": {...} of the header into *e; what names the file in messages. */
+static kiln_status parse_entry(const char *key, json_t *v, const char *what, kiln__st_entry *e)
+{
+    const char *op = "kiln_load";
+    char name[72];
+    shown(key, name, sizeof name);
+    if (!json_is_object(v))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s: tensor \"%s\" is not an object", op,
+                           what, name);
+    json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape");
+    json_t *off = json_object_get(v, "data_offsets");
+    if (!json_is_string(dt) || !json_is_array(sh) || !json_is_array(off) ||
+        json_array_size(off) != 2)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s: tensor \"%s\" needs \"dtype\" (a string), \"shape\" (an "
+                           "array) and \"data_offsets\" (two integers)",
+                           op, what, name);
+    char dts[24];
+    if (!dtype_of(json_string_value(dt), &e->dtype))
+        return kiln__error(KILN_ERR_UNSUPPORTED,
+                           "%s: %s: tensor \"%s\" has dtype %s, which kiln does not have "
+                           "(F16, F32, F64, I32, I64 and U8 load)",
+                           op, what, name, shown(json_string_value(dt), dts, sizeof dts));
+    size_t nd = json_array_size(sh);
+    if (nd > KILN_MAX_DIMS)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s: tensor \"%s\" has %zu dimensions; kiln takes at most %d", op,
+                           what, name, nd, KILN_MAX_DIMS);
+    e->ndim = nd ? (int)nd : 1; /* a scalar loads as [1] */
+    e->shape[0] = 1;
+    uint64_t numel = 1;
+    for (size_t d = 0; d < nd; d++) {
+        json_t *s = json_array_get(sh, d);
+        json_int_t v2 = json_is_integer(s) ? json_integer_value(s) : -1;
+        uint64_t next;
+        if (v2 < 0 || __builtin_mul_overflow(numel, (uint64_t)v2, &next))
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: %s: tensor \"%s\": shape entry %zu is not a size", op, what,
+                               name, d);
+        numel = next;
+        e->shape[d] = (int64_t)v2;
+    }
+    json_t *b = json_array_get(off, 0), *en = json_array_get(off, 1);
+    json_int_t bv = json_is_integer(b) ? json_integer_value(b) : -1;
+    json_int_t ev = json_is_integer(en) ? json_integer_value(en) : -1;
+    uint64_t bytes;
+    if (bv < 0 || ev < bv ||
+        __builtin_mul_overflow(numel, (uint64_t)kiln_dtype_size(e->dtype), &bytes) ||
+        bytes != (uint64_t)(ev - bv) || numel > (uint64_t)INT64_MAX)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s: tensor \"%s\": data_offsets [%lld, %lld] do not hold its "
+                           "%" PRIu64 " elements of %s",
+                           op, what, name, (long long)bv, (long long)ev, numel,
+                           kiln_dtype_name(e->dtype));
+    e->begin = (uint64_t)bv;
+    e->end = (uint64_t)ev;
+    return KILN_OK;
+}
+
+/* The ranges, sorted, must tile [0, data_len). */
+static kiln_status check_tiling(const kiln__st_entry *es, int n, uint64_t data_len,
+                                const char *what)
+{
+    uint64_t at = 0;
+    char name[72];
+    for (int i = 0; i < n; i++) {
+        if (es[i].begin != at)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: %s: tensor \"%s\" starts at byte %" PRIu64 " of the data, "
+                               "but the one before ends at %" PRIu64 " (%s)",
+                               "kiln_load", what, shown(es[i].name, name, sizeof name), es[i].begin,
+                               at, es[i].begin < at ? "overlap" : "gap");
+        at = es[i].end;
+    }
+    if (at != data_len)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s: the tensors hold %" PRIu64 " bytes but the file has %" PRIu64
+                           " bytes of data (%s)",
+                           "kiln_load", what, at, data_len,
+                           at < data_len ? "trailing bytes" : "truncated");
+    return KILN_OK;
+}
+
+kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_len, const char *what,
+                                  kiln__st_entry **entries, int *n)
+{
+    *entries = NULL;
+    *n = 0;
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        /* jansson quotes the bytes near the error: keep control bytes of the file out of the
+         * message (found by fuzz/fuzz-safetensors.c) */
+        char text[sizeof jerr.text];
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "kiln_load: %s: the header is not valid JSON: %s (byte %d)", what,
+                           shown(jerr.text, text, sizeof text), jerr.position);
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "kiln_load: %s: the header is not a JSON object", what);
+    }
+    size_t count = json_object_size(root);
+    kiln__st_entry *es = calloc(count ? count : 1, sizeof *es);
+    if (!es) {
+        json_decref(root);
+        return kiln__host_oom("kiln_load");
+    }
+    int k = 0;
+    kiln_status s = KILN_OK;
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        if (strcmp(key, "__metadata__") == 0)
+            continue;
+        if (!*key)
+            s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_load: %s: a tensor has an empty name",
+                            what);
+        if (s == KILN_OK)
+            s = parse_entry(key, v, what, &es[k]);
+        if (s == KILN_OK && !(es[k].name = strdup(key)))
+            s = kiln__host_oom("kiln_load");
+        if (s != KILN_OK)
+            break;
+        k++;
+    }
+    json_decref(root);
+    if (s == KILN_OK) {
+        qsort(es, (size_t)k, sizeof *es, by_begin);
+        s = check_tiling(es, k, data_len, what);
+    }
+    if (s != KILN_OK) {
+        kiln__st_entries_free(es, k); /* the one that failed holds no name yet */
+        return s;
+    }
+    *entries = es;
+    *n = k;
+    return KILN_OK;
+}
+
+/* ---- files -------------------------------------------------------------------------------- */
+
+static kiln_status io_error(const char *op, const char *what, const char *path)
+{
+    return kiln__error(KILN_ERR_IO, "%s: %s %s: %s", op, what, path, strerror(errno));
+}
+
+static bool write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static bool read_all(int fd, void *buf, size_t n, off_t at)
+{
+    char *p = buf;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n, at);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = EIO; /* shorter than fstat said: truncated meanwhile */
+            return false;
+        }
+        p += r;
+        n -= (size_t)r;
+        at += r;
+    }
+    return true;
+}
+
+/* The checks of kiln_save's list: names present, unique, not "__metadata__"; tensors valid. */
+static kiln_status check_list(const char *op, const kiln_named_tensor *ts, int n)
+{
+    if (n < 0 || (n > 0 && !ts))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %d tensors at %p", op, n,
+                           (const void *)ts);
+    for (int i = 0; i < n; i++) {
+        char arg[96];
+        snprintf(arg, sizeof arg, "tensors[%d].tensor", i);
+        if (!ts[i].name || !*ts[i].name || strcmp(ts[i].name, "__metadata__") == 0)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: tensors[%d].name is %s; give each tensor a non-empty name "
+                               "other than __metadata__",
+                               op, i, ts[i].name ? ts[i].name : "NULL");
+        kiln_status s = kiln__check_tensor(ts[i].tensor, op, arg);
+        if (s != KILN_OK)
+            return s;
+        for (int j = 0; j < i; j++)
+            if (strcmp(ts[i].name, ts[j].name) == 0)
+                return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                                   "%s: the name \"%.64s\" is given twice (tensors %d and %d)", op,
+                                   ts[i].name, j, i);
+    }
+    return KILN_OK;
+}
+
+/* The JSON header of the list, padded with spaces to a multiple of 8 bytes (as safetensors
+ * writes it); malloc'd, length to *len. NULL when out of host memory. */
+static char *make_header(const kiln_named_tensor *ts, int n, size_t *len)
+{
+    json_t *root = json_object();
+    uint64_t at = 0;
+    bool ok = root != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        const kiln_tensor *t = ts[i].tensor;
+        char dt[16];
+        st_dtype_name(t->dtype, dt, sizeof dt);
+        json_t *shape = json_array();
+        for (int d = 0; shape && d < t->ndim; d++)
+            ok = ok && json_array_append_new(shape, json_integer(t->shape[d])) == 0;
+        json_t *offs = json_pack("[II]", (json_int_t)at, (json_int_t)(at + t->nbytes));
+        json_t *e = shape && offs
+                        ? json_pack("{sssoso}", "dtype", dt, "shape", shape, "data_offsets", offs)
+                        : NULL;
+        ok = ok && e && json_object_set_new(root, ts[i].name, e) == 0;
+        at += t->nbytes;
+    }
+    char *text = ok ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    if (!text)
+        return NULL;
+    size_t l = strlen(text), pad = (8 - l % 8) % 8;
+    char *out = realloc(text, l + pad + 1);
+    if (!out) {
+        free(text);
+        return NULL;
+    }
+    memset(out + l, ' ', pad);
+    out[l + pad] = '\0';
+    *len = l + pad;
+    return out;
+}
+
+/* The bytes of t to fd: through a read map (no copy on unified memory). */
+static kiln_status write_tensor(int fd, kiln_tensor *t, const char *path)
+{
+    if (t->nbytes == 0)
+        return KILN_OK;
+    void *p;
+    kiln_status s = kiln_tensor_map(t, KILN_MAP_READ, &p);
+    if (s != KILN_OK)
+        return s;
+    bool ok = write_all(fd, p, t->nbytes);
+    int saved = errno;
+    kiln_status u = kiln_tensor_unmap(t);
+    errno = saved;
+    if (!ok)
+        return io_error("kiln_save", "could not write", path);
+    return u;
+}
+
+static void fsync_folder(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return;
+    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd); /* the rename is durable; a failure here loses nothing already written */
+        close(dfd);
+    }
+    free(copy);
+}
+
+kiln_status kiln_save(const char *path, const kiln_named_tensor *tensors, int n)
+{
+    const char *op = "kiln_save";
+    if (!path || !*path)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: path is %s", op,
+                           path ? "empty" : "NULL");
+    kiln_status s = check_list(op, tensors, n);
+    if (s != KILN_OK)
+        return s;
+    size_t hlen = 0;
+    char *header = make_header(tensors, n, &hlen);
+    size_t tlen = strlen(path) + 16;
+    char *tmp = malloc(tlen + 32);
+    if (!header || !tmp) {
+        free(header);
+        free(tmp);
+        return kiln__host_oom(op);
+    }
+    /* A name of its own (pid and a counter), created with the umask's permissions. */
+    static atomic_uint counter;
+    snprintf(tmp, tlen + 32, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        s = io_error(op, "could not create a temporary file beside", path);
+        free(header);
+        free(tmp);
+        return s;
+    }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    if (!write_all(fd, len8, 8) || !write_all(fd, header, hlen))
+        s = io_error(op, "could not write", tmp);
+    for (int i = 0; s == KILN_OK && i < n; i++)
+        s = write_tensor(fd, tensors[i].tensor, tmp);
+    if (s == KILN_OK && fsync(fd) != 0)
+        s = io_error(op, "could not sync", tmp);
+    if (close(fd) != 0 && s == KILN_OK)
+        s = io_error(op, "could not close", tmp);
+    if (s == KILN_OK && rename(tmp, path) != 0)
+        s = io_error(op, "could not rename the temporary file to", path);
+    if (s == KILN_OK)
+        fsync_folder(path);
+    else
+        unlink(tmp);
+    free(header);
+    free(tmp);
+    return s;
+}
+
+static bool same_shape(const kiln_tensor *t, const kiln__st_entry *e)
+{
+    if (t->ndim != e->ndim)
+        return false;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != e->shape[d])
+            return false;
+    return true;
+}
+
+/* An open, checked file: its entries and where its data starts. */
+typedef struct st_file {
+    int fd;
+    uint64_t size, data_at;
+    kiln__st_entry *es;
+    int n;
+} st_file;
+
+static void st_close(st_file *f)
+{
+    kiln__st_entries_free(f->es, f->n);
+    if (f->fd >= 0)
+        close(f->fd);
+}
+
+static kiln_status st_open(const char *op, const char *path, st_file *f)
+{
+    *f = (st_file){.fd = -1};
+    if (!path || !*path)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: path is %s", op,
+                           path ? "empty" : "NULL");
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (f->fd < 0 || fstat(f->fd, &st) != 0)
+        return io_error(op, "could not open", path);
+    if (!S_ISREG(st.st_mode)) {
+        st_close(f);
+        return kiln__error(KILN_ERR_IO, "%s: %s is not a regular file", op, path);
+    }
+    f->size = (uint64_t)st.st_size;
+    unsigned char len8[8];
+    if (f->size < 8 || !read_all(f->fd, len8, 8, 0)) {
+        st_close(f);
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s: %" PRIu64 " bytes, too short for a safetensors file", op, path,
+                           f->size);
+    }
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++)
+        hlen |= (uint64_t)len8[i] << (8 * i);
+    if (hlen > KILN__ST_HEADER_MAX || hlen > f->size - 8) {
+        st_close(f);
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s: the header length %" PRIu64
+                           " is past the end of the file (%" PRIu64
+                           " bytes) or over safetensors' 100 MB limit: not a safetensors file, "
+                           "or truncated",
+                           op, path, hlen, f->size);
+    }
+    char *header = malloc(hlen ? hlen : 1);
+    if (!header) {
+        st_close(f);
+        return kiln__host_oom(op);
+    }
+    kiln_status s = KILN_OK;
+    if (!read_all(f->fd, header, hlen, 8))
+        s = io_error(op, "could not read", path);
+    f->data_at = 8 + hlen;
+    if (s == KILN_OK)
+        s = kiln__st_parse_header(header, hlen, f->size - f->data_at, path, &f->es, &f->n);
+    free(header);
+    if (s != KILN_OK)
+        st_close(f);
+    return s;
+}
+
+/* The file's data, mapped (or read when it cannot be mapped); release with data_done. */
+static const unsigned char *data_get(st_file *f, const char *op, const char *path, void **mapped,
+                                     kiln_status *s)
+{
+    *mapped = NULL;
+    *s = KILN_OK;
+    if (f->size == f->data_at)
+        return (const unsigned char *)"";
+    void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+    if (m != MAP_FAILED) {
+        *mapped = m;
+        return (const unsigned char *)m + f->data_at;
+    }
+    unsigned char *buf = malloc((size_t)(f->size - f->data_at));
+    if (!buf) {
+        *s = kiln__host_oom(op);
+        return NULL;
+    }
+    if (!read_all(f->fd, buf, (size_t)(f->size - f->data_at), (off_t)f->data_at)) {
+        *s = io_error(op, "could not read", path);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void data_done(const st_file *f, const unsigned char *data, void *mapped)
+{
+    if (mapped)
+        munmap(mapped, (size_t)f->size);
+    else if (f->size != f->data_at)
+        free((void *)data);
+}
+
+void kiln_checkpoint_free(kiln_checkpoint *ck)
+{
+    if (!ck)
+        return;
+    for (int i = 0; i < ck->n; i++) {
+        free(ck->names[i]);
+        kiln_tensor_release(ck->tensors[i]);
+    }
+    free(ck->names);
+    free(ck->tensors);
+    free(ck);
+}
+
+kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out)
+{
+    const char *op = "kiln_load";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    kiln_status s = kiln__check_device(dev, op);
+    st_file f = {.fd = -1};
+    if (s == KILN_OK)
+        s = st_open(op, path, &f);
+    if (s != KILN_OK)
+        return s;
+    kiln_checkpoint *ck = calloc(1, sizeof *ck);
+    if (ck) {
+        ck->names = calloc((size_t)(f.n ? f.n : 1), sizeof *ck->names);
+        ck->tensors = calloc((size_t)(f.n ? f.n : 1), sizeof *ck->tensors);
+    }
+    if (!ck || !ck->names || !ck->tensors) {
+        kiln_checkpoint_free(ck);
+        st_close(&f);
+        return kiln__host_oom(op);
+    }
+    void *mapped;
+    const unsigned char *data = data_get(&f, op, path, &mapped, &s);
+    for (int i = 0; s == KILN_OK && i < f.n; i++) {
+        kiln__st_entry *e = &f.es[i];
+        s = kiln_tensor_from_host(dev, e->dtype, e->ndim, e->shape, data + e->begin,
+                                  &ck->tensors[i]);
+        if (s == KILN_OK) {
+            ck->names[i] = e->name; /* taken over from the entry */
+            e->name = NULL;
+            ck->n = i + 1;
+        }
+    }
+    if (data)
+        data_done(&f, data, mapped);
+    st_close(&f);
+    if (s != KILN_OK) {
+        kiln_checkpoint_free(ck);
+        return s;
+    }
+    *out = ck;
+    return KILN_OK;
+}
+
+kiln_status kiln_load_into(const char *path, const kiln_named_tensor *tensors, int n)
+{
+    const char *op = "kiln_load_into";
+    kiln_status s = check_list(op, tensors, n);
+    st_file f = {.fd = -1};
+    if (s == KILN_OK)
+        s = st_open(op, path, &f);
+    if (s != KILN_OK)
+        return s;
+    /* Every tensor matched and checked before anything is written. */
+    int *match = calloc((size_t)(n ? n : 1), sizeof *match);
+    if (!match) {
+        st_close(&f);
+        return kiln__host_oom(op);
+    }
+    for (int i = 0; s == KILN_OK && i < n; i++) {
+        const kiln_tensor *t = tensors[i].tensor;
+        match[i] = -1;
+        for (int j = 0; j < f.n && match[i] < 0; j++)
+            if (strcmp(f.es[j].name, tensors[i].name) == 0)
+                match[i] = j;
+        if (match[i] < 0) {
+            s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s has no tensor named \"%.64s\"", op,
+                            path, tensors[i].name);
+            break;
+        }
+        const kiln__st_entry *e = &f.es[match[i]];
+        char a[160], b[160];
+        if (e->dtype != t->dtype)
+            s = kiln__error(KILN_ERR_DTYPE_MISMATCH,
+                            "%s: \"%.64s\" is %s in %s but the tensor is %s", op, tensors[i].name,
+                            kiln_dtype_name(e->dtype), path, kiln_dtype_name(t->dtype));
+        else if (!same_shape(t, e))
+            s = kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                            "%s: \"%.64s\" has shape %s in %s but the tensor has shape %s", op,
+                            tensors[i].name, kiln__shape_str(a, sizeof a, e->ndim, e->shape), path,
+                            kiln__shape_str(b, sizeof b, t->ndim, t->shape));
+    }
+    void *mapped = NULL;
+    const unsigned char *data = s == KILN_OK ? data_get(&f, op, path, &mapped, &s) : NULL;
+    for (int i = 0; s == KILN_OK && i < n; i++) {
+        const kiln__st_entry *e = &f.es[match[i]];
+        s = kiln_tensor_write(tensors[i].tensor, data + e->begin, (size_t)(e->end - e->begin));
+    }
+    if (data)
+        data_done(&f, data, mapped);
+    free(match);
+    st_close(&f);
+    return s;
+}
+
+int kiln_checkpoint_count(const kiln_checkpoint *ck)
+{
+    return ck ? ck->n : 0;
+}
+
+const char *kiln_checkpoint_name(const kiln_checkpoint *ck, int i)
+{
+    return ck && i >= 0 && i < ck->n ? ck->names[i] : NULL;
+}
+
+kiln_tensor *kiln_checkpoint_tensor(const kiln_checkpoint *ck, int i)
+{
+    return ck && i >= 0 && i < ck->n ? ck->tensors[i] : NULL;
+}
+
+kiln_tensor *kiln_checkpoint_find(const kiln_checkpoint *ck, const char *name)
+{
+    for (int i = 0; ck && name && i < ck->n; i++)
+        if (strcmp(ck->names[i], name) == 0)
+            return ck->tensors[i];
+    return NULL;
+}

@@ -1,0 +1,37 @@
+/* checkpoint.h - tensors saved to and loaded from safetensors files (kiln_save, kiln_load):
+ * the header's parser is pure, for the tests and the fuzz target. */
+#ifndef KILN_CHECKPOINT_H
+#define KILN_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln.h"
+
+/* safetensors limits the JSON header to 100 MB; kiln's files have a few KiB. */
+#define KILN__ST_HEADER_MAX ((uint64_t)100 * 1000 * 1000)
+
+/* One tensor of a header: name (NUL-terminated, malloc'd), dtype, shape (a scalar, shape [],
+ * is loaded as [1]) and its bytes [begin, end) in the data that follows the header. */
+typedef struct kiln__st_entry {
+    char *name;
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    uint64_t begin, end;
+} kiln__st_entry;
+
+/* Parse and check a safetensors JSON header of len bytes (no NUL needed) describing data_len
+ * bytes of data: an object of name -> {dtype, shape, data_offsets} (plus an optional
+ * "__metadata__" object of strings, ignored), names unique and non-empty, dtypes kiln has,
+ * shapes of at most KILN_MAX_DIMS non-negative sizes whose byte count is exactly the offsets'
+ * range, and ranges that tile the data from 0 to data_len in order without gap or overlap.
+ * On success *entries (malloc'd, in data order; free with kiln__st_entries_free) and *n; on
+ * failure a status with the reason in kiln_last_error(), naming `what` (the file). Pure: no
+ * device, no file; any bytes are safe (fuzzed). */
+kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_len, const char *what,
+                                  kiln__st_entry **entries, int *n);
+
+void kiln__st_entries_free(kiln__st_entry *entries, int n);
+
+#endif

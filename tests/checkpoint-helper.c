@@ -1,0 +1,45 @@
+/* checkpoint-helper.c - for tests/test-safetensors.py: load IN (a safetensors file written by
+ * Python) with kiln onto SPEC, and save every tensor of it to OUT together with one kiln made
+ * itself ("kiln.arange": f32 0..9), for Python to read back. Exit 0, or 1 with kiln's message. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kiln.h"
+
+static int fail(const char *what, kiln_status s)
+{
+    fprintf(stderr, "checkpoint-helper: %s: %s: %s\n", what, kiln_status_string(s),
+            kiln_last_error());
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: checkpoint-helper SPEC IN OUT\n");
+        return 2;
+    }
+    kiln_device *dev;
+    kiln_status s = kiln_device_get(argv[1], &dev);
+    if (s != KILN_OK)
+        return fail("kiln_device_get", s);
+    kiln_checkpoint *ck;
+    if ((s = kiln_load(argv[2], dev, &ck)) != KILN_OK)
+        return fail("kiln_load", s);
+    int n = kiln_checkpoint_count(ck);
+    kiln_named_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
+    kiln_tensor *r = NULL;
+    if (!ts || (s = kiln_arange(dev, KILN_F32, 0, 10, 1, &r)) != KILN_OK)
+        return fail("kiln_arange", s);
+    for (int i = 0; i < n; i++) {
+        ts[i].name = kiln_checkpoint_name(ck, i);
+        ts[i].tensor = kiln_checkpoint_tensor(ck, i);
+        printf("%s\n", ts[i].name);
+    }
+    ts[n] = (kiln_named_tensor){"kiln.arange", r};
+    s = kiln_save(argv[3], ts, n + 1);
+    kiln_tensor_release(r);
+    kiln_checkpoint_free(ck);
+    free(ts);
+    return s == KILN_OK ? 0 : fail("kiln_save", s);
+}
