@@ -863,6 +863,57 @@ START_TEST(build_file_cases)
 }
 END_TEST
 
+static cl_int CL_API_CALL no_arg_info(cl_kernel k, cl_uint i, cl_kernel_arg_info what, size_t n,
+                                      void *v, size_t *ret)
+{
+    (void)k, (void)i, (void)what, (void)n, (void)v, (void)ret;
+    return CL_KERNEL_ARG_INFO_NOT_AVAILABLE;
+}
+
+/* The address qualifiers but no type names (what some drivers give). */
+static cl_int CL_API_CALL qualifiers_only(cl_kernel k, cl_uint i, cl_kernel_arg_info what, size_t n,
+                                          void *v, size_t *ret)
+{
+    if (what != CL_KERNEL_ARG_ADDRESS_QUALIFIER)
+        return CL_KERNEL_ARG_INFO_NOT_AVAILABLE;
+    return clGetKernelArgInfo(k, i, what, n, v, ret);
+}
+
+START_TEST(without_argument_info)
+{
+    /* No argument info: the count and the driver's size checks only (documented). */
+    kiln__cl.GetKernelArgInfo = no_arg_info;
+    kiln_program *p = NULL;
+    ASSERT_OK(kiln_program_build(dev, kinds_source, NULL, &p));
+    int64_t n = 8;
+    kiln_tensor *x = NULL;
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, &n, &x));
+    kiln_arg a[5] = {kiln_arg_tensor(x), kiln_arg_f32(1.5f), kiln_arg_f32(3), kiln_arg_i64(2),
+                     kiln_arg_local(8 * sizeof(float))};
+    size_t g = 8, l = 8;
+    ASSERT_OK(kiln_program_launch(p, "kinds", 1, &g, &l, 5, a)); /* f32 for the int: unseen */
+    ASSERT_FAILS(kiln_program_launch(p, "kinds", 1, &g, &l, 4, a), KILN_ERR_INVALID_ARGUMENT,
+                 "takes 5 arguments, 4 given");
+    kiln_program_release(p);
+    /* Qualifiers without type names: pointer against scalar is still checked. */
+    kiln__cl.GetKernelArgInfo = qualifiers_only;
+    ASSERT_OK(kiln_program_build(dev, kinds_source, NULL, &p));
+    a[0] = kiln_arg_f64(4);
+    ASSERT_FAILS(kiln_program_launch(p, "kinds", 1, &g, &l, 5, a), KILN_ERR_INVALID_ARGUMENT,
+                 "kernel kinds, parameter 0 (__global type unknown): kiln_arg_f64() (f64) given");
+    a[0] = kiln_arg_tensor(x);
+    a[3] = kiln_arg_tensor(x);
+    ASSERT_FAILS(kiln_program_launch(p, "kinds", 1, &g, &l, 5, a), KILN_ERR_INVALID_ARGUMENT,
+                 "parameter 3");
+    a[3] = kiln_arg_i64(2);
+    ASSERT_OK(kiln_program_launch(p, "kinds", 1, &g, &l, 5, a));
+    kiln__cl_reset();
+    ASSERT_OK(kiln_device_synchronize(dev));
+    kiln_program_release(p);
+    kiln_tensor_release(x);
+}
+END_TEST
+
 /* ---- log hygiene (issue 10) --------------------------------------------------------------- */
 
 /* stderr into a temporary file until restore_stderr; returns the saved descriptor. */
@@ -1178,6 +1229,7 @@ Suite *program_suite(void)
     tcase_add_test(tc, launch_runs_exactly_global);
     tcase_add_test(tc, padding_is_opt_in);
     tcase_add_test(tc, argument_kinds_checked);
+    tcase_add_test(tc, without_argument_info);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
 
