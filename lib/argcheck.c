@@ -91,7 +91,9 @@ static bool parse_scalar(const char *word, base_type *out)
             if (width > 1 && strcmp(name, "bool") == 0)
                 return false;
             out->cls = BASE_SCALAR;
-            out->dtype = strcmp(name, "bool") == 0 ? -1 : dtype_of_cl_name(name);
+            out->dtype = -1;
+            if (strcmp(name, "bool") != 0)
+                out->dtype = dtype_of_cl_name(name);
             out->size = cl_scalars[i].size;
             out->width = width;
             return true;
@@ -178,7 +180,9 @@ static void copy_text(char *dst, size_t size, const char *text)
     size_t n = text ? strnlen(text, size - 1) : 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)text[i];
-        dst[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+        dst[i] = '?';
+        if (c >= 0x20 && c < 0x7f)
+            dst[i] = text[i];
     }
     dst[n] = '\0';
 }
@@ -352,12 +356,14 @@ kiln_status kiln__argcheck(const char *kernel, int index, const kiln__param *p, 
         return KILN_OK;
     if (size == 0)
         return KILN_ERR_INVALID_ARGUMENT;
+    /* p's texts are read within their arrays: a hand-made p need not terminate them. */
     char given[96], wanted[192], name[64] = "";
     if (p->name[0])
-        snprintf(name, sizeof name, " '%.48s'", p->name);
-    snprintf(
-        msg, size, "kernel %.128s, parameter %d%s (%s%s): %s given; pass %s", kernel ? kernel : "?",
-        index, name, addr_word(p->addr), p->type[0] ? p->type : "type unknown",
-        given_text(a, tensor_dtype, given, sizeof given), wanted_text(p, wanted, sizeof wanted));
+        snprintf(name, sizeof name, " '%.*s'", (int)sizeof p->name, p->name);
+    snprintf(msg, size, "kernel %.128s, parameter %d%s (%s%.*s): %s given; pass %s",
+             kernel ? kernel : "?", index, name, addr_word(p->addr), (int)sizeof p->type,
+             p->type[0] ? p->type : "type unknown",
+             given_text(a, tensor_dtype, given, sizeof given),
+             wanted_text(p, wanted, sizeof wanted));
     return KILN_ERR_INVALID_ARGUMENT;
 }

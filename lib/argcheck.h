@@ -43,13 +43,13 @@ typedef struct kiln__param {
 /* Describe a parameter from its address qualifier and the driver's type name and parameter
  * name (either may be NULL: unknown). Type names as drivers write them are understood: "float*",
  * "const float*", "__global float4 *", "unsigned int", "uint", "size_t", "image2d_t" ...; at most
- * the first 127 characters of each are read. */
+ * the first 128 bytes of each are read (a longer type name is not understood: no check). */
 void kiln__param_parse(kiln__addr addr, const char *type, const char *name, kiln__param *out);
 
 /* Check argument a (number index of kernel `kernel`) against p. tensor_dtype is the dtype of a
  * tensor argument (a's tensor handle is never read). KILN_OK, or KILN_ERR_INVALID_ARGUMENT with
  * a message in msg (size bytes, always terminated when size > 0) naming the kernel, the
- * parameter and both types. kernel may be NULL. */
+ * parameter and both types. kernel may be NULL (else NUL-terminated); p may hold any bytes. */
 kiln_status kiln__argcheck(const char *kernel, int index, const kiln__param *p, const kiln_arg *a,
                            kiln_dtype tensor_dtype, char *msg, size_t size);
 

@@ -86,7 +86,8 @@ static kiln_status check_args(kiln_device *dev, const kiln__kernel *k, const cha
                 return s;
         }
         if (k->params) {
-            kiln_dtype td = a->kind == KILN_ARG_TENSOR ? a->value.tensor->dtype : KILN_F32;
+            const kiln_tensor *t = a->kind == KILN_ARG_TENSOR ? a->value.tensor : NULL;
+            kiln_dtype td = t ? t->dtype : KILN_F32; /* t is live: checked above */
             char msg[512];
             if (kiln__argcheck(k->name, i, &k->params[i], a, td, msg, sizeof msg) != KILN_OK)
                 return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s", op, msg);
@@ -148,11 +149,13 @@ static kiln_status shape_ndrange(const kiln__kernel *k, const char *op, int work
     if (!local) {
         kiln__choose_local(k, work_dim, global, l);
         for (int d = 0; d < work_dim; d++) {
-            size_t r = global[d] % l[d];
-            if (r && global[d] > SIZE_MAX - (l[d] - r))
+            size_t ld = l[d] ? l[d] : 1; /* never 0: kiln__choose_local gives at least 1 */
+            l[d] = ld;
+            size_t r = global[d] % ld;
+            if (r && global[d] > SIZE_MAX - (ld - r))
                 return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: global size %zu is too large",
                                    op, global[d]);
-            g[d] = r ? global[d] + (l[d] - r) : global[d];
+            g[d] = r ? global[d] + (ld - r) : global[d];
         }
         return KILN_OK;
     }

@@ -245,6 +245,11 @@ START_TEST(hostile_input)
     ck_assert_int_eq(kiln__argcheck("k", 0, &p, &a, (kiln_dtype)1000, msg, sizeof msg),
                      KILN_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(msg, "unknown kind 77"));
+    /* A hand-made parameter whose texts are not terminated: read within their arrays. */
+    memset(&p, 'A', sizeof p);
+    ck_assert_int_eq(kiln__argcheck("k", 0, &p, &a, KILN_F32, msg, sizeof msg),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(strstr(msg, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")); /* 49 */
 }
 END_TEST
 
