@@ -9,7 +9,8 @@
 
 #include "kiln.h"
 
-/* Kernels must bounds-check: kiln pads the global size up to a multiple of the local size. */
+/* The bounds check lets the same kernel run padded (kiln_program_pad_range); with local = NULL
+ * the launch runs exactly n work-items, as in plain OpenCL. */
 static const char *source = "__kernel void saxpy(__global float *y, __global const float *x,\n"
                             "                    float a, int n)\n"
                             "{\n"
@@ -61,7 +62,8 @@ int main(int argc, char **argv)
     if (s != KILN_OK)
         return fail("kiln_tensor_from_host", s);
 
-    /* Arguments in the kernel's order; local = NULL lets kiln pick the work-group size. */
+    /* Arguments in the kernel's order, each checked against its parameter; local = NULL lets the
+     * driver pick the work-group size. */
     kiln_arg args[] = {kiln_arg_tensor(ty), kiln_arg_tensor(tx), kiln_arg_f32(a), kiln_arg_i32(n)};
     size_t global = (size_t)n;
     s = kiln_program_launch(prog, "saxpy", 1, &global, NULL, 4, args);

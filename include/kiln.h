@@ -415,7 +415,8 @@ typedef struct kiln_program kiln_program;
 KILN_API kiln_status kiln_program_build(kiln_device *dev, const char *source, const char *options,
                                         kiln_program **out);
 
-/* As kiln_program_build, reading the source from a file. KILN_ERR_IO names the path. */
+/* As kiln_program_build, reading the source from a file. KILN_ERR_IO names the path; positions
+ * in a compiler log name it too (kiln_program_build's say "<source>"). */
 KILN_API kiln_status kiln_program_build_file(kiln_device *dev, const char *path,
                                              const char *options, kiln_program **out);
 
@@ -455,19 +456,40 @@ KILN_API kiln_arg kiln_arg_i64(int64_t x);
 KILN_API kiln_arg kiln_arg_u8(uint8_t x);
 KILN_API kiln_arg kiln_arg_local(size_t bytes);
 
-/* Launch the kernel `name` of prog over work_dim (1-3) dimensions of global size, with local
- * size local (NULL: kiln chooses a valid one; global is then padded up to a multiple of it, so
- * kernels must bounds-check get_global_id). Tensors must be on the program's device
- * (KILN_ERR_DEVICE_MISMATCH). The argument count is checked against the kernel. The range runs
- * exactly as asked (never split), so it must fit every device: at most 65535 work-groups
- * (global[d] / local[d]) in dimensions 1 and 2, on every device, because that is the portable
- * limit (NVIDIA's OpenCL maps them onto a CUDA grid, which stops there); more is
- * KILN_ERR_INVALID_ARGUMENT naming the limit. Launch larger ranges in pieces or loop in the
- * kernel. (NVIDIA's get_global_id also wraps at 2^31 work-items in dimension 0.) Asynchronous:
- * returns once the launch is queued. Safe to call from several threads on one program. */
+/* Launch the kernel `name` of prog over work_dim (1-3) dimensions of global size, exactly as
+ * plain OpenCL would: the kernel runs global[0] x ... work-items, no more. local is the local
+ * size (global must be a multiple of it), or NULL to let the driver choose one that divides
+ * global. (For larger work-groups over ragged sizes, padding is opt-in: kiln_program_pad_range
+ * below, with a kernel that bounds-checks get_global_id.) Tensors must be on the program's
+ * device (KILN_ERR_DEVICE_MISMATCH). The argument count is checked against the kernel, and each
+ * argument against its parameter as the driver describes it (kiln builds user programs with
+ * -cl-kernel-arg-info): a tensor for a __global or __constant pointer, its dtype matching the
+ * pointee (float* and float4* take f32; int* or uint* i32; long* or ulong* i64; char* or uchar* u8;
+ * half* f16; void*, size_t* and typedef'd or struct pointees take any tensor, short* or ushort*
+ * one of 2-byte elements); kiln_arg_local() for a __local pointer; for a scalar parameter the
+ * constructor of its type (float: kiln_arg_f32, double: f64, int, uint: i32; long, ulong: i64;
+ * char, uchar: u8; size_t, typedefs and structs: any scalar, the driver checks the size).
+ * Vectors by value (float4), images and samplers cannot be passed. A mismatch is
+ * KILN_ERR_INVALID_ARGUMENT naming the kernel, the parameter and both types. A driver without
+ * argument info gets the count check and its own size checks only. With an explicit local
+ * size, at most 65535 work-groups (global[d] / local[d]) are allowed in dimensions 1 and 2, on
+ * every device, because that is the portable limit (NVIDIA's OpenCL maps them onto a CUDA grid,
+ * which stops there); more is KILN_ERR_INVALID_ARGUMENT naming the limit. Launch larger ranges
+ * in pieces or loop in the kernel. (NVIDIA's get_global_id also wraps at 2^31 work-items in
+ * dimension 0.) Asynchronous: returns once the launch is queued. Safe to call from several
+ * threads on one program. */
 KILN_API kiln_status kiln_program_launch(kiln_program *prog, const char *name, int work_dim,
                                          const size_t *global, const size_t *local, int nargs,
                                          const kiln_arg *args);
+
+/* Opt-in padding, for kernels that bounds-check: the local size kiln would choose for kernel
+ * `name` over global (within the kernel's work-group limit, at most 256 work-items) into local,
+ * and global rounded up to a multiple of it into padded (each work_dim entries). Pass padded
+ * and local to kiln_program_launch; the kernel then runs padded work-items and must ignore
+ * those past global. KILN_ERR_INVALID_ARGUMENT when the padded size overflows or needs more
+ * than 65535 work-groups in dimension 1 or 2. */
+KILN_API kiln_status kiln_program_pad_range(kiln_program *prog, const char *name, int work_dim,
+                                            const size_t *global, size_t *padded, size_t *local);
 
 /* The names of the program's kernels, separated by ';' (owned by prog). */
 KILN_API const char *kiln_program_kernel_names(const kiln_program *prog);

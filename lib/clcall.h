@@ -70,6 +70,8 @@
     X(cl_int, GetKernelInfo, (cl_kernel, cl_kernel_info, size_t, void *, size_t *))                \
     X(cl_int, GetKernelWorkGroupInfo,                                                              \
       (cl_kernel, cl_device_id, cl_kernel_work_group_info, size_t, void *, size_t *))              \
+    X(cl_int, GetKernelArgInfo,                                                                    \
+      (cl_kernel, cl_uint, cl_kernel_arg_info, size_t, void *, size_t *))                          \
     X(cl_int, SetKernelArg, (cl_kernel, cl_uint, size_t, const void *))                            \
     X(cl_int, ReleaseKernel, (cl_kernel))                                                          \
     X(cl_int, EnqueueNDRangeKernel,                                                                \

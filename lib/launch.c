@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "argcheck.h"
 #include "clcall.h"
 #include "dtype.h"
 #include "program.h"
@@ -27,7 +28,45 @@ static const void *scalar_ptr(const kiln_arg *a)
     return kiln__dtype_valid(a->dtype) ? (const void *)&a->value : NULL;
 }
 
-/* Every argument well-formed, every tensor live and on dev. */
+/* A malformed argument, a dead tensor or one on another device (the slow path: the fast one
+ * in check_args formats nothing). */
+static kiln_status check_arg(kiln_device *dev, const kiln__kernel *k, const char *op, int i,
+                             const kiln_arg *a)
+{
+    char argname[192];
+    snprintf(argname, sizeof argname, "argument %d of kernel %s", i, k->name);
+    if (a->kind == KILN_ARG_TENSOR) {
+        kiln_status s = kiln__check_tensor(a->value.tensor, op, argname);
+        if (s != KILN_OK)
+            return s;
+        if (a->value.tensor->dev != dev)
+            return kiln__error(KILN_ERR_DEVICE_MISMATCH,
+                               "%s: %s is a tensor on %s, but the kernel runs on %s; copy it "
+                               "with kiln_tensor_to()",
+                               op, argname, a->value.tensor->dev->info.spec, dev->info.spec);
+    } else if (a->kind == KILN_ARG_SCALAR) {
+        if (!scalar_ptr(a))
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: %s has an unknown dtype %d; build it with kiln_arg_f32() "
+                               "and friends",
+                               op, argname, (int)a->dtype);
+    } else if (a->kind == KILN_ARG_LOCAL) {
+        if (a->size == 0 || a->size > dev->info.local_mem_bytes)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: %s asks for %zu bytes of local memory; %s has %llu", op,
+                               argname, a->size, dev->info.spec,
+                               (unsigned long long)dev->info.local_mem_bytes);
+    } else {
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s has an unknown kind %d; build it with kiln_arg_tensor(), "
+                           "kiln_arg_f32(), kiln_arg_local() ...",
+                           op, argname, (int)a->kind);
+    }
+    return KILN_OK;
+}
+
+/* Every argument well-formed, every tensor live and on dev, and (user kernels whose driver
+ * describes the parameters) each of the kind and type its parameter takes. */
 static kiln_status check_args(kiln_device *dev, const kiln__kernel *k, const char *op, int nargs,
                               const kiln_arg *args)
 {
@@ -38,40 +77,21 @@ static kiln_status check_args(kiln_device *dev, const kiln__kernel *k, const cha
     for (int i = 0; i < nargs; i++) {
         const kiln_arg *a = &args[i];
         /* The common case (all fine) formats nothing: this runs on every launch. */
-        if (a->kind == KILN_ARG_TENSOR && a->value.tensor &&
-            a->value.tensor->magic == KILN__TENSOR_MAGIC && a->value.tensor->dev == dev &&
-            !atomic_load(&a->value.tensor->storage->mapped))
-            continue;
-        if (a->kind == KILN_ARG_SCALAR && scalar_ptr(a))
-            continue;
-        char argname[192];
-        snprintf(argname, sizeof argname, "argument %d of kernel %s", i, k->name);
-        if (a->kind == KILN_ARG_TENSOR) {
-            kiln_status s = kiln__check_tensor(a->value.tensor, op, argname);
+        bool fine = (a->kind == KILN_ARG_TENSOR && a->value.tensor &&
+                     a->value.tensor->magic == KILN__TENSOR_MAGIC && a->value.tensor->dev == dev &&
+                      !atomic_load(&a->value.tensor->storage->mapped)) ||
+                    (a->kind == KILN_ARG_SCALAR && scalar_ptr(a));
+        if (!fine) {
+            kiln_status s = check_arg(dev, k, op, i, a);
             if (s != KILN_OK)
                 return s;
-            if (a->value.tensor->dev != dev)
-                return kiln__error(KILN_ERR_DEVICE_MISMATCH,
-                                   "%s: %s is a tensor on %s, but the kernel runs on %s; copy it "
-                                   "with kiln_tensor_to()",
-                                   op, argname, a->value.tensor->dev->info.spec, dev->info.spec);
-        } else if (a->kind == KILN_ARG_SCALAR) {
-            if (!scalar_ptr(a))
-                return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                                   "%s: %s has an unknown dtype %d; build it with kiln_arg_f32() "
-                                   "and friends",
-                                   op, argname, (int)a->dtype);
-        } else if (a->kind == KILN_ARG_LOCAL) {
-            if (a->size == 0 || a->size > dev->info.local_mem_bytes)
-                return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                                   "%s: %s asks for %zu bytes of local memory; %s has %llu", op,
-                                   argname, a->size, dev->info.spec,
-                                   (unsigned long long)dev->info.local_mem_bytes);
-        } else {
-            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                               "%s: %s has an unknown kind %d; build it with kiln_arg_tensor(), "
-                               "kiln_arg_f32(), kiln_arg_local() ...",
-                               op, argname, (int)a->kind);
+        }
+        if (k->params) {
+            const kiln_tensor *t = a->kind == KILN_ARG_TENSOR ? a->value.tensor : NULL;
+            kiln_dtype td = t ? t->dtype : KILN_F32; /* t is live: checked above */
+            char msg[512];
+            if (kiln__argcheck(k->name, i, &k->params[i], a, td, msg, sizeof msg) != KILN_OK)
+                return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s", op, msg);
         }
     }
     return KILN_OK;
@@ -130,11 +150,13 @@ static kiln_status shape_ndrange(const kiln__kernel *k, const char *op, int work
     if (!local) {
         kiln__choose_local(k, work_dim, global, l);
         for (int d = 0; d < work_dim; d++) {
-            size_t r = global[d] % l[d];
-            if (r && global[d] > SIZE_MAX - (l[d] - r))
+            size_t ld = l[d] ? l[d] : 1; /* never 0: kiln__choose_local gives at least 1 */
+            l[d] = ld;
+            size_t r = global[d] % ld;
+            if (r && global[d] > SIZE_MAX - (ld - r))
                 return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: global size %zu is too large",
                                    op, global[d]);
-            g[d] = r ? global[d] + (l[d] - r) : global[d];
+            g[d] = r ? global[d] + (ld - r) : global[d];
         }
         return KILN_OK;
     }
@@ -281,20 +303,29 @@ static kiln_status launch(kiln_device *dev, kiln__kernel *k, const char *op, int
         return s;
     for (int d = 0; d < work_dim; d++)
         if (global[d] == 0)
-            return KILN_OK;                    /* nothing to run: no OpenCL call at all */
-    size_t g[3] = {1, 1, 1}, l[3] = {1, 1, 1}; /* set by shape_ndrange */
-    s = shape_ndrange(k, op, work_dim, global, local, g, l);
-    if (s == KILN_OK && !builtin)
-        s = check_user_groups(op, work_dim, g, l);
-    if (s != KILN_OK)
-        return s;
+            return KILN_OK; /* nothing to run: no OpenCL call at all */
+    size_t g[3] = {1, 1, 1}, l[3] = {1, 1, 1};
+    /* A user launch without a local size runs exactly global, the driver choosing the local size
+     * (padding would run work-items past the end of the user's data); kiln's own kernels are
+     * padded, and bounds-check. */
+    bool driver_local = !builtin && !local;
+    if (driver_local) {
+        for (int d = 0; d < work_dim; d++)
+            g[d] = global[d];
+    } else {
+        s = shape_ndrange(k, op, work_dim, global, local, g, l);
+        if (s == KILN_OK && !builtin)
+            s = check_user_groups(op, work_dim, g, l);
+        if (s != KILN_OK)
+            return s;
+    }
     if (builtin && kiln__launch_splits(dev))
         cap_builtin(work_dim, g, l);
     pthread_mutex_lock(&k->lock);
     s = set_args(dev, k, op, nargs, args);
     if (s == KILN_OK) {
         cl_int err = kiln__cl.EnqueueNDRangeKernel(kiln__queue(dev), k->kernel, (cl_uint)work_dim,
-                                                   NULL, g, l, 0, NULL, NULL);
+                                                   NULL, g, driver_local ? NULL : l, 0, NULL, NULL);
         if (err != CL_SUCCESS)
             s = kiln__queue_fail(err, op, "clEnqueueNDRangeKernel", dev);
     }
@@ -319,6 +350,33 @@ kiln_status kiln_program_launch(kiln_program *prog, const char *name, int work_d
     if (s != KILN_OK)
         return s;
     return launch(kiln_program_device(prog), k, op, work_dim, global, local, nargs, args, false);
+}
+
+kiln_status kiln_program_pad_range(kiln_program *prog, const char *name, int work_dim,
+                                   const size_t *global, size_t *padded, size_t *local)
+{
+    const char *op = "kiln_program_pad_range";
+    kiln__kernel *k = NULL;
+    kiln_status s = kiln__program_kernel(prog, name, op, &k);
+    if (s != KILN_OK)
+        return s;
+    if (work_dim < 1 || work_dim > 3 || !global || !padded || !local)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: work_dim is %d, global is %s, padded is %s and local is %s; pass "
+                           "work_dim 1 to 3 and three arrays of work_dim entries",
+                           op, work_dim, global ? "set" : "NULL", padded ? "set" : "NULL",
+                           local ? "set" : "NULL");
+    size_t g[3] = {1, 1, 1}, l[3] = {1, 1, 1};
+    s = shape_ndrange(k, op, work_dim, global, NULL, g, l);
+    if (s == KILN_OK)
+        s = check_user_groups(op, work_dim, g, l);
+    if (s != KILN_OK)
+        return s;
+    for (int d = 0; d < work_dim; d++) {
+        padded[d] = g[d];
+        local[d] = l[d];
+    }
+    return KILN_OK;
 }
 
 kiln_arg kiln_arg_tensor(const kiln_tensor *t)

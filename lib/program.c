@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "argcheck.h"
 #include "clcall.h"
 #include "diskcache.h"
 #include "launch.h"
@@ -62,16 +63,19 @@ static char *dup_string(const char *s)
     return d;
 }
 
-/* kiln's options, then the caller's: "-cl-std=CL1.2 -DKILN_HAS_FP64 <extra>". */
-static char *build_options(const kiln_device *dev, const char *extra)
+/* kiln's options, then the caller's: "-cl-std=CL1.2 -DKILN_HAS_FP64 <extra>". User programs
+ * keep their argument info (-cl-kernel-arg-info), which launches check arguments against. */
+static char *build_options(const kiln_device *dev, bool user, const char *extra)
 {
+    const char *arginfo = user ? " -cl-kernel-arg-info" : "";
     const char *fp64 = dev->info.fp64 ? " -DKILN_HAS_FP64=1" : "";
     const char *fp16 = dev->info.fp16 ? " -DKILN_HAS_FP16=1" : "";
     extra = extra ? extra : "";
-    size_t n = strlen("-cl-std=CL1.2") + strlen(fp64) + strlen(fp16) + strlen(extra) + 2;
+    size_t n =
+        strlen("-cl-std=CL1.2") + strlen(arginfo) + strlen(fp64) + strlen(fp16) + strlen(extra) + 2;
     char *o = malloc(n);
     if (o)
-        snprintf(o, n, "-cl-std=CL1.2%s%s%s%s", fp64, fp16, *extra ? " " : "", extra);
+        snprintf(o, n, "-cl-std=CL1.2%s%s%s%s%s", arginfo, fp64, fp16, *extra ? " " : "", extra);
     return o;
 }
 
@@ -218,46 +222,144 @@ const char *kiln__build_hint(const kiln_device_info *info, const char *source, c
     return "";
 }
 
-static kiln_status build_failed(kiln_device *dev, cl_program p, const char *source,
-                                const char *options, const char *op)
+/* Whether the token log[0..n) names a driver's copy of the source: PoCL's
+ * ".../kcache/tempfile_XXXXXX.cl", Oclgrind's "input.cl", NVIDIA's "<kernel>", clang's
+ * "<source>" (also when the caller's name is "<source>": replaced by itself). */
+static bool driver_source_name(const char *tok, size_t n)
 {
-    char *log = build_log(p, dev->id);
-    if (!log)
-        return kiln__host_oom(op);
-    char *trimmed = malloc(LOG_CAP);
+    if ((n == 8 && !memcmp(tok, "<kernel>", 8)) || (n == 8 && !memcmp(tok, "<source>", 8)) ||
+        (n == 8 && !memcmp(tok, "input.cl", 8)))
+        return true;
+    if (n < 3 || memcmp(tok + n - 3, ".cl", 3) != 0)
+        return false;
+    const char *base = tok;
+    for (size_t i = 0; i < n; i++)
+        if (tok[i] == '/')
+            base = tok + i + 1;
+    return (size_t)(tok + n - base) > 12 && !memcmp(base, "tempfile_", 9);
+}
+
+/* Copy log into out (NULL: only count), positions "<driver's file>:LINE" renamed to name;
+ * returns the length. */
+static size_t rename_pass(const char *log, const char *name, char *out)
+{
+    size_t len = 0, namelen = strlen(name);
+    const char *p = log;
+    while (*p) {
+        bool start = p == log || strchr(" \t\n\r'\"(", p[-1]) != NULL;
+        size_t n = start ? strcspn(p, " \t\n\r:'\"()") : 0;
+        if (n > 0 && p[n] == ':' && p[n + 1] >= '0' && p[n + 1] <= '9' &&
+            driver_source_name(p, n)) {
+            if (out)
+                memcpy(out + len, name, namelen);
+            len += namelen;
+            p += n;
+            continue;
+        }
+        size_t m = n ? n : 1; /* a whole token, or one separator */
+        if (out)
+            memcpy(out + len, p, m);
+        len += m;
+        p += m;
+    }
+    if (out)
+        out[len] = '\0';
+    return len;
+}
+
+char *kiln__log_rename(const char *log, const char *name)
+{
+    name = name && *name ? name : "<source>";
+    char *out = malloc(rename_pass(log, name, NULL) + 1);
+    if (out)
+        rename_pass(log, name, out);
+    return out;
+}
+
+static kiln_status build_failed(kiln_device *dev, cl_program p, const char *source,
+                                const char *name, const char *options, const char *op)
+{
+    char *raw = build_log(p, dev->id);
+    char *log = raw ? kiln__log_rename(raw, name) : NULL;
+    char *trimmed = log ? malloc(LOG_CAP) : NULL;
+    free(raw);
     if (!trimmed) {
         free(log);
         return kiln__host_oom(op);
     }
     kiln__log_trim(log, trimmed, LOG_CAP);
-    kiln__log(KILN_LOG_WARN, "%s: build failed on %s:\n%s", op, dev->info.spec, log);
     /* double on a device without fp64 is a capability the device lacks, not a typo. */
     const char *hint = kiln__build_hint(&dev->info, source, log);
     kiln_status s = kiln__error(*hint ? KILN_ERR_UNSUPPORTED : KILN_ERR_BUILD_FAILED,
                                 "%s: the OpenCL C compiler rejected the program on %s "
                                 "(options: %s); fix the source. Compiler log:\n%s%s",
                                 op, kiln__device_label(dev), options, trimmed, hint);
+    kiln__log_last_error(KILN_LOG_WARN); /* once, also when KILN_LOG=debug logged it */
     free(trimmed);
     free(log);
     return s;
 }
 
-static kiln_status from_source(kiln_device *dev, const char *src, size_t len, const char *options,
-                               const char *op, cl_program *out)
+/* PoCL's and Oclgrind's compiler (clang, in the process) prints "1 error generated." on stderr
+ * besides the build log; kiln is silent by default, so fd 2 points at a temporary file during
+ * their builds and what was printed goes to the log (debug). Other threads' stderr meanwhile
+ * goes there too. Other drivers' builds are not captured (a crash report would be lost). */
+static pthread_mutex_t stderr_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool prints_on_stderr(const kiln_device *dev)
+{
+    return strstr(dev->info.platform, "Portable Computing Language") != NULL ||
+           strstr(dev->info.platform, "PoCL") != NULL ||
+           strstr(dev->info.platform, "Oclgrind") != NULL;
+}
+
+static cl_int build_quietly(kiln_device *dev, cl_program p, const char *options)
+{
+    if (!prints_on_stderr(dev))
+        return kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
+    pthread_mutex_lock(&stderr_lock);
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    int saved = tmp ? fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0) : -1;
+    bool redirected = saved >= 0 && dup2(fileno(tmp), STDERR_FILENO) >= 0;
+    cl_int err = kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
+    if (redirected) {
+        fflush(stderr);
+        dup2(saved, STDERR_FILENO);
+    }
+    if (saved >= 0)
+        close(saved);
+    pthread_mutex_unlock(&stderr_lock);
+    if (tmp) {
+        char line[512];
+        rewind(tmp);
+        while (fgets(line, sizeof line, tmp)) {
+            line[strcspn(line, "\n")] = '\0';
+            if (line[0])
+                kiln__log(KILN_LOG_DEBUG, "%s: the OpenCL compiler printed: %s", dev->info.spec,
+                          line);
+        }
+        fclose(tmp);
+    }
+    return err;
+}
+
+static kiln_status from_source(kiln_device *dev, const char *src, size_t len, const char *name,
+                               const char *options, const char *op, cl_program *out)
 {
     cl_int err = CL_SUCCESS;
     cl_program p = kiln__cl.CreateProgramWithSource(kiln__device_context(dev), 1, &src, &len, &err);
     if (err != CL_SUCCESS || !p)
         return kiln__cl_fail(err != CL_SUCCESS ? err : CL_INVALID_PROGRAM, op,
                              "clCreateProgramWithSource", dev->info.spec);
-    err = kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
+    err = build_quietly(dev, p, options);
     if (err == CL_SUCCESS) {
         *out = p;
         return KILN_OK;
     }
     kiln_status s;
     if (err == CL_BUILD_PROGRAM_FAILURE || err == CL_COMPILE_PROGRAM_FAILURE)
-        s = build_failed(dev, p, src, options, op);
+        s = build_failed(dev, p, src, name, options, op);
     else if (err == CL_INVALID_BUILD_OPTIONS)
         s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
                         "%s: the OpenCL compiler on %s rejected the build options \"%s\"; "
@@ -306,7 +408,7 @@ static cl_program from_binary(kiln_device *dev, const kiln__cache_loan *loan, co
     return p;
 }
 
-kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
+kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len, const char *name,
                                   const char *options, const char *op, cl_program *out)
 {
     *out = NULL;
@@ -328,7 +430,7 @@ kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
         }
     }
     double t0 = kiln__now();
-    kiln_status s = from_source(dev, src, len, options, op, out);
+    kiln_status s = from_source(dev, src, len, name, options, op, out);
     if (s == KILN_OK) {
         kiln__diskcache_count_miss();
         kiln__log(KILN_LOG_INFO, "%s: built a program from source on %s in %.3f s", op,
@@ -351,8 +453,67 @@ static kiln_status kernel_not_found(cl_program p, const char *name, const char *
                        *names ? names : "(none)");
 }
 
-static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name, const char *op,
-                               kernel_node **out)
+/* One text of a parameter's argument info into buf; NULL when the driver gives none or it does
+ * not fit. */
+static const char *arg_text(cl_kernel k, cl_uint i, cl_kernel_arg_info what, char *buf, size_t size)
+{
+    size_t n = 0;
+    if (kiln__cl.GetKernelArgInfo(k, i, what, 0, NULL, &n) != CL_SUCCESS || n == 0 || n > size ||
+        kiln__cl.GetKernelArgInfo(k, i, what, n, buf, NULL) != CL_SUCCESS)
+        return NULL;
+    buf[n - 1] = '\0';
+    return buf;
+}
+
+static kiln__addr addr_of(cl_kernel_arg_address_qualifier q)
+{
+    switch (q) {
+    case CL_KERNEL_ARG_ADDRESS_GLOBAL:
+        return KILN__ADDR_GLOBAL;
+    case CL_KERNEL_ARG_ADDRESS_CONSTANT:
+        return KILN__ADDR_CONSTANT;
+    case CL_KERNEL_ARG_ADDRESS_LOCAL:
+        return KILN__ADDR_LOCAL;
+    case CL_KERNEL_ARG_ADDRESS_PRIVATE:
+        return KILN__ADDR_PRIVATE;
+    default:
+        return KILN__ADDR_UNKNOWN;
+    }
+}
+
+/* The parameters of a user kernel from the driver's argument info, queried once per kernel
+ * (launches check every argument against them, argcheck.c); *out stays NULL when the driver
+ * gives no argument info, and launches are then checked by count only. */
+static kiln_status query_params(kiln__kernel *k, const char *op)
+{
+    if (k->nargs == 0)
+        return KILN_OK;
+    kiln__param *ps = calloc(k->nargs, sizeof *ps);
+    if (!ps)
+        return kiln__host_oom(op);
+    for (cl_uint i = 0; i < k->nargs; i++) {
+        cl_kernel_arg_address_qualifier q = 0;
+        cl_int err = kiln__cl.GetKernelArgInfo(k->kernel, i, CL_KERNEL_ARG_ADDRESS_QUALIFIER,
+                                               sizeof q, &q, NULL);
+        if (err != CL_SUCCESS) {
+            kiln__log(KILN_LOG_DEBUG,
+                      "%s: no argument info for kernel %s (%s); its arguments are checked by "
+                      "count only",
+                      op, k->name, kiln__cl_error_name(err));
+            free(ps);
+            return KILN_OK;
+        }
+        char type[256], name[256];
+        kiln__param_parse(addr_of(q), arg_text(k->kernel, i, CL_KERNEL_ARG_TYPE_NAME, type, 256),
+                          arg_text(k->kernel, i, CL_KERNEL_ARG_NAME, name, 256), &ps[i]);
+    }
+    k->params = ps;
+    return KILN_OK;
+}
+
+/* A kernel of program p; arginfo: a user kernel, whose parameters are described (query_params). */
+static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name, bool arginfo,
+                               const char *op, kernel_node **out)
 {
     *out = NULL;
     if (strlen(name) >= sizeof((kiln__kernel *)0)->name)
@@ -380,10 +541,12 @@ static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
         err = kiln__cl.GetKernelWorkGroupInfo(k, dev->id,
                                               CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
                                               sizeof n->k.wg_multiple, &n->k.wg_multiple, NULL);
-    if (err != CL_SUCCESS) {
+    kiln_status s = err == CL_SUCCESS ? (arginfo ? query_params(&n->k, op) : KILN_OK)
+                                      : kiln__cl_fail(err, op, "clGetKernelInfo", dev->info.spec);
+    if (s != KILN_OK) {
         kiln__cl.ReleaseKernel(k);
         free(n);
-        return kiln__cl_fail(err, op, "clGetKernelInfo", dev->info.spec);
+        return s;
     }
     /* Per-dimension local limits (NVIDIA: 1024 x 1024 x 64); the kernel's limit if unknown. */
     size_t items[16] = {n->k.wg_size, n->k.wg_size, n->k.wg_size};
@@ -406,7 +569,7 @@ static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
 
 /* Find or create the kernel `name` in a list guarded by the caller's lock. */
 static kiln_status list_kernel(kiln_device *dev, cl_program p, kernel_node **list, const char *name,
-                               const char *op, kiln__kernel **out)
+                               bool arginfo, const char *op, kiln__kernel **out)
 {
     for (kernel_node *n = *list; n; n = n->next) {
         if (strcmp(n->k.name, name) == 0) {
@@ -415,7 +578,7 @@ static kiln_status list_kernel(kiln_device *dev, cl_program p, kernel_node **lis
         }
     }
     kernel_node *n;
-    kiln_status s = make_kernel(dev, p, name, op, &n);
+    kiln_status s = make_kernel(dev, p, name, arginfo, op, &n);
     if (s != KILN_OK)
         return s;
     n->next = *list;
@@ -464,7 +627,7 @@ static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *sr
         snprintf(nosplit, sizeof nosplit, "%s -DKILN_NO_SPLIT=1", defines ? defines : "");
         defines = nosplit;
     }
-    char *options = build_options(dev, defines);
+    char *options = build_options(dev, false, defines);
     kiln_status s = KILN_OK;
     if (!text || !options) {
         s = kiln__host_oom(op);
@@ -474,7 +637,8 @@ static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *sr
         memcpy(text, prelude->text, plen);
     text[plen] = '\n';
     memcpy(text + plen + 1, src->text, src->length + 1);
-    s = kiln__program_compile(dev, text, len, options, op, out);
+    kiln__log_hold(); /* the compiler's message is logged once, rewrapped */
+    s = kiln__program_compile(dev, text, len, NULL, options, op, out);
     if (s == KILN_ERR_BUILD_FAILED) {
         char *msg = dup_string(kiln_last_error()); /* it holds the compiler's log */
         s = kiln__error(KILN_ERR_BUILD_FAILED,
@@ -483,6 +647,7 @@ static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *sr
                         op, src->name, defines, dev->info.spec, msg ? msg : "");
         free(msg);
     }
+    kiln__log_release();
 done:
     free(text);
     free(options);
@@ -566,7 +731,7 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
     builtin_entry *e = NULL;
     s = builtin_entry_get(dev, ps, src, defines ? defines : "", op, &e);
     if (s == KILN_OK)
-        s = list_kernel(dev, e->program, &e->kernels, kernel, op, out);
+        s = list_kernel(dev, e->program, &e->kernels, kernel, false, op, out);
     pthread_mutex_unlock(&ps->lock);
     return s;
 }
@@ -591,6 +756,7 @@ static void program_free(kiln_program *prog)
         kernel_node *next = n->next;
         kiln__cl.ReleaseKernel(n->k.kernel);
         pthread_mutex_destroy(&n->k.lock);
+        free(n->k.params);
         free(n);
         n = next;
     }
@@ -614,7 +780,7 @@ kiln_status kiln__program_kernel(kiln_program *prog, const char *name, const cha
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: kernel name is NULL; kernels: %s", op,
                            kiln_program_kernel_names(prog));
     pthread_mutex_lock(&prog->lock);
-    kiln_status s = list_kernel(prog->dev, prog->program, &prog->kernels, name, op, out);
+    kiln_status s = list_kernel(prog->dev, prog->program, &prog->kernels, name, true, op, out);
     pthread_mutex_unlock(&prog->lock);
     return s;
 }
@@ -672,7 +838,7 @@ kiln_status kiln__check_options(const char *options, const char *op)
     return KILN_OK;
 }
 
-static kiln_status program_build(kiln_device *dev, const char *source, size_t len,
+static kiln_status program_build(kiln_device *dev, const char *source, size_t len, const char *name,
                                  const char *options, const char *op, kiln_program **out)
 {
     kiln_status s = kiln__check_options(options, op);
@@ -682,7 +848,7 @@ static kiln_status program_build(kiln_device *dev, const char *source, size_t le
     if (s != KILN_OK)
         return s;
     kiln_program *prog = calloc(1, sizeof *prog);
-    char *opts = build_options(dev, options);
+    char *opts = build_options(dev, true, options);
     if (!prog || !opts) {
         s = kiln__host_oom(op);
         goto fail;
@@ -691,7 +857,7 @@ static kiln_status program_build(kiln_device *dev, const char *source, size_t le
     atomic_init(&prog->refs, 1);
     prog->dev = dev;
     pthread_mutex_init(&prog->lock, NULL);
-    s = kiln__program_compile(dev, source, len, opts, op, &prog->program);
+    s = kiln__program_compile(dev, source, len, name, opts, op, &prog->program);
     if (s == KILN_OK)
         s = kernel_names(prog, op);
     if (s != KILN_OK)
@@ -726,7 +892,7 @@ kiln_status kiln_program_build(kiln_device *dev, const char *source, const char 
     kiln_status s = check_build(out, source, "source", "; pass OpenCL C text", op);
     if (s != KILN_OK)
         return s;
-    return program_build(dev, source, strlen(source), options, op, out);
+    return program_build(dev, source, strlen(source), NULL, options, op, out);
 }
 
 /* Read a whole regular file of at most FILE_CAP bytes, NUL-terminated. */
@@ -786,7 +952,7 @@ kiln_status kiln_program_build_file(kiln_device *dev, const char *path, const ch
     size_t len = 0;
     s = read_source(path, op, &src, &len);
     if (s == KILN_OK)
-        s = program_build(dev, src, len, options, op, out);
+        s = program_build(dev, src, len, path, options, op, out);
     free(src);
     return s;
 }

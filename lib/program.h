@@ -17,15 +17,19 @@ typedef struct kiln__kernel_source {
 extern const kiln__kernel_source kiln__kernel_sources[];
 extern const int kiln__kernel_source_count;
 
+struct kiln__param; /* argcheck.h */
+
 /* A kernel of a built program, safe to launch from several threads: the lock is held across
  * clSetKernelArg and the enqueue. */
 typedef struct kiln__kernel {
     cl_kernel kernel;
     char name[128];
     cl_uint nargs;
-    size_t wg_size;      /* CL_KERNEL_WORK_GROUP_SIZE on the device */
-    size_t wg_multiple;  /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE */
-    size_t max_items[3]; /* CL_DEVICE_MAX_WORK_ITEM_SIZES: local size limit per dimension */
+    struct kiln__param *params; /* user kernels: nargs parameters from the driver's argument
+                                   info, queried once; NULL for built-ins or without info */
+    size_t wg_size;             /* CL_KERNEL_WORK_GROUP_SIZE on the device */
+    size_t wg_multiple;         /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE */
+    size_t max_items[3];        /* CL_DEVICE_MAX_WORK_ITEM_SIZES: local size limit per dimension */
     pthread_mutex_t lock;
 } kiln__kernel;
 
@@ -43,10 +47,16 @@ kiln_status kiln__program_kernel(kiln_program *prog, const char *name, const cha
                                  kiln__kernel **out);
 
 /* Build source (len bytes) for dev with the full options string, loading or saving the binary
- * in the on-disk cache. A compile error is KILN_ERR_BUILD_FAILED with the trimmed log; op
- * names the caller. *out is owned by the caller. */
-kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
+ * in the on-disk cache. A compile error is KILN_ERR_BUILD_FAILED with the trimmed log, its
+ * positions naming the source `name` (a file's path; NULL: "<source>"); op names the caller.
+ * *out is owned by the caller. */
+kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len, const char *name,
                                   const char *options, const char *op, cl_program *out);
+
+/* A compiler log with positions in the driver's temporary copy of the source (PoCL's
+ * ".../tempfile_XXXXXX.cl:1:64", NVIDIA's "<kernel>:1:64") renamed to name ("<source>" when
+ * NULL or empty); malloc'd, NULL when out of memory. */
+char *kiln__log_rename(const char *log, const char *name);
 
 /* Copy a compiler log into buf (size bytes), trimmed to fit: when it is too long the text
  * starts at the first line mentioning "error" so that line survives. */

@@ -309,7 +309,7 @@ static void enumerate(void)
         reg.visible_status = kiln__spec_apply_visible(vis, reg.descs, reg.nall);
         if (reg.visible_status != KILN_OK) {
             snprintf(reg.visible_error, sizeof reg.visible_error, "%s", kiln_last_error());
-            kiln__log(KILN_LOG_ERROR, "%s", reg.visible_error);
+            kiln__log_last_error(KILN_LOG_ERROR); /* it is reg.visible_error */
             for (int i = 0; i < reg.nall; i++)
                 reg.descs[i].visible = false;
             kiln__spec_number(reg.descs, reg.nall, true);
@@ -454,6 +454,7 @@ kiln_status kiln_device_get(const char *spec, kiln_device **out)
     if (reg.visible_status != KILN_OK)
         return kiln__error(reg.visible_status, "kiln_device_get: %s", reg.visible_error);
     int i;
+    kiln__log_hold(); /* the error is logged once, with its reason */
     kiln_status s = kiln__spec_resolve(spec, reg.descs, reg.nall, getenv("KILN_DEVICE"), &i);
     if (s == KILN_ERR_NO_DEVICE) {
         /* Say why, when a whole type is missing: that is what the user needs to fix. */
@@ -468,6 +469,7 @@ kiln_status kiln_device_get(const char *spec, kiln_device **out)
         if (why && *why)
             kiln__error(s, "%s (%s)", kiln_last_error(), why);
     }
+    kiln__log_release();
     if (s != KILN_OK)
         return s;
     *out = &reg.all[i];

@@ -266,12 +266,13 @@ static kiln_status resolve_one(const char *spec, const char *var, const kiln__de
                                int *out)
 {
     parsed_spec ps;
+    kiln__log_hold(); /* the error is logged once, with var */
     kiln_status s = parse_spec(spec, &ps);
-    if (s != KILN_OK) {
-        if (*var)
-            kiln__error(s, "%s%s", var, kiln_last_error());
+    if (s != KILN_OK && *var)
+        kiln__error(s, "%s%s", var, kiln_last_error());
+    kiln__log_release();
+    if (s != KILN_OK)
         return s;
-    }
     if (ps.kind == SPEC_AUTO) {
         parsed_spec gpu = {SPEC_TYPE, KILN_DEVICE_GPU, 0, 0};
         parsed_spec cpu = {SPEC_TYPE, KILN_DEVICE_CPU, 0, 0};
@@ -349,13 +350,15 @@ kiln_status kiln__spec_apply_visible(const char *list, kiln__devdesc *d, int n)
         memcpy(item, p, len);
         item[len] = '\0';
         parsed_spec ps;
+        kiln__log_hold(); /* the error is logged once, rewrapped */
         s = parse_spec(item, &ps);
         if (s == KILN_OK && ps.kind == SPEC_AUTO)
             s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "'auto' cannot be listed");
-        if (s != KILN_OK) {
+        if (s != KILN_OK)
             s = kiln__error(s, "KILN_VISIBLE_DEVICES='%s': %s", shown, kiln_last_error());
+        kiln__log_release();
+        if (s != KILN_OK)
             goto done;
-        }
         int i = find(&ps, d, n);
         if (i < 0) {
             char avail[1024];

@@ -2,6 +2,7 @@
 #include "status.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,10 @@
 #define KILN__ERRBUF 8192
 
 static _Thread_local char last_error[KILN__ERRBUF];
+static _Thread_local kiln_status last_status;
+static _Thread_local bool last_logged; /* last_error has been printed by the log */
+static _Thread_local int log_held;     /* kiln__log_hold depth: errors wait to be logged */
+static _Thread_local int log_pending;  /* while held: the level the last error waits for, or 0 */
 
 const char *kiln_version(void)
 {
@@ -55,14 +60,50 @@ kiln_status(kiln__error)(kiln_status s, const char *fmt, ...)
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
     memcpy(last_error, tmp, sizeof tmp);
-    kiln__log(KILN_LOG_DEBUG, "%s: %s", kiln_status_string(s), last_error);
+    last_status = s;
+    last_logged = s == KILN_OK; /* KILN_OK: a saved message put back, not an error */
+    if (s != KILN_OK)
+        kiln__log_last_error(KILN_LOG_DEBUG);
     return s;
 }
 
 kiln_status(kiln__host_oom)(const char *op)
 {
     snprintf(last_error, sizeof last_error, "%s: out of host memory", op);
+    last_status = KILN_ERR_OUT_OF_MEMORY;
+    last_logged = false;
     return KILN_ERR_OUT_OF_MEMORY;
+}
+
+void kiln__log_last_error(int level)
+{
+    if (log_held > 0) {
+        /* Wait for kiln__log_release, at the most severe level asked for meanwhile. */
+        if (!log_pending || level < log_pending)
+            log_pending = level;
+        return;
+    }
+    if (last_logged || !last_error[0] || !kiln__log_enabled(level))
+        return;
+    if (level == KILN_LOG_DEBUG) /* with the status, as every error is logged there */
+        kiln__log(level, "%s: %s", kiln_status_string(last_status), last_error);
+    else
+        kiln__log(level, "%s", last_error);
+    last_logged = true;
+}
+
+void kiln__log_hold(void)
+{
+    log_held++;
+}
+
+void kiln__log_release(void)
+{
+    if (log_held > 0 && --log_held == 0 && log_pending) {
+        int level = log_pending;
+        log_pending = 0;
+        kiln__log_last_error(level);
+    }
 }
 
 static int parse_log_level(const char *v)

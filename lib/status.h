@@ -35,6 +35,18 @@ int kiln__log_enabled(int level);
 /* Print one line "kiln: <level>: <text>" to stderr if KILN_LOG asks for it. */
 void kiln__log(int level, const char *fmt, ...) KILN__PRINTF(2, 3);
 
+/* Print this thread's last-error message at level (KILN_LOG permitting), unless the log has
+ * printed it already: kiln__error logs every error once at debug level, so an error that should
+ * also show at error or warn level goes through here rather than a second kiln__log. */
+void kiln__log_last_error(int level);
+
+/* Between hold and release, errors are not logged when set: a caller that may rewrap an error
+ * (kiln__error(s, "...: %s", kiln_last_error())) holds the log around the inner call and the
+ * rewrap, and release logs the final message once, at the most severe level asked for
+ * meanwhile (debug if none). Nestable. */
+void kiln__log_hold(void);
+void kiln__log_release(void);
+
 /* Monotonic clock in seconds. */
 double kiln__now(void);
 

@@ -556,7 +556,7 @@ void kiln_tensor_release(kiln_tensor *t)
         kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_release: %p %s; ignored", (void *)t,
                     t->magic == KILN__TENSOR_DEAD ? "was already released"
                                                   : "is not a tensor handle");
-        kiln__log(KILN_LOG_ERROR, "%s", kiln_last_error());
+        kiln__log_last_error(KILN_LOG_ERROR);
         return;
     }
     if (atomic_fetch_sub(&t->refs, 1) > 1)

@@ -17,6 +17,7 @@
 #include "lib/launch.h"
 #include "lib/program.h"
 #include "lib/registry.h"
+#include "lib/status.h"
 #include "testutil.h"
 
 static const char *saxpy_source =
@@ -206,7 +207,7 @@ START_TEST(scalars_of_each_dtype_arrive)
     args[1] = kiln_arg_f64(1.0);
     ck_assert_int_eq(kiln_program_launch(prog, "scalars", 1, &one, NULL, 5, args),
                      KILN_ERR_INVALID_ARGUMENT);
-    ASSERT_ERROR_HAS("argument 1 of kernel scalars");
+    ASSERT_ERROR_HAS("kernel scalars, parameter 1");
     /* A hand-made argument with a bad kind or dtype. */
     args[1] = kiln_arg_f32(1.0f);
     args[1].dtype = (kiln_dtype)99;
@@ -335,8 +336,10 @@ START_TEST(bad_sizes)
     ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, NULL, NULL, 4, args),
                      KILN_ERR_INVALID_ARGUMENT);
     ASSERT_ERROR_HAS("global is NULL");
+    /* Padding (opt-in) that would overflow. */
     g = (size_t)-1;
-    ck_assert_int_eq(kiln_program_launch(prog, "saxpy", 1, &g, NULL, 4, args),
+    size_t padded, local;
+    ck_assert_int_eq(kiln_program_pad_range(prog, "saxpy", 1, &g, &padded, &local),
                      KILN_ERR_INVALID_ARGUMENT);
     ASSERT_ERROR_HAS("too large");
     kiln_tensor_release(t);
@@ -459,6 +462,232 @@ START_TEST(retain_and_release_count)
     }
     ck_assert_ptr_null(kiln_program_retain(NULL));
     kiln_program_release(NULL);
+}
+END_TEST
+
+/* ---- exact ranges (issue 10) --------------------------------------------------------------- */
+
+static const char *unchecked_source =
+    "__kernel void fill(__global float *x) /* no bounds check, as in plain OpenCL */\n"
+    "{\n"
+    "    int i = get_global_id(0);\n"
+    "    x[i] = (float)i * 2.0f + 1.0f;\n"
+    "}\n"
+    "__kernel void fill2d(__global float *x, int w)\n"
+    "{\n"
+    "    int i = get_global_id(1) * w + get_global_id(0);\n"
+    "    x[i] = (float)(get_global_id(0) * 1000 + get_global_id(1));\n"
+    "}\n";
+
+/* A tensor over the first n floats of a buffer of total floats, all set to -7: the memory right
+ * after the tensor can be read back. */
+static kiln_tensor *tensor_in_larger_buffer(int64_t n, size_t total, cl_mem *parent)
+{
+    float *init = malloc(total * sizeof(float));
+    ck_assert_ptr_nonnull(init);
+    for (size_t i = 0; i < total; i++)
+        init[i] = -7.0f;
+    cl_int err = CL_SUCCESS;
+    *parent = clCreateBuffer(kiln_device_cl_context(dev), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                             total * sizeof(float), init, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    free(init);
+    cl_buffer_region r = {0, (size_t)n * sizeof(float)};
+    cl_mem sub =
+        clCreateSubBuffer(*parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_tensor_from_cl_mem(dev, sub, KILN_F32, 1, &n, &t));
+    clReleaseMemObject(sub); /* the tensor holds its own reference */
+    return t;
+}
+
+static void read_buffer(cl_mem m, float *dst, size_t total)
+{
+    ASSERT_OK(kiln_device_synchronize(dev));
+    ck_assert_int_eq(clEnqueueReadBuffer(kiln_device_cl_queue(dev), m, CL_TRUE, 0,
+                                         total * sizeof(float), dst, 0, NULL, NULL),
+                     CL_SUCCESS);
+}
+
+START_TEST(launch_runs_exactly_global)
+{
+    /* local = NULL once padded 384 work-items (1,536 bytes of floats) up to 512: a kernel
+     * without a bounds check wrote 512 bytes past the tensor (heap corruption, crashes). */
+    kiln_program *p = NULL;
+    ASSERT_OK(kiln_program_build(dev, unchecked_source, NULL, &p));
+    enum { N = 384, TOTAL = 1024, W = 24, H = 16 };
+    float got[TOTAL];
+    cl_mem parent;
+    kiln_tensor *t = tensor_in_larger_buffer(N, TOTAL, &parent);
+    kiln_arg args[2] = {kiln_arg_tensor(t), kiln_arg_i32(W)};
+    size_t g = N;
+    ASSERT_OK(kiln_program_launch(p, "fill", 1, &g, NULL, 1, args));
+    read_buffer(parent, got, TOTAL);
+    for (int i = 0; i < TOTAL; i++)
+        ck_assert_msg(got[i] == (i < N ? (float)i * 2.0f + 1.0f : -7.0f), "x[%d] = %g%s", i,
+                      (double)got[i], i < N ? "" : ", past the tensor's end");
+    /* Two dimensions, 24 x 16: padding to 32 columns also wrote wrong values into later rows. */
+    size_t g2[2] = {W, H};
+    ASSERT_OK(kiln_program_launch(p, "fill2d", 2, g2, NULL, 2, args));
+    read_buffer(parent, got, TOTAL);
+    for (int i = 0; i < TOTAL; i++)
+        ck_assert_msg(got[i] == (i < N ? (float)((i % W) * 1000 + i / W) : -7.0f), "x[%d] = %g", i,
+                      (double)got[i]);
+    kiln_tensor_release(t);
+    clReleaseMemObject(parent);
+    kiln_program_release(p);
+}
+END_TEST
+
+START_TEST(padding_is_opt_in)
+{
+    /* kiln_program_pad_range: kiln's local size and the global size rounded up to it, for a
+     * kernel that bounds-checks (saxpy). */
+    int n = small ? 37 : 1000;
+    size_t g = (size_t)n, padded = 0, local = 0;
+    ASSERT_OK(kiln_program_pad_range(prog, "saxpy", 1, &g, &padded, &local));
+    ck_assert_uint_ge(local, 1);
+    ck_assert_uint_eq(padded % local, 0);
+    ck_assert_uint_ge(padded, g);
+    ck_assert_uint_lt(padded - g, local);
+    size_t g2[2] = {5, 3}, p2[2], l2[2];
+    ASSERT_OK(kiln_program_pad_range(prog, "grid2d", 2, g2, p2, l2));
+    for (int d = 0; d < 2; d++) {
+        ck_assert_uint_eq(p2[d] % l2[d], 0);
+        ck_assert_uint_ge(p2[d], g2[d]);
+    }
+    /* The padded launch gives the same results as the exact one. */
+    check_saxpy(dev, prog, n, &local);
+    ASSERT_FAILS(kiln_program_pad_range(prog, "saxpy", 1, &g, NULL, &local),
+                 KILN_ERR_INVALID_ARGUMENT, "padded is NULL");
+    ASSERT_FAILS(kiln_program_pad_range(prog, "saxpy", 0, &g, &padded, &local),
+                 KILN_ERR_INVALID_ARGUMENT, "work_dim is 0");
+    ASSERT_FAILS(kiln_program_pad_range(prog, "nope", 1, &g, &padded, &local), KILN_ERR_NOT_FOUND,
+                 "nope");
+    ASSERT_FAILS(kiln_program_pad_range(NULL, "saxpy", 1, &g, &padded, &local),
+                 KILN_ERR_INVALID_ARGUMENT, "prog is NULL");
+}
+END_TEST
+
+/* ---- argument kinds (issue 10) ----------------------------------------------------------- */
+
+static const char *kinds_source =
+    "__kernel void kinds(__global float *x, float a, int n, long l, __local float *s)\n"
+    "{\n"
+    "    int i = get_global_id(0);\n"
+    "    s[get_local_id(0)] = a;\n"
+    "    if (i < n)\n"
+    "        x[i] = s[get_local_id(0)] + (float)l;\n"
+    "}\n"
+    "__kernel void wide(__global float4 *x, __global uint *u, __constant uchar *c, float4 v)\n"
+    "{\n"
+    "    x[0] = v + (float)u[0] + (float)c[0];\n"
+    "}\n"
+    "__kernel void loose(__global void *p, __global ushort *h, uint n)\n"
+    "{\n"
+    "    if (n == 5u)\n"
+    "        h[0] = (ushort)7;\n"
+    "}\n";
+
+/* kernel `name` of p with args gives KILN_ERR_INVALID_ARGUMENT whose message has each of the
+ * texts. */
+#define ASSERT_ARG_REFUSED(p, name, nargs, args, ...)                                              \
+    do {                                                                                           \
+        size_t one_ = 1;                                                                           \
+        ASSERT_FAILS(kiln_program_launch(p, name, 1, &one_, NULL, nargs, args),                    \
+                     KILN_ERR_INVALID_ARGUMENT, "kernel " name ", parameter");                     \
+        const char *texts_[] = {__VA_ARGS__};                                                      \
+        for (size_t i_ = 0; i_ < sizeof texts_ / sizeof *texts_; i_++)                             \
+            ASSERT_ERROR_HAS(texts_[i_]);                                                          \
+    } while (0)
+
+static void check_kinds(kiln_program *p)
+{
+    enum { N = 8 };
+    int64_t n = N;
+    kiln_tensor *x = NULL, *xi = NULL, *xd = NULL;
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, &n, &x));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_I32, 1, &n, &xi));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_I64, 1, &n, &xd));
+    kiln_arg good[5] = {kiln_arg_tensor(x), kiln_arg_f32(1.5f), kiln_arg_i32(N), kiln_arg_i64(2),
+                        kiln_arg_local(8 * sizeof(float))};
+    size_t g = N, l = 8;
+    ASSERT_OK(kiln_program_launch(p, "kinds", 1, &g, &l, 5, good));
+    float got[N];
+    ASSERT_OK(kiln_tensor_read(x, got, sizeof got));
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(got[i], 3.5f);
+
+    kiln_arg a[5];
+    memcpy(a, good, sizeof a);
+    a[0] = kiln_arg_f64(4); /* crashed inside PoCL: 8 bytes taken for a cl_mem */
+    ASSERT_ARG_REFUSED(p, "kinds", 5, a, "parameter 0 'x' (__global float*)", "kiln_arg_f64()");
+    a[0] = kiln_arg_tensor(xi); /* a tensor of another dtype */
+    ASSERT_ARG_REFUSED(p, "kinds", 5, a, "parameter 0 'x'", "tensor of dtype i32",
+                       "tensor of dtype f32");
+    memcpy(a, good, sizeof a);
+    a[1] = kiln_arg_i32(7); /* was KILN_OK and garbage */
+    ASSERT_ARG_REFUSED(p, "kinds", 5, a, "parameter 1 'a' (float)", "kiln_arg_i32() (i32) given",
+                       "pass kiln_arg_f32()");
+    memcpy(a, good, sizeof a);
+    a[2] = kiln_arg_f32(3); /* was KILN_OK and garbage */
+    ASSERT_ARG_REFUSED(p, "kinds", 5, a, "parameter 2 'n' (int)", "kiln_arg_f32() (f32) given",
+                       "pass kiln_arg_i32()");
+    memcpy(a, good, sizeof a);
+    a[3] = kiln_arg_tensor(xd); /* a tensor for a long: was accepted */
+    ASSERT_ARG_REFUSED(p, "kinds", 5, a, "parameter 3 'l' (long)", "tensor of dtype i64 given",
+                       "kiln_arg_i64()");
+    memcpy(a, good, sizeof a);
+    a[4] = kiln_arg_f32(1);
+    ASSERT_ARG_REFUSED(p, "kinds", 5, a, "parameter 4 's' (__local float*)", "kiln_arg_local");
+    a[4] = good[4];
+    a[0] = kiln_arg_local(64);
+    ASSERT_ARG_REFUSED(p, "kinds", 5, a, "parameter 0 'x'", "kiln_arg_local() (local memory)");
+
+    /* float4* and uint* take f32 and i32 tensors, __constant uchar* u8; a vector by value cannot
+     * be passed at all. */
+    kiln_tensor *c = NULL;
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_U8, 1, &n, &c));
+    kiln_arg w[4] = {kiln_arg_tensor(x), kiln_arg_tensor(xi), kiln_arg_tensor(c), kiln_arg_f32(1)};
+    ASSERT_ARG_REFUSED(p, "wide", 4, w, "parameter 3 'v' (float4)", "no vectors by value");
+    w[2] = kiln_arg_tensor(x);
+    ASSERT_ARG_REFUSED(p, "wide", 4, w, "parameter 2 'c' (__constant uchar*)",
+                       "tensor of dtype u8");
+    /* void* takes any tensor, ushort* 2-byte ones, uint an i32 scalar. */
+    kiln_tensor *h = NULL;
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F16, 1, &n, &h));
+    kiln_arg lo[3] = {kiln_arg_tensor(xd), kiln_arg_tensor(h), kiln_arg_i32(5)};
+    size_t one = 1;
+    ASSERT_OK(kiln_program_launch(p, "loose", 1, &one, NULL, 3, lo));
+    uint16_t bits[N];
+    ASSERT_OK(kiln_tensor_read(h, bits, sizeof bits));
+    ck_assert_uint_eq(bits[0], 7);
+    lo[1] = kiln_arg_tensor(x);
+    ASSERT_ARG_REFUSED(p, "loose", 3, lo, "parameter 1 'h' (__global ushort*)", "2-byte dtype");
+    kiln_tensor_release(h);
+    kiln_tensor_release(c);
+    kiln_tensor_release(x);
+    kiln_tensor_release(xi);
+    kiln_tensor_release(xd);
+}
+
+START_TEST(argument_kinds_checked)
+{
+    kiln_program *p = NULL;
+    ASSERT_OK(kiln_program_build(dev, kinds_source, NULL, &p));
+    check_kinds(p);
+    kiln_program_release(p);
+    /* Built again: from the disk cache where the driver's binaries are cached; the argument
+     * info must survive that. */
+    kiln_cache_stats before, after;
+    ASSERT_OK(kiln_cache_stats_get(&before));
+    ASSERT_OK(kiln_program_build(dev, kinds_source, NULL, &p));
+    ASSERT_OK(kiln_cache_stats_get(&after));
+    if (!simulated(dev))
+        ck_assert_uint_eq(after.hits, before.hits + 1);
+    check_kinds(p);
+    kiln_program_release(p);
 }
 END_TEST
 
@@ -634,6 +863,217 @@ START_TEST(build_file_cases)
 }
 END_TEST
 
+static cl_int CL_API_CALL no_arg_info(cl_kernel k, cl_uint i, cl_kernel_arg_info what, size_t n,
+                                      void *v, size_t *ret)
+{
+    (void)k, (void)i, (void)what, (void)n, (void)v, (void)ret;
+    return CL_KERNEL_ARG_INFO_NOT_AVAILABLE;
+}
+
+/* The address qualifiers but no type names (what some drivers give). */
+static cl_int CL_API_CALL qualifiers_only(cl_kernel k, cl_uint i, cl_kernel_arg_info what, size_t n,
+                                          void *v, size_t *ret)
+{
+    if (what != CL_KERNEL_ARG_ADDRESS_QUALIFIER)
+        return CL_KERNEL_ARG_INFO_NOT_AVAILABLE;
+    return clGetKernelArgInfo(k, i, what, n, v, ret);
+}
+
+START_TEST(without_argument_info)
+{
+    /* No argument info: the count and the driver's size checks only (documented). */
+    kiln__cl.GetKernelArgInfo = no_arg_info;
+    kiln_program *p = NULL;
+    ASSERT_OK(kiln_program_build(dev, kinds_source, NULL, &p));
+    int64_t n = 8;
+    kiln_tensor *x = NULL;
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, &n, &x));
+    kiln_arg a[5] = {kiln_arg_tensor(x), kiln_arg_f32(1.5f), kiln_arg_f32(3), kiln_arg_i64(2),
+                     kiln_arg_local(8 * sizeof(float))};
+    size_t g = 8, l = 8;
+    ASSERT_OK(kiln_program_launch(p, "kinds", 1, &g, &l, 5, a)); /* f32 for the int: unseen */
+    ASSERT_FAILS(kiln_program_launch(p, "kinds", 1, &g, &l, 4, a), KILN_ERR_INVALID_ARGUMENT,
+                 "takes 5 arguments, 4 given");
+    kiln_program_release(p);
+    /* Qualifiers without type names: pointer against scalar is still checked. */
+    kiln__cl.GetKernelArgInfo = qualifiers_only;
+    ASSERT_OK(kiln_program_build(dev, kinds_source, NULL, &p));
+    a[0] = kiln_arg_f64(4);
+    ASSERT_FAILS(kiln_program_launch(p, "kinds", 1, &g, &l, 5, a), KILN_ERR_INVALID_ARGUMENT,
+                 "kernel kinds, parameter 0 (__global type unknown): kiln_arg_f64() (f64) given");
+    a[0] = kiln_arg_tensor(x);
+    a[3] = kiln_arg_tensor(x);
+    ASSERT_FAILS(kiln_program_launch(p, "kinds", 1, &g, &l, 5, a), KILN_ERR_INVALID_ARGUMENT,
+                 "parameter 3");
+    a[3] = kiln_arg_i64(2);
+    ASSERT_OK(kiln_program_launch(p, "kinds", 1, &g, &l, 5, a));
+    kiln__cl_reset();
+    ASSERT_OK(kiln_device_synchronize(dev));
+    kiln_program_release(p);
+    kiln_tensor_release(x);
+}
+END_TEST
+
+/* ---- log hygiene (issue 10) --------------------------------------------------------------- */
+
+/* stderr into a temporary file until restore_stderr; returns the saved descriptor. */
+static int capture_stderr(FILE **file)
+{
+    fflush(stderr);
+    *file = tmpfile();
+    ck_assert_ptr_nonnull(*file);
+    int saved = dup(2);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_ge(dup2(fileno(*file), 2), 0);
+    return saved;
+}
+
+/* Put stderr back and return what was written to it meanwhile (malloc'd). */
+static char *restore_stderr(int saved, FILE *file)
+{
+    fflush(stderr);
+    ck_assert_int_ge(dup2(saved, 2), 0);
+    close(saved);
+    fseek(file, 0, SEEK_END);
+    long size = ftell(file);
+    ck_assert_int_ge(size, 0);
+    char *text = calloc((size_t)size + 1, 1);
+    ck_assert_ptr_nonnull(text);
+    rewind(file);
+    ck_assert_uint_eq(fread(text, 1, (size_t)size, file), (size_t)size);
+    fclose(file);
+    return text;
+}
+
+static int count_of(const char *text, const char *sub)
+{
+    int n = 0;
+    for (const char *p = strstr(text, sub); p; p = strstr(p + 1, sub))
+        n++;
+    return n;
+}
+
+static const char *broken_source = "__kernel void broken(__global float *x)\n"
+                                   "{\n"
+                                   "    x[0] = undeclared_thing_xyz;\n"
+                                   "}\n";
+
+START_TEST(silent_by_default)
+{
+    /* No KILN_LOG: a failed build prints nothing (PoCL's compiler printed "1 error generated."). */
+    unsetenv("KILN_LOG");
+    FILE *f;
+    int saved = capture_stderr(&f);
+    kiln_program *p = NULL;
+    kiln_status s = kiln_program_build(dev, broken_source, NULL, &p);
+    char *text = restore_stderr(saved, f);
+    ck_assert_int_eq(s, KILN_ERR_BUILD_FAILED);
+    ck_assert_msg(text[0] == '\0', "stderr got \"%s\"", text);
+    free(text);
+}
+END_TEST
+
+START_TEST(each_error_logged_once)
+{
+    setenv("KILN_LOG", "debug", 1);
+    FILE *f;
+    int saved = capture_stderr(&f);
+    /* A saved message put back (registry.c does) is not an error: "kiln: debug: KILN_OK:". */
+    kiln__error(KILN_OK, "%s", "a restored message");
+    kiln_program *p = NULL;
+    kiln_status s = kiln_program_build(dev, broken_source, NULL, &p);
+    /* The compiler's log once: in the message (it was also logged whole at warn level). */
+    int mentions = count_of(kiln_last_error(), "undeclared_thing_xyz");
+    /* A second release: once at debug, not again at error level. */
+    kiln_tensor *t = vec(dev, (const float[]){1}, 1);
+    kiln_tensor_release(t);
+    kiln_tensor_release(t);
+    char *text = restore_stderr(saved, f);
+    unsetenv("KILN_LOG");
+    ck_assert_int_eq(s, KILN_ERR_BUILD_FAILED);
+    ck_assert_msg(!strstr(text, "KILN_OK"), "stderr: %s", text);
+    ck_assert_msg(count_of(text, "rejected the program") == 1, "stderr: %s", text);
+    ck_assert_msg(mentions >= 1 && count_of(text, "undeclared_thing_xyz") == mentions, "stderr: %s",
+                  text);
+    ck_assert_msg(count_of(text, "was already released") == 1, "stderr: %s", text);
+    free(text);
+    /* At warn level the build failure shows once too, and a rewrapped error once at the end. */
+    setenv("KILN_LOG", "warn", 1);
+    saved = capture_stderr(&f);
+    s = kiln_program_build(dev, broken_source, NULL, &p);
+    kiln__log_hold();
+    kiln__error(KILN_ERR_NOT_FOUND, "inner");
+    kiln__log_last_error(KILN_LOG_WARN);
+    kiln__error(KILN_ERR_NOT_FOUND, "outer: %s", kiln_last_error());
+    kiln__log_release();
+    text = restore_stderr(saved, f);
+    unsetenv("KILN_LOG");
+    ck_assert_msg(count_of(text, "rejected the program") == 1, "stderr: %s", text);
+    ck_assert_msg(count_of(text, "inner") == 1 && strstr(text, "kiln: warn: outer: inner"),
+                  "stderr: %s", text);
+    free(text);
+}
+END_TEST
+
+START_TEST(positions_name_the_source)
+{
+    /* The driver's temporary file (PoCL: ~/.cache/pocl/kcache/tempfile_XXXXXX.cl:3:12) is
+     * renamed to what the user built from. */
+    kiln_program *p = NULL;
+    ck_assert_int_eq(kiln_program_build(dev, broken_source, NULL, &p), KILN_ERR_BUILD_FAILED);
+    ck_assert_msg(!strstr(kiln_last_error(), "tempfile"), "%s", kiln_last_error());
+    if (!strstr(kiln_last_error(), ":3:"))
+        test_skip("%s gives no positions in its build log", kiln_device_spec(dev));
+    else
+        ASSERT_ERROR_HAS("<source>:3:");
+    char dir[] = "/tmp/kiln-test-positions-XXXXXX", path[128];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/broken.cl", dir);
+    write_file(path, broken_source, strlen(broken_source));
+    ck_assert_int_eq(kiln_program_build_file(dev, path, NULL, &p), KILN_ERR_BUILD_FAILED);
+    ck_assert_msg(!strstr(kiln_last_error(), "tempfile"), "%s", kiln_last_error());
+    char want[160];
+    snprintf(want, sizeof want, "%s:3:", path);
+    if (strstr(kiln_last_error(), ":3:"))
+        ASSERT_ERROR_HAS(want);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+START_TEST(log_rename_cases)
+{
+    static const struct {
+        const char *log, *name, *want;
+    } cases[] = {
+        {"error: /root/.cache/pocl/kcache/tempfile_GVKDZd.cl:3:12: use of undeclared identifier",
+         "k.cl", "error: k.cl:3:12: use of undeclared identifier"},
+        {"tempfile_a.cl:1:2: x\ntempfile_b.cl:10:1: y", NULL, "<source>:1:2: x\n<source>:10:1: y"},
+        {"<kernel>:4:5: error: expected ';'", "/src/a b.cl",
+         "/src/a b.cl:4:5: error: expected ';'"},
+        {"<source>:1:1: warning", "mine.cl", "mine.cl:1:1: warning"},
+        /* Left alone: real files (an #include), names not followed by a line, mid-word. */
+        {"In file included from /inc/tempdefs.cl:2:\n/inc/x.cl:1:1: error", "k.cl",
+         "In file included from /inc/tempdefs.cl:2:\n/inc/x.cl:1:1: error"},
+        {"see tempfile_x.cl for details; tempfile_y.cl:abc", "k.cl",
+         "see tempfile_x.cl for details; tempfile_y.cl:abc"},
+        {"mytempfile_x.cl:1:1 a/tempfile.cl:2:2", "k.cl", "mytempfile_x.cl:1:1 a/tempfile.cl:2:2"},
+        {"", "k.cl", ""},
+        {"tempfile_x.cl:", "k.cl", "tempfile_x.cl:"},
+        {"(tempfile_q.cl:7:1)", "", "(<source>:7:1)"},
+        {"input.cl:3:12: error: x\n    y;\n    ^", "k.cl", "k.cl:3:12: error: x\n    y;\n    ^"},
+        {"/inc/input.cl:3:12: error", "k.cl", "/inc/input.cl:3:12: error"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *got = kiln__log_rename(cases[i].log, cases[i].name);
+        ck_assert_ptr_nonnull(got);
+        ck_assert_msg(strcmp(got, cases[i].want) == 0, "case %zu: \"%s\", want \"%s\"", i, got,
+                      cases[i].want);
+        free(got);
+    }
+}
+END_TEST
+
 /* ---- built-in kernels -------------------------------------------------------------------- */
 
 #define ARANGE_DEFINES "-DKILN_T=float -DKILN_TC=float"
@@ -786,6 +1226,10 @@ Suite *program_suite(void)
     tcase_add_test(tc, tensor_from_another_device);
     tcase_add_test(tc, bad_handles);
     tcase_add_test(tc, retain_and_release_count);
+    tcase_add_test(tc, launch_runs_exactly_global);
+    tcase_add_test(tc, padding_is_opt_in);
+    tcase_add_test(tc, argument_kinds_checked);
+    tcase_add_test(tc, without_argument_info);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
 
@@ -797,6 +1241,10 @@ Suite *program_suite(void)
     tcase_add_test(tc, double_without_fp64_hint);
     tcase_add_test(tc, log_trimming);
     tcase_add_test(tc, build_file_cases);
+    tcase_add_test(tc, silent_by_default);
+    tcase_add_test(tc, each_error_logged_once);
+    tcase_add_test(tc, positions_name_the_source);
+    tcase_add_test(tc, log_rename_cases);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
 
