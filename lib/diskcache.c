@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "includes.h"
 #include "status.h"
 
@@ -99,7 +100,7 @@ char *kiln__diskcache_key(const kiln_device_info *info, const char *source, size
     int head = snprintf(NULL, 0, fmt, KILN__KEY_ARGS);
     char tail[64];
     int tlen = snprintf(tail, sizeof tail, "\nsource %zu:", srclen);
-    char *key = head < 0 ? NULL : malloc((size_t)head + inclen + (size_t)tlen + srclen + 1);
+    char *key = head < 0 ? NULL : kiln__malloc((size_t)head + inclen + (size_t)tlen + srclen + 1);
     if (key) {
         snprintf(key, (size_t)head + 1, fmt, KILN__KEY_ARGS);
         char *p = key + head;
@@ -327,8 +328,8 @@ static verdict verify(int fd, const char *key, size_t keylen, unsigned char **pa
     *why = check_header(fd, keylen, &plen, &sum);
     if (*why)
         return ENTRY_CORRUPT;
-    char *k = malloc(keylen ? keylen : 1);
-    unsigned char *p = malloc((size_t)plen);
+    char *k = kiln__malloc(keylen ? keylen : 1);
+    unsigned char *p = kiln__malloc((size_t)plen);
     if (!k || !p) {
         free(k);
         free(p);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "clcall.h"
 #include "diskcache.h"
 #include "launch.h"
@@ -56,7 +57,7 @@ struct kiln_program {
 static char *dup_string(const char *s)
 {
     size_t n = strlen(s) + 1;
-    char *d = malloc(n);
+    char *d = kiln__malloc(n);
     if (d)
         memcpy(d, s, n);
     return d;
@@ -69,7 +70,7 @@ static char *build_options(const kiln_device *dev, const char *extra)
     const char *fp16 = dev->info.fp16 ? " -DKILN_HAS_FP16=1" : "";
     extra = extra ? extra : "";
     size_t n = strlen("-cl-std=CL1.2") + strlen(fp64) + strlen(fp16) + strlen(extra) + 2;
-    char *o = malloc(n);
+    char *o = kiln__malloc(n);
     if (o)
         snprintf(o, n, "-cl-std=CL1.2%s%s%s%s", fp64, fp16, *extra ? " " : "", extra);
     return o;
@@ -108,7 +109,7 @@ static unsigned char *program_binary(cl_program p, cl_device_id dev, size_t *siz
             CL_SUCCESS ||
         sizes[idx] == 0)
         return NULL;
-    unsigned char *bin = malloc(sizes[idx]);
+    unsigned char *bin = kiln__malloc(sizes[idx]);
     unsigned char *ptrs[64] = {NULL};
     if (!bin)
         return NULL;
@@ -128,7 +129,7 @@ static char *build_log(cl_program p, cl_device_id dev)
     size_t n = 0;
     if (kiln__cl.GetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) != CL_SUCCESS)
         n = 0;
-    char *log = malloc(n + 1);
+    char *log = kiln__malloc(n + 1);
     if (!log)
         return NULL;
     if (n && kiln__cl.GetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) != CL_SUCCESS)
@@ -178,7 +179,7 @@ static kiln_status build_failed(kiln_device *dev, cl_program p, const char *sour
     char *log = build_log(p, dev->id);
     if (!log)
         return kiln__host_oom(op);
-    char *trimmed = malloc(LOG_CAP);
+    char *trimmed = kiln__malloc(LOG_CAP);
     if (!trimmed) {
         free(log);
         return kiln__host_oom(op);
@@ -308,7 +309,7 @@ static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
     if (err != CL_SUCCESS || !k)
         return kiln__cl_fail(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, op, "clCreateKernel",
                              dev->info.spec);
-    kernel_node *n = calloc(1, sizeof *n);
+    kernel_node *n = kiln__calloc(1, sizeof *n);
     if (!n) {
         kiln__cl.ReleaseKernel(k);
         return kiln__host_oom(op);
@@ -379,7 +380,7 @@ static kiln_status programs_of(kiln_device *dev, const char *op, struct kiln__pr
 {
     pthread_mutex_lock(&dev->lock);
     if (!dev->programs) {
-        struct kiln__programs *ps = calloc(1, sizeof *ps);
+        struct kiln__programs *ps = kiln__calloc(1, sizeof *ps);
         if (!ps) {
             pthread_mutex_unlock(&dev->lock);
             return kiln__host_oom(op);
@@ -400,7 +401,7 @@ static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *sr
     const kiln__kernel_source *prelude = find_source("prelude");
     size_t plen = prelude ? prelude->length : 0;
     size_t len = plen + 1 + src->length;
-    char *text = malloc(len + 1);
+    char *text = kiln__malloc(len + 1);
     /* Devices whose built-in launches are not split get loop-free KILN_FOR (prelude.cl). */
     char nosplit[512];
     if (!kiln__launch_splits(dev)) {
@@ -452,7 +453,7 @@ static kiln_status builtin_entry_get(kiln_device *dev, struct kiln__programs *ps
         }
         break;
     }
-    builtin_entry *e = calloc(1, sizeof *e);
+    builtin_entry *e = kiln__calloc(1, sizeof *e);
     if (e) {
         e->source = dup_string(src->name);
         e->defines = dup_string(defines);
@@ -514,6 +515,39 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
     return s;
 }
 
+static void kernels_free(kernel_node *n)
+{
+    while (n) {
+        kernel_node *next = n->next;
+        kiln__cl.ReleaseKernel(n->k.kernel);
+        pthread_mutex_destroy(&n->k.lock);
+        free(n);
+        n = next;
+    }
+}
+
+void kiln__programs_free(kiln_device *dev)
+{
+    struct kiln__programs *ps = dev->programs;
+    if (!ps)
+        return;
+    dev->programs = NULL;
+    builtin_entry *e = ps->entries;
+    while (e) {
+        builtin_entry *next = e->next;
+        kernels_free(e->kernels);
+        if (e->program)
+            kiln__cl.ReleaseProgram(e->program);
+        free(e->source);
+        free(e->defines);
+        free(e);
+        e = next;
+    }
+    pthread_cond_destroy(&ps->built);
+    pthread_mutex_destroy(&ps->lock);
+    free(ps);
+}
+
 /* --- user programs ------------------------------------------------------------------------ */
 
 static bool program_valid(const kiln_program *prog)
@@ -529,14 +563,7 @@ static void program_free(kiln_program *prog)
         return;
     bool live = prog->magic == KILN__PROGRAM_MAGIC;
     prog->magic = 0;
-    kernel_node *n = prog->kernels;
-    while (n) {
-        kernel_node *next = n->next;
-        kiln__cl.ReleaseKernel(n->k.kernel);
-        pthread_mutex_destroy(&n->k.lock);
-        free(n);
-        n = next;
-    }
+    kernels_free(prog->kernels);
     if (prog->program)
         kiln__cl.ReleaseProgram(prog->program);
     if (live)
@@ -568,7 +595,7 @@ static kiln_status kernel_names(kiln_program *prog, const char *op)
     cl_int err = kiln__cl.GetProgramInfo(prog->program, CL_PROGRAM_KERNEL_NAMES, 0, NULL, &n);
     if (err != CL_SUCCESS)
         return kiln__cl_fail(err, op, "clGetProgramInfo", prog->dev->info.spec);
-    prog->names = calloc(1, n + 1);
+    prog->names = kiln__calloc(1, n + 1);
     if (!prog->names)
         return kiln__host_oom(op);
     err = kiln__cl.GetProgramInfo(prog->program, CL_PROGRAM_KERNEL_NAMES, n, prog->names, NULL);
@@ -624,7 +651,7 @@ static kiln_status program_build(kiln_device *dev, const char *source, size_t le
     s = kiln__device_open(dev, op);
     if (s != KILN_OK)
         return s;
-    kiln_program *prog = calloc(1, sizeof *prog);
+    kiln_program *prog = kiln__calloc(1, sizeof *prog);
     char *opts = build_options(dev, options);
     if (!prog || !opts) {
         s = kiln__host_oom(op);
@@ -691,7 +718,7 @@ static kiln_status read_source(const char *path, const char *op, char **out, siz
         goto done;
     }
     size_t n = (size_t)st.st_size;
-    buf = malloc(n + 1);
+    buf = kiln__malloc(n + 1);
     if (!buf) {
         s = kiln__host_oom(op);
         goto done;

@@ -10,9 +10,11 @@
 
 #include <CL/cl_ext.h>
 
+#include "alloc.h"
 #include "clcall.h"
 #include "diagnose.h"
 #include "memory.h"
+#include "program.h"
 #include "spec.h"
 #include "staging.h"
 #include "status.h"
@@ -102,7 +104,7 @@ static cl_int query_str(info_fn get, void *obj, cl_uint what, char *buf, size_t 
     cl_int err = get(obj, what, 0, NULL, &len);
     if (err != CL_SUCCESS)
         return err;
-    char *tmp = malloc(len + 1);
+    char *tmp = kiln__malloc(len + 1);
     if (!tmp)
         return CL_OUT_OF_HOST_MEMORY;
     err = get(obj, what, len, tmp, NULL);
@@ -347,6 +349,7 @@ void kiln__registry_reset(void)
         for (int i = 0; i < reg.nvisible; i++) {
             kiln_device *dev = reg.visible[i];
             kiln__staging_free(dev);
+            kiln__programs_free(dev);
             kiln__mem_pool_free(dev);
             if (dev->queue)
                 kiln__cl.ReleaseCommandQueue(dev->queue);

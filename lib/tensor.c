@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "clcall.h"
 #include "dtype.h"
 #include "memory.h"
@@ -145,7 +146,7 @@ overflow:
 static kiln__storage *storage_new(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity,
                                   bool pooled)
 {
-    kiln__storage *st = calloc(1, sizeof *st);
+    kiln__storage *st = kiln__calloc(1, sizeof *st);
     if (!st)
         return NULL;
     atomic_init(&st->refs, 1);
@@ -176,7 +177,7 @@ static void storage_release(kiln__storage *st)
 static kiln_tensor *header_new(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                                int64_t numel, size_t nbytes, kiln__storage *st)
 {
-    kiln_tensor *t = calloc(1, sizeof *t);
+    kiln_tensor *t = kiln__calloc(1, sizeof *t);
     if (!t)
         return NULL;
     t->magic = KILN__TENSOR_MAGIC;
