@@ -206,6 +206,7 @@ static kiln_status from_source(kiln_device *dev, const char *src, size_t len, co
         return kiln__cl_fail(err != CL_SUCCESS ? err : CL_INVALID_PROGRAM, op,
                              "clCreateProgramWithSource", dev->info.spec);
     err = kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
+    kiln__exit_hook(); /* after the compiler's statics (registry.c) */
     if (err == CL_SUCCESS) {
         *out = p;
         return KILN_OK;
@@ -239,6 +240,7 @@ static cl_program from_binary(kiln_device *dev, const unsigned char *bin, size_t
         return NULL;
     }
     err = kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
+    kiln__exit_hook();
     if (err != CL_SUCCESS) {
         kiln__log(KILN_LOG_WARN, "cache: %s could not build a cached binary (%s); rebuilding",
                   dev->info.spec, kiln__cl_error_name(err));
