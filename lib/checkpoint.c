@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "dtype.h"
 #include "registry.h"
 #include "status.h"
@@ -191,7 +192,7 @@ kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_le
                            "kiln_load: %s: the header is not a JSON object", what);
     }
     size_t count = json_object_size(root);
-    kiln__st_entry *es = calloc(count ? count : 1, sizeof *es);
+    kiln__st_entry *es = kiln__calloc(count ? count : 1, sizeof *es);
     if (!es) {
         json_decref(root);
         return kiln__host_oom("kiln_load");
@@ -209,7 +210,7 @@ kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_le
                             what);
         if (s == KILN_OK)
             s = parse_entry(key, v, what, &es[k]);
-        if (s == KILN_OK && !(es[k].name = strdup(key)))
+        if (s == KILN_OK && !(es[k].name = kiln__strdup(key)))
             s = kiln__host_oom("kiln_load");
         if (s != KILN_OK)
             break;
@@ -322,7 +323,7 @@ static char *make_header(const kiln_named_tensor *ts, int n, size_t *len)
     if (!text)
         return NULL;
     size_t l = strlen(text), pad = (8 - l % 8) % 8;
-    char *out = realloc(text, l + pad + 1);
+    char *out = kiln__realloc(text, l + pad + 1);
     if (!out) {
         free(text);
         return NULL;
@@ -353,7 +354,7 @@ static kiln_status write_tensor(int fd, kiln_tensor *t, const char *path)
 
 static void fsync_folder(const char *path)
 {
-    char *copy = strdup(path);
+    char *copy = kiln__strdup(path);
     if (!copy)
         return;
     int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -376,7 +377,7 @@ kiln_status kiln_save(const char *path, const kiln_named_tensor *tensors, int n)
     size_t hlen = 0;
     char *header = make_header(tensors, n, &hlen);
     size_t tlen = strlen(path) + 16;
-    char *tmp = malloc(tlen + 32);
+    char *tmp = kiln__malloc(tlen + 32);
     if (!header || !tmp) {
         free(header);
         free(tmp);
@@ -473,7 +474,7 @@ static kiln_status st_open(const char *op, const char *path, st_file *f)
                            "or truncated",
                            op, path, hlen, f->size);
     }
-    char *header = malloc(hlen ? hlen : 1);
+    char *header = kiln__malloc(hlen ? hlen : 1);
     if (!header) {
         st_close(f);
         return kiln__host_oom(op);
@@ -503,7 +504,7 @@ static const unsigned char *data_get(st_file *f, const char *op, const char *pat
         *mapped = m;
         return (const unsigned char *)m + f->data_at;
     }
-    unsigned char *buf = malloc((size_t)(f->size - f->data_at));
+    unsigned char *buf = kiln__malloc((size_t)(f->size - f->data_at));
     if (!buf) {
         *s = kiln__host_oom(op);
         return NULL;
@@ -549,10 +550,10 @@ kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out)
         s = st_open(op, path, &f);
     if (s != KILN_OK)
         return s;
-    kiln_checkpoint *ck = calloc(1, sizeof *ck);
+    kiln_checkpoint *ck = kiln__calloc(1, sizeof *ck);
     if (ck) {
-        ck->names = calloc((size_t)(f.n ? f.n : 1), sizeof *ck->names);
-        ck->tensors = calloc((size_t)(f.n ? f.n : 1), sizeof *ck->tensors);
+        ck->names = kiln__calloc((size_t)(f.n ? f.n : 1), sizeof *ck->names);
+        ck->tensors = kiln__calloc((size_t)(f.n ? f.n : 1), sizeof *ck->tensors);
     }
     if (!ck || !ck->names || !ck->tensors) {
         kiln_checkpoint_free(ck);
@@ -592,7 +593,7 @@ kiln_status kiln_load_into(const char *path, const kiln_named_tensor *tensors, i
     if (s != KILN_OK)
         return s;
     /* Every tensor matched and checked before anything is written. */
-    int *match = calloc((size_t)(n ? n : 1), sizeof *match);
+    int *match = kiln__calloc((size_t)(n ? n : 1), sizeof *match);
     if (!match) {
         st_close(&f);
         return kiln__host_oom(op);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "includes.h"
 #include "status.h"
 
@@ -103,7 +104,7 @@ char *kiln__diskcache_key(const kiln_device_info *info, const char *source, size
     int head = snprintf(NULL, 0, fmt, KILN__KEY_ARGS);
     char tail[64];
     int tlen = snprintf(tail, sizeof tail, "\nsource %zu:", srclen);
-    char *key = head < 0 ? NULL : malloc((size_t)head + inclen + (size_t)tlen + srclen + 1);
+    char *key = head < 0 ? NULL : kiln__malloc((size_t)head + inclen + (size_t)tlen + srclen + 1);
     if (key) {
         snprintf(key, (size_t)head + 1, fmt, KILN__KEY_ARGS);
         char *p = key + head;
@@ -321,7 +322,7 @@ uint8_t *kiln__cache_entry_encode(const kiln__cache_entry *e, size_t *len)
         e->size > PAYLOAD_CAP)
         return NULL;
     size_t n = HEADER_SIZE + e->keylen + e->nameslen + e->size;
-    uint8_t *b = malloc(n);
+    uint8_t *b = kiln__malloc(n);
     if (!b)
         return NULL;
     memset(b, 0, HEADER_SIZE);
@@ -395,7 +396,7 @@ static verdict read_entry(int fd, const char *path, size_t keylen, uint8_t **buf
         return ENTRY_CORRUPT;
     if (kiln__diskcache_before_read)
         kiln__diskcache_before_read(path);
-    uint8_t *b = malloc((size_t)st.st_size);
+    uint8_t *b = kiln__malloc((size_t)st.st_size);
     if (!b)
         return ENTRY_NO_MEMORY;
     if (!read_all(fd, b, (size_t)st.st_size)) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "dtype.h"
 #include "registry.h"
 #include "status.h"
@@ -176,7 +177,7 @@ kiln_status kiln_tensor_format(const kiln_tensor *t, char *buf, size_t size, siz
     kiln_status s = kiln__check_tensor(t, op, "tensor");
     if (s != KILN_OK)
         return s;
-    void *host = malloc(t->nbytes ? t->nbytes : 1);
+    void *host = kiln__malloc(t->nbytes ? t->nbytes : 1);
     if (!host)
         return kiln__host_oom(op);
     s = kiln_tensor_read(t, host, t->nbytes);
@@ -212,7 +213,7 @@ kiln_status kiln_tensor_print(const kiln_tensor *t)
     kiln_status s = kiln_tensor_format(t, NULL, 0, &len);
     if (s != KILN_OK)
         return s;
-    char *text_buf = malloc(len + 1);
+    char *text_buf = kiln__malloc(len + 1);
     if (!text_buf)
         return kiln__host_oom("kiln_tensor_print");
     s = kiln_tensor_format(t, text_buf, len + 1, NULL);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "diskcache.h"
 
 /* A growing text buffer. */
@@ -27,7 +28,7 @@ static char *reserve(text *t, size_t n)
         size_t cap = t->cap ? t->cap : 4096;
         while (cap < t->len + n + 1)
             cap *= 2;
-        char *b = realloc(t->buf, cap);
+        char *b = kiln__realloc(t->buf, cap);
         if (!b) {
             t->oom = true;
             return NULL;
@@ -78,13 +79,13 @@ static bool add_file(walk *w, const char *path, size_t size)
     }
     if (w->n == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 16;
-        found *f = realloc(w->files, cap * sizeof *f);
+        found *f = kiln__realloc(w->files, cap * sizeof *f);
         if (!f)
             goto oom;
         w->files = f;
         w->cap = cap;
     }
-    w->files[w->n].path = strdup(path);
+    w->files[w->n].path = kiln__strdup(path);
     if (!w->files[w->n].path)
         goto oom;
     w->files[w->n++].size = size;

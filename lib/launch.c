@@ -79,7 +79,7 @@ static kiln_status check_args(kiln_device *dev, const kiln__kernel *k, const cha
         /* The common case (all fine) formats nothing: this runs on every launch. */
         bool fine = (a->kind == KILN_ARG_TENSOR && a->value.tensor &&
                      a->value.tensor->magic == KILN__TENSOR_MAGIC && a->value.tensor->dev == dev &&
-                      !atomic_load(&a->value.tensor->storage->mapped)) ||
+                     !atomic_load(&a->value.tensor->storage->mapped)) ||
                     (a->kind == KILN_ARG_SCALAR && scalar_ptr(a));
         if (!fine) {
             kiln_status s = check_arg(dev, k, op, i, a);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "clcall.h"
 #include "queue.h"
 #include "registry.h"
@@ -100,7 +101,7 @@ static struct kiln__pool *get_pool(kiln_device *dev)
 {
     pthread_mutex_lock(&dev->lock);
     if (!dev->pool) {
-        struct kiln__pool *p = calloc(1, sizeof *p);
+        struct kiln__pool *p = kiln__calloc(1, sizeof *p);
         if (p) {
             pthread_mutex_init(&p->lock, NULL);
             env_budget(p);
@@ -407,7 +408,7 @@ void kiln__mem_free(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity)
     if (!mem)
         return;
     struct kiln__pool *p = dev->pool;
-    kiln__block *blk = malloc(sizeof *blk);
+    kiln__block *blk = kiln__malloc(sizeof *blk);
     pthread_mutex_lock(&p->lock);
     p->allocated -= capacity;
     if (blk) {

@@ -1,6 +1,7 @@
 /* program.c - building OpenCL programs (built-in and user) through the disk cache, the
  * per-device cache of built-in programs and kernels, and the kiln_program object. */
 #include "program.h"
+#include "alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -57,7 +58,7 @@ struct kiln_program {
 static char *dup_string(const char *s)
 {
     size_t n = strlen(s) + 1;
-    char *d = malloc(n);
+    char *d = kiln__malloc(n);
     if (d)
         memcpy(d, s, n);
     return d;
@@ -73,7 +74,7 @@ static char *build_options(const kiln_device *dev, bool user, const char *extra)
     extra = extra ? extra : "";
     size_t n =
         strlen("-cl-std=CL1.2") + strlen(arginfo) + strlen(fp64) + strlen(fp16) + strlen(extra) + 2;
-    char *o = malloc(n);
+    char *o = kiln__malloc(n);
     if (o)
         snprintf(o, n, "-cl-std=CL1.2%s%s%s%s%s", arginfo, fp64, fp16, *extra ? " " : "", extra);
     return o;
@@ -124,7 +125,7 @@ static unsigned char *program_binary(cl_program p, cl_device_id dev, size_t *siz
                       : "the driver gives no binary for the device (CL_PROGRAM_BINARY_SIZES)";
     if (slot < 0)
         return NULL;
-    unsigned char *bin = malloc(sizes[slot]);
+    unsigned char *bin = kiln__malloc(sizes[slot]);
     unsigned char *ptrs[64] = {NULL};
     *why = "no host memory for the binary";
     if (!bin)
@@ -146,7 +147,7 @@ static char *program_names(cl_program p)
     size_t n = 0;
     if (kiln__cl.GetProgramInfo(p, CL_PROGRAM_KERNEL_NAMES, 0, NULL, &n) != CL_SUCCESS)
         return NULL;
-    char *names = calloc(1, n + 1);
+    char *names = kiln__calloc(1, n + 1);
     if (names && n &&
         kiln__cl.GetProgramInfo(p, CL_PROGRAM_KERNEL_NAMES, n, names, NULL) != CL_SUCCESS) {
         free(names);
@@ -178,7 +179,7 @@ static char *build_log(cl_program p, cl_device_id dev)
     size_t n = 0;
     if (kiln__cl.GetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) != CL_SUCCESS)
         n = 0;
-    char *log = malloc(n + 1);
+    char *log = kiln__malloc(n + 1);
     if (!log)
         return NULL;
     if (n && kiln__cl.GetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) != CL_SUCCESS)
@@ -270,7 +271,7 @@ static size_t rename_pass(const char *log, const char *name, char *out)
 char *kiln__log_rename(const char *log, const char *name)
 {
     name = name && *name ? name : "<source>";
-    char *out = malloc(rename_pass(log, name, NULL) + 1);
+    char *out = kiln__malloc(rename_pass(log, name, NULL) + 1);
     if (out)
         rename_pass(log, name, out);
     return out;
@@ -281,7 +282,7 @@ static kiln_status build_failed(kiln_device *dev, cl_program p, const char *sour
 {
     char *raw = build_log(p, dev->id);
     char *log = raw ? kiln__log_rename(raw, name) : NULL;
-    char *trimmed = log ? malloc(LOG_CAP) : NULL;
+    char *trimmed = log ? kiln__malloc(LOG_CAP) : NULL;
     free(raw);
     if (!trimmed) {
         free(log);
@@ -488,7 +489,7 @@ static kiln_status query_params(kiln__kernel *k, const char *op)
 {
     if (k->nargs == 0)
         return KILN_OK;
-    kiln__param *ps = calloc(k->nargs, sizeof *ps);
+    kiln__param *ps = kiln__calloc(k->nargs, sizeof *ps);
     if (!ps)
         return kiln__host_oom(op);
     for (cl_uint i = 0; i < k->nargs; i++) {
@@ -526,7 +527,7 @@ static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
     if (err != CL_SUCCESS || !k)
         return kiln__cl_fail(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, op, "clCreateKernel",
                              dev->info.spec);
-    kernel_node *n = calloc(1, sizeof *n);
+    kernel_node *n = kiln__calloc(1, sizeof *n);
     if (!n) {
         kiln__cl.ReleaseKernel(k);
         return kiln__host_oom(op);
@@ -599,7 +600,7 @@ static kiln_status programs_of(kiln_device *dev, const char *op, struct kiln__pr
 {
     pthread_mutex_lock(&dev->lock);
     if (!dev->programs) {
-        struct kiln__programs *ps = calloc(1, sizeof *ps);
+        struct kiln__programs *ps = kiln__calloc(1, sizeof *ps);
         if (!ps) {
             pthread_mutex_unlock(&dev->lock);
             return kiln__host_oom(op);
@@ -620,7 +621,7 @@ static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *sr
     const kiln__kernel_source *prelude = find_source("prelude");
     size_t plen = prelude ? prelude->length : 0;
     size_t len = plen + 1 + src->length;
-    char *text = malloc(len + 1);
+    char *text = kiln__malloc(len + 1);
     /* Devices whose built-in launches are not split get loop-free KILN_FOR (prelude.cl). */
     char nosplit[512];
     if (!kiln__launch_splits(dev)) {
@@ -674,7 +675,7 @@ static kiln_status builtin_entry_get(kiln_device *dev, struct kiln__programs *ps
         }
         break;
     }
-    builtin_entry *e = calloc(1, sizeof *e);
+    builtin_entry *e = kiln__calloc(1, sizeof *e);
     if (e) {
         e->source = dup_string(src->name);
         e->defines = dup_string(defines);
@@ -736,6 +737,39 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
     return s;
 }
 
+static void kernels_free(kernel_node *n)
+{
+    while (n) {
+        kernel_node *next = n->next;
+        kiln__cl.ReleaseKernel(n->k.kernel);
+        pthread_mutex_destroy(&n->k.lock);
+        free(n);
+        n = next;
+    }
+}
+
+void kiln__programs_free(kiln_device *dev)
+{
+    struct kiln__programs *ps = dev->programs;
+    if (!ps)
+        return;
+    dev->programs = NULL;
+    builtin_entry *e = ps->entries;
+    while (e) {
+        builtin_entry *next = e->next;
+        kernels_free(e->kernels);
+        if (e->program)
+            kiln__cl.ReleaseProgram(e->program);
+        free(e->source);
+        free(e->defines);
+        free(e);
+        e = next;
+    }
+    pthread_cond_destroy(&ps->built);
+    pthread_mutex_destroy(&ps->lock);
+    free(ps);
+}
+
 /* --- user programs ------------------------------------------------------------------------ */
 
 static bool program_valid(const kiln_program *prog)
@@ -791,7 +825,7 @@ static kiln_status kernel_names(kiln_program *prog, const char *op)
     cl_int err = kiln__cl.GetProgramInfo(prog->program, CL_PROGRAM_KERNEL_NAMES, 0, NULL, &n);
     if (err != CL_SUCCESS)
         return kiln__cl_fail(err, op, "clGetProgramInfo", prog->dev->info.spec);
-    prog->names = calloc(1, n + 1);
+    prog->names = kiln__calloc(1, n + 1);
     if (!prog->names)
         return kiln__host_oom(op);
     err = kiln__cl.GetProgramInfo(prog->program, CL_PROGRAM_KERNEL_NAMES, n, prog->names, NULL);
@@ -847,7 +881,7 @@ static kiln_status program_build(kiln_device *dev, const char *source, size_t le
     s = kiln__device_open(dev, op);
     if (s != KILN_OK)
         return s;
-    kiln_program *prog = calloc(1, sizeof *prog);
+    kiln_program *prog = kiln__calloc(1, sizeof *prog);
     char *opts = build_options(dev, true, options);
     if (!prog || !opts) {
         s = kiln__host_oom(op);
@@ -914,7 +948,7 @@ static kiln_status read_source(const char *path, const char *op, char **out, siz
         goto done;
     }
     size_t n = (size_t)st.st_size;
-    buf = malloc(n + 1);
+    buf = kiln__malloc(n + 1);
     if (!buf) {
         s = kiln__host_oom(op);
         goto done;

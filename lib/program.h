@@ -40,6 +40,10 @@ typedef struct kiln__kernel {
 kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const char *defines,
                                  const char *kernel, const char *op, kiln__kernel **out);
 
+/* Release dev's built-in programs and kernels (kiln__registry_reset; tests). Valid only while no
+ * other thread uses dev. */
+void kiln__programs_free(kiln_device *dev);
+
 /* The kernel `name` of a user program, created on first use and kept with the program (launch
  * it with kiln_program_launch, launch.c). KILN_ERR_INVALID_ARGUMENT naming op for a program that
  * is not live or a NULL name; KILN_ERR_NOT_FOUND listing the program's kernels. */

@@ -10,9 +10,11 @@
 
 #include <CL/cl_ext.h>
 
+#include "alloc.h"
 #include "clcall.h"
 #include "diagnose.h"
 #include "memory.h"
+#include "program.h"
 #include "spec.h"
 #include "staging.h"
 #include "status.h"
@@ -102,7 +104,7 @@ static cl_int query_str(info_fn get, void *obj, cl_uint what, char *buf, size_t 
     cl_int err = get(obj, what, 0, NULL, &len);
     if (err != CL_SUCCESS)
         return err;
-    char *tmp = malloc(len + 1);
+    char *tmp = kiln__malloc(len + 1);
     if (!tmp)
         return CL_OUT_OF_HOST_MEMORY;
     err = get(obj, what, len, tmp, NULL);
@@ -347,6 +349,7 @@ void kiln__registry_reset(void)
         for (int i = 0; i < reg.nvisible; i++) {
             kiln_device *dev = reg.visible[i];
             kiln__staging_free(dev);
+            kiln__programs_free(dev);
             kiln__mem_pool_free(dev);
             if (dev->queue)
                 kiln__cl.ReleaseCommandQueue(dev->queue);
@@ -540,6 +543,39 @@ static cl_int open_context(kiln__platform *plat)
     return err;
 }
 
+/* At exit, finish every queue before the driver's static destructors run: PoCL compiles a
+ * kernel on its own threads at its first launch, and a process that returns from main with
+ * work queued (no kiln_device_synchronize) otherwise crashes in LLVM as exit() tears down
+ * statics under that compilation. Lost devices are left alone; the queues are read without
+ * their locks, since a thread holding one at exit would never release it. */
+static void finish_at_exit(void)
+{
+    if (!atomic_load_explicit(&reg_ready, memory_order_acquire))
+        return;
+    for (int i = 0; i < reg.nvisible; i++) {
+        kiln_device *dev = reg.visible[i];
+        if (atomic_load_explicit(&dev->lost, memory_order_acquire))
+            continue;
+        if (dev->queue)
+            kiln__cl.Finish(dev->queue);
+        if (dev->private_queue)
+            kiln__cl.Finish(dev->private_queue);
+    }
+}
+
+/* exit() runs atexit handlers and C++ static destructors in reverse order of registration, and
+ * LLVM constructs many of its statics lazily, during the driver's compiles: finish_at_exit must
+ * be registered after them, so it is registered again after each build (a bounded number of
+ * times: later builds meet the statics already made). Running it twice costs two clFinish. */
+#define EXIT_HOOKS_MAX 64
+static atomic_int exit_hooks;
+
+void kiln__exit_hook(void)
+{
+    if (atomic_fetch_add(&exit_hooks, 1) < EXIT_HOOKS_MAX)
+        atexit(finish_at_exit);
+}
+
 kiln_status kiln__device_open(kiln_device *dev, const char *op)
 {
     kiln_status s = kiln__check_device(dev, op);
@@ -568,6 +604,7 @@ kiln_status kiln__device_open(kiln_device *dev, const char *op)
                              "clCreateCommandQueue", dev->info.spec);
     }
     pthread_mutex_unlock(&dev->lock);
+    kiln__exit_hook();
     return KILN_OK;
 }
 

@@ -86,6 +86,10 @@ void kiln__device_mark_lost(kiln_device *dev, const char *clfn, cl_int err);
  * device never reaches the driver again. */
 kiln_status kiln__device_check_lost(const kiln_device *dev, const char *op);
 
+/* (Re-)register the exit handler that finishes every queue before the driver's statics go;
+ * called when a queue is created and after each program build (see registry.c). */
+void kiln__exit_hook(void);
+
 /* Test only: forget that dev was lost (after a fault a test injected; the context is fine). */
 void kiln__device_clear_lost(kiln_device *dev);
 

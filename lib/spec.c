@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "status.h"
 
 #define KILN__SPEC_MAX_LEN 64
@@ -325,7 +326,7 @@ kiln_status kiln__spec_apply_visible(const char *list, kiln__devdesc *d, int n)
 {
     char shown[4 * 200 + 8];
     printable(list, 200, shown, sizeof shown);
-    int *order = calloc((size_t)n + 1, sizeof *order);
+    int *order = kiln__calloc((size_t)n + 1, sizeof *order);
     if (!order)
         return kiln__host_oom("KILN_VISIBLE_DEVICES");
     int count = 0;

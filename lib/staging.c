@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "clcall.h"
 #include "memory.h"
 #include "queue.h"
@@ -77,7 +78,7 @@ static struct kiln__staging *get_staging(kiln_device *dev)
 {
     pthread_mutex_lock(&dev->lock);
     if (!dev->staging) {
-        struct kiln__staging *p = calloc(1, sizeof *p);
+        struct kiln__staging *p = kiln__calloc(1, sizeof *p);
         if (p) {
             pthread_mutex_init(&p->lock, NULL);
             dev->staging = p;
@@ -117,7 +118,7 @@ static kiln__stage *stage_create(kiln_device *dev, size_t size)
     cl_int err = kiln__queue_private(dev, &q);
     if (err != CL_SUCCESS)
         return stage_fail(dev, size, "clCreateCommandQueue", err);
-    kiln__stage *st = calloc(1, sizeof *st);
+    kiln__stage *st = kiln__calloc(1, sizeof *st);
     if (!st)
         return stage_fail(dev, size, "calloc", CL_OUT_OF_HOST_MEMORY);
     st->size = size;
@@ -359,7 +360,7 @@ static kiln_status copy_chunked(kiln_device *sdev, cl_mem smem, kiln_device *dde
 {
     kiln__stage *st[1];
     copy_plan c = plan_for(sdev, smem, 0, n, st, 1);
-    void *buf = c.nst ? st[0]->ptr : malloc(n < c.chunk ? n : c.chunk);
+    void *buf = c.nst ? st[0]->ptr : kiln__malloc(n < c.chunk ? n : c.chunk);
     if (!buf)
         return kiln__host_oom(op);
     cl_int err = CL_SUCCESS;

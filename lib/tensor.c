@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "clcall.h"
 #include "dtype.h"
 #include "memory.h"
@@ -144,7 +145,7 @@ overflow:
 static kiln__storage *storage_new(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity,
                                   bool pooled)
 {
-    kiln__storage *st = calloc(1, sizeof *st);
+    kiln__storage *st = kiln__calloc(1, sizeof *st);
     if (!st)
         return NULL;
     atomic_init(&st->refs, 1);
@@ -175,7 +176,7 @@ static void storage_release(kiln__storage *st)
 static kiln_tensor *header_new(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                                int64_t numel, size_t nbytes, kiln__storage *st)
 {
-    kiln_tensor *t = calloc(1, sizeof *t);
+    kiln_tensor *t = kiln__calloc(1, sizeof *t);
     if (!t)
         return NULL;
     t->magic = KILN__TENSOR_MAGIC;
@@ -252,7 +253,7 @@ kiln_status kiln_tensor_zeros(kiln_device *dev, kiln_dtype dtype, int ndim, cons
     if (strncmp(dev->info.platform, "Oclgrind", 8) == 0) {
         /* Oclgrind's uninitialised-value checker (21.10) does not count a fill as writing the
          * buffer, and reports every kernel that reads it: write zeros from the host there. */
-        void *z = calloc(1, t->nbytes);
+        void *z = kiln__calloc(1, t->nbytes);
         err = z ? kiln__cl.EnqueueWriteBuffer(kiln__queue(dev), t->storage->mem, CL_TRUE, 0,
                                               t->nbytes, z, 0, NULL, NULL)
                 : CL_OUT_OF_HOST_MEMORY;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "launch.h"
 #include "program.h"
 #include "registry.h"
@@ -98,7 +99,7 @@ kiln_status kiln__check_indices(const char *op, const kiln_tensor *idx, const ch
     kiln_status s = kiln__checked_mode(op, &on);
     if (s != KILN_OK || !on || idx->numel == 0)
         return s;
-    void *buf = malloc(idx->nbytes);
+    void *buf = kiln__malloc(idx->nbytes);
     if (!buf)
         return kiln__host_oom(op);
     s = kiln_tensor_read(idx, buf, idx->nbytes);
