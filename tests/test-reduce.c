@@ -226,7 +226,8 @@ END_TEST
 START_TEST(test_lanes_ties_nan)
 {
     const int64_t n = 4101, m = 40, sr[] = {m, n}, sc[] = {n, m};
-    float *xr = malloc((size_t)(n * m) * sizeof(float)), *xc = malloc((size_t)(n * m) * sizeof(float));
+    float *xr = malloc((size_t)(n * m) * sizeof(float)),
+          *xc = malloc((size_t)(n * m) * sizeof(float));
     ck_assert(xr && xc);
     /* result r: all equal (r % 4 == 0), all -inf (1), NaN at 2 places (2), max at 3 places (3) */
     int64_t want_idx[40];
@@ -263,8 +264,8 @@ START_TEST(test_lanes_ties_nan)
             continue;
         for (int axis = 0; axis <= 1; axis++) {
             kiln_tensor *t = NULL, *y = NULL;
-            ASSERT_OK(kiln_tensor_from_host(devs[i], KILN_F32, 2, axis ? sr : sc, axis ? xr : xc,
-                                            &t));
+            ASSERT_OK(
+                kiln_tensor_from_host(devs[i], KILN_F32, 2, axis ? sr : sc, axis ? xr : xc, &t));
             int64_t idx[40];
             float v[40];
             ASSERT_OK(kiln_reduce(KILN_REDUCE_ARGMAX, t, axis, false, &y));
@@ -278,9 +279,9 @@ START_TEST(test_lanes_ties_nan)
                 ASSERT_OK(kiln_tensor_read(y, v, sizeof v));
                 kiln_tensor_release(y);
                 for (int64_t r = 0; r < m; r++) {
-                    bool ok = r % 4 == 0   ? v[r] == 2.5f
-                              : r % 4 == 1 ? isinf(v[r]) && v[r] < 0
-                              : r % 4 == 2 ? isnan(v[r])
+                    bool ok = r % 4 == 0              ? v[r] == 2.5f
+                              : r % 4 == 1            ? isinf(v[r]) && v[r] < 0
+                              : r % 4 == 2            ? isnan(v[r])
                               : op == KILN_REDUCE_MAX ? v[r] == 100
                                                       : v[r] == -50;
                     ck_assert_msg(ok, "axis %d %s result %lld: %g", axis,
@@ -588,8 +589,7 @@ Suite *reduce_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_ops_dtypes_axes, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
     tcase_add_loop_test(tc, test_workgroup_path, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
-    tcase_add_loop_test(tc, test_vector_and_chunked_paths, KILN_REDUCE_SUM,
-                        KILN_REDUCE_ARGMAX + 1);
+    tcase_add_loop_test(tc, test_vector_and_chunked_paths, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
     tcase_add_test(tc, test_lanes_ties_nan);
     tcase_add_test(tc, test_large_all_reduce);
     tcase_add_test(tc, test_many_rows);

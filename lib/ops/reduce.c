@@ -239,8 +239,8 @@ done:
  * single work-items (these kernels loop, so PoCL runs a group's work-items one after another:
  * one-item groups spread over the cores whatever the shape); elsewhere the fixed shapes. */
 static kiln_status launch_chunked(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
-                                  kiln_tensor *y, const reduce_plan *p, const char *base,
-                                  int dims, size_t *global, partials *pt)
+                                  kiln_tensor *y, const reduce_plan *p, const char *base, int dims,
+                                  size_t *global, partials *pt)
 {
     kiln__kernel *k;
     char name[64];

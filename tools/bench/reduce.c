@@ -162,8 +162,9 @@ int bench_reduce(bench_ctx *ctx)
         teardown(&r);
     }
 #ifdef _OPENMP
-    bench_note(ctx, "reduce: baseline is an OpenMP C loop over host memory (plain f32 sums), %d "
-                    "threads",
+    bench_note(ctx,
+               "reduce: baseline is an OpenMP C loop over host memory (plain f32 sums), %d "
+               "threads",
                omp_get_max_threads());
 #else
     bench_note(ctx, "reduce: baseline is a single-threaded C loop over host memory (built "
