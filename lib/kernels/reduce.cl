@@ -273,7 +273,8 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
 
 /* Launched over [nchunks, outer] (capped: KILN_FOR loops; padded): the work-item folds elements
  * j0 .. j1 of contiguous row o (inner == 1), 32 at a time for sums (four vectors added plainly,
- * then one compensated step: the same bound as KILN_ACCUMULATE), 8 at a time for compares. */
+ * then one compensated step: the same bound as KILN_ACCUMULATE), 8 at a time for compares;
+ * chunks shorter than 32 and the last elements one at a time. */
 #define KILN_VROWS_KERNEL(name, OUT_T, RESULT)                                                  \
     kernel void name(global const KILN_T *x, global OUT_T *out, global KILN_ACC *ps,            \
                      global KILN_ACC *pc, global long *pi, long outer, long n, long chunk,      \
@@ -285,7 +286,7 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
                 KILN_ACC s, c;                                                                  \
                 long idx;                                                                       \
                 KILN_INIT(s, c, idx, is_min);                                                   \
-                if (j1 - j0 >= 8) {                                                             \
+                if (j1 - j0 >= 32) { /* shorter: merging the lanes costs more than it saves */  \
                     long8 lane = (long8)(0, 1, 2, 3, 4, 5, 6, 7);                               \
                     KILN_ACCV sv = KILN_LOADV(x, base + j), cv = 0;                             \
                     long8 iv = lane + j;                                                        \

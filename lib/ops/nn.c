@@ -82,7 +82,7 @@ static kiln_status check_given(const char *op, const char *name, const kiln_tens
 }
 
 /* CPUs take the row kernels in vectors of 8 for contiguous rows (inner == 1) of f32 and f64,
- * one row per single-work-item group (the kernels loop: PoCL runs a group's items in turn). */
+ * launched with kiln__cpu_loop_ndrange. */
 static bool rows8(const kiln_device *dev, kiln_dtype dtype, int64_t inner)
 {
     return dev->info.type == KILN_DEVICE_CPU && inner == 1 && !kiln__dtype_is_half(dtype);
@@ -123,6 +123,8 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, k
         size_t global = (size_t)outer, local = 1;
         kiln_arg args[] = {kiln_arg_tensor(x), kiln_arg_tensor(y), kiln_arg_i64(outer),
                            kiln_arg_i64(x->shape[a]), kiln_arg_i32(logmode)};
+        if (s == KILN_OK)
+            kiln__cpu_loop_ndrange(x->dev, k->wg_size, 1, &global, &local);
         if (s == KILN_OK)
             s = kiln__kernel_launch(x->dev, k, op, 1, &global, &local, 5, args);
     } else if (x->numel > 0) {
@@ -282,10 +284,12 @@ static kiln_status cross_entropy(const char *op, const kiln_tensor *logits,
             kiln_arg_tensor(terms),  kiln_arg_tensor(g ? g : terms),
             kiln_arg_i64(rows),      kiln_arg_i64(classes),
             kiln_arg_i32(g != NULL), kiln__arg_compute(logits->dtype, 1.0 / (double)rows)};
-        if (s == KILN_OK && vec) /* loops per row: one-item groups spread over the cores */
+        if (s == KILN_OK && vec) {
+            kiln__cpu_loop_ndrange(logits->dev, k->wg_size, 1, &global, &local);
             s = kiln__kernel_launch(logits->dev, k, op, 1, &global, &local, 8, args);
-        else if (s == KILN_OK)
+        } else if (s == KILN_OK) {
             s = launch1(logits->dev, k, op, global, 8, args);
+        }
     }
     return finish_loss(terms, s, loss);
 }

@@ -234,10 +234,8 @@ done:
 }
 
 /* One work-item per result or per block of results (kernel base name `base`), each over a
- * chunk of its row: rows, cols or vrows (reduce.cl), launched over `global` (chunks in
- * global[chunk_dim]); with several chunks, then the combine step. On CPUs the work-groups are
- * single work-items (these kernels loop, so PoCL runs a group's work-items one after another:
- * one-item groups spread over the cores whatever the shape); elsewhere the fixed shapes. */
+ * chunk of its row: rows, cols or vrows (reduce.cl), launched over `global`; with several
+ * chunks, then the combine step. */
 static kiln_status launch_chunked(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
                                   kiln_tensor *y, const reduce_plan *p, const char *base, int dims,
                                   size_t *global, partials *pt)
@@ -271,6 +269,8 @@ static kiln_status launch_chunked(kiln_device *dev, kiln_reduce_op op, const kil
     size_t local[3] = {1, 1, 1};
     if (dev->info.type != KILN_DEVICE_CPU)
         kiln__fixed_ndrange(k->wg_size, dims, global, local);
+    else
+        kiln__cpu_loop_ndrange(dev, k->wg_size, dims, global, local);
     s = kiln__kernel_launch(dev, k, OP, dims, global, local, nargs, args);
     if (s == KILN_OK && pt->nchunks > 1)
         s = launch_combine(dev, op, x, y, p, pt);
