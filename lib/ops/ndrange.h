@@ -41,7 +41,7 @@ static inline void kiln__cpu_loop_ndrange(const kiln_device *dev, size_t wg_size
     }
     while (l > wg_size)
         l /= 2;
-    if (global[big] >= 64 * 8 * cus) {
+    if (global[big] >= (size_t)64 * 8 * cus) {
         local[big] = l;
         global[big] = (global[big] + l - 1) / l * l;
     }
