@@ -185,13 +185,14 @@ END_TEST
 
 /* The vectorised CPU kernels and the chunked paths: rows and column blocks whose lengths do not
  * divide the vector width (8), the block of 4, the column block (256) or the chunk, split into
- * several chunks (few results, long rows) or not; every dtype. Simulated devices (GPU-type:
- * chunked work-item-per-result and work-group paths) get smaller shapes, f32 and i32. */
+ * several chunks (few results, long rows, 2^16 elements and more) or not; every dtype. Simulated
+ * devices (GPU-type: chunked work-item-per-result and work-group paths) get smaller shapes, f32 and
+ * i32. */
 START_TEST(test_vector_and_chunked_paths)
 {
     kiln_reduce_op op = (kiln_reduce_op)_i;
     static const int64_t cols[] = {37, 263}, cols3[] = {2, 1000, 19}, rows[] = {5, 1237},
-                         all[] = {50001}, tall[] = {4099, 9}, wide[] = {3, 16411},
+                         all[] = {70001}, tall[] = {8209, 9}, wide[] = {3, 16411},
                          blocks[] = {131, 512};
     static const int64_t small_cols[] = {1029, 35}, small_rows[] = {5, 300}, small3[] = {2, 77, 9};
     for (int i = 0; i < ndevs; i++) {

@@ -20,9 +20,11 @@
 #define GPU_MIN_ITEMS 65536
 #define GPU_MIN_CHUNK 32
 /* CPUs: rows split into chunks of at least CPU_MIN_CHUNK elements per work-item until there are
- * CPU_ITEMS_PER_CU work-items per compute unit. */
+ * CPU_ITEMS_PER_CU work-items per compute unit, if the reduction reads CPU_MIN_SPLIT elements or
+ * more (below that the combine step's launch costs more than it saves). */
 #define CPU_ITEMS_PER_CU 8
 #define CPU_MIN_CHUNK 4096
+#define CPU_MIN_SPLIT 65536
 /* Work-group reduction: elements per work-item per chunk, and at most this many groups. */
 #define WG_ITEMS 32
 #define WG_MAX_GROUPS 4096
@@ -138,13 +140,13 @@ static void partials_release(partials *pt)
 }
 
 /* Split rows of n into chunks (at least min_chunk long) until items * nchunks reaches
- * want_items, at most MAX_CHUNKS; chunk * nchunks covers n, every chunk non-empty (one empty
- * chunk when n is 0). */
+ * want_items, at most MAX_CHUNKS, if the reduction reads min_total elements or more; chunk *
+ * nchunks covers n, every chunk non-empty (one empty chunk when n is 0). */
 static void split_rows(const reduce_plan *p, int64_t items, int64_t want_items, int64_t min_chunk,
-                       partials *pt)
+                       int64_t min_total, partials *pt)
 {
     int64_t nc = 1;
-    if (items < want_items) {
+    if (items < want_items && p->n * p->outputs >= min_total) {
         nc = (want_items + items - 1) / items;
         int64_t most = p->n / min_chunk;
         nc = nc < most ? nc : most;
@@ -286,13 +288,14 @@ static kiln_status launch_cpu(kiln_device *dev, kiln_reduce_op op, const kiln_te
     int64_t cus = dev->info.compute_units ? (int64_t)dev->info.compute_units : 1;
     kiln_status s;
     if (p->inner == 1) {
-        split_rows(p, p->outer, CPU_ITEMS_PER_CU * cus, CPU_MIN_CHUNK, &pt);
+        split_rows(p, p->outer, CPU_ITEMS_PER_CU * cus, CPU_MIN_CHUNK, CPU_MIN_SPLIT, &pt);
         size_t global[2] = {(size_t)pt.nchunks, (size_t)p->outer};
         s = launch_chunked(dev, op, x, y, p, "kiln_reduce_vrows", 2, global, &pt);
     } else {
         int64_t blocks = (p->inner + COLS - 1) / COLS;
         int64_t width = p->inner < COLS ? p->inner : COLS;
-        split_rows(p, p->outer * blocks, CPU_ITEMS_PER_CU * cus, CPU_MIN_CHUNK / width, &pt);
+        split_rows(p, p->outer * blocks, CPU_ITEMS_PER_CU * cus, CPU_MIN_CHUNK / width,
+                   CPU_MIN_SPLIT, &pt);
         size_t global[3] = {(size_t)blocks, (size_t)pt.nchunks, (size_t)p->outer};
         s = launch_chunked(dev, op, x, y, p, "kiln_reduce_cols", 3, global, &pt);
     }
@@ -309,7 +312,7 @@ static kiln_status launch_gpu(kiln_device *dev, kiln_reduce_op op, const kiln_te
     if (p->inner == 1 && p->n >= GPU_WG_MIN_N)
         return launch_wg(dev, op, x, y, p);
     partials pt = {0};
-    split_rows(p, p->outputs, GPU_MIN_ITEMS, GPU_MIN_CHUNK, &pt);
+    split_rows(p, p->outputs, GPU_MIN_ITEMS, GPU_MIN_CHUNK, 0, &pt);
     size_t global[3] = {(size_t)p->inner, (size_t)pt.nchunks, (size_t)p->outer};
     kiln_status s = launch_chunked(dev, op, x, y, p, "kiln_reduce_rows", 3, global, &pt);
     partials_release(&pt);
