@@ -143,7 +143,7 @@ END_TEST
  * that family the dtype supports. */
 START_TEST(test_reduce)
 {
-    static const char *const bases[] = {"kiln_reduce_rows", "kiln_reduce_cols",
+    static const char *const bases[] = {"kiln_reduce_rows", "kiln_reduce_cols", "kiln_reduce_vrows",
                                         "kiln_reduce_combine"};
     for (int d = 0; d < ndevs; d++) {
         for (int t = 0; t < COUNT(dtypes); t++) {

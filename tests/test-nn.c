@@ -127,6 +127,19 @@ START_TEST(test_softmax)
             }
         }
         check_softmax(devs[i], KILN_F32, 2, sw, 1, false, NULL);
+        /* Rows in vectors of 8 on CPUs: lengths 8, 37 and 1029 (tails of 0, 5 and 5). */
+        static const int64_t v8[] = {2, 8}, v37[] = {3, 37}, v1029[] = {5, 1029};
+        for (size_t k = 0; k < sizeof float_dtypes / sizeof float_dtypes[0]; k++) {
+            kiln_dtype dt = float_dtypes[k];
+            if (!usable(devs[i], dt))
+                continue;
+            for (int logmode = 0; logmode < 2; logmode++) {
+                check_softmax(devs[i], dt, 2, v8, -1, logmode, NULL);
+                check_softmax(devs[i], dt, 2, v37, 1, logmode, NULL);
+                if (!simulated(devs[i]))
+                    check_softmax(devs[i], dt, 2, v1029, 1, logmode, NULL);
+            }
+        }
         static const int64_t many[] = {70001, 3}; /* rows split over several launches */
         if (!simulated(devs[i]))
             check_softmax(devs[i], KILN_F32, 2, many, 1, true, NULL);
@@ -248,6 +261,14 @@ START_TEST(test_cross_entropy)
         check_cross_entropy(devs[i], KILN_F32, KILN_I32, 61, 10, true);
         if (has_fp64(devs[i]))
             check_cross_entropy(devs[i], KILN_F64, KILN_I64, 7, 5, true);
+        /* Rows in vectors of 8 on CPUs, with tails and without. */
+        check_cross_entropy(devs[i], KILN_F32, KILN_I32, 5, 37, true);
+        check_cross_entropy(devs[i], KILN_F32, KILN_I64, 6, 8, false);
+        check_cross_entropy(devs[i], KILN_F32, KILN_I64, 6, 16, true);
+        if (!simulated(devs[i]))
+            check_cross_entropy(devs[i], KILN_F32, KILN_I32, 3, 1029, true);
+        if (has_fp64(devs[i]))
+            check_cross_entropy(devs[i], KILN_F64, KILN_I32, 4, 19, true);
     }
 }
 END_TEST

@@ -183,6 +183,120 @@ START_TEST(test_workgroup_path)
 }
 END_TEST
 
+/* The vectorised CPU kernels and the chunked paths: rows and column blocks whose lengths do not
+ * divide the vector width (8), the block of 4, the column block (256) or the chunk, split into
+ * several chunks (few results, long rows, 2^16 elements and more) or not; every dtype. Simulated
+ * devices (GPU-type: chunked work-item-per-result and work-group paths) get smaller shapes, f32 and
+ * i32. */
+START_TEST(test_vector_and_chunked_paths)
+{
+    kiln_reduce_op op = (kiln_reduce_op)_i;
+    static const int64_t cols[] = {37, 263}, cols3[] = {2, 1000, 19}, rows[] = {5, 1237},
+                         all[] = {70001}, tall[] = {8209, 9}, wide[] = {3, 16411},
+                         blocks[] = {131, 512};
+    static const int64_t small_cols[] = {1029, 35}, small_rows[] = {5, 300}, small3[] = {2, 77, 9};
+    for (int i = 0; i < ndevs; i++) {
+        kiln_device *dev = devs[i];
+        for (size_t k = 0; k < sizeof all_dtypes / sizeof all_dtypes[0]; k++) {
+            kiln_dtype dt = all_dtypes[k];
+            if (!dtype_ok(dev, op, dt))
+                continue;
+            if (simulated(dev)) {
+                if (dt != KILN_F32 && dt != KILN_I32)
+                    continue;
+                check_case(dev, op, dt, 2, small_cols, 0, false);
+                check_case(dev, op, dt, 2, small_rows, 1, true);
+                check_case(dev, op, dt, 3, small3, 1, false);
+                continue;
+            }
+            check_case(dev, op, dt, 2, cols, 0, false);
+            check_case(dev, op, dt, 3, cols3, 1, false);
+            check_case(dev, op, dt, 2, rows, -1, false);
+            check_case(dev, op, dt, 1, all, KILN_ALL_AXES, false);
+            check_case(dev, op, dt, 2, tall, 0, true);
+            check_case(dev, op, dt, 2, wide, 1, false);
+            check_case(dev, op, dt, 2, blocks, 0, false);
+        }
+    }
+}
+END_TEST
+
+/* Ties, NaN and -inf across vector lanes, column blocks and chunks: argmax gives the first
+ * index of the extreme (the first NaN), max/min propagate NaN, whichever lane or chunk holds
+ * it. Rows of 4101 along axis 1 and columns of 4101 along axis 0, 40 results each. */
+START_TEST(test_lanes_ties_nan)
+{
+    const int64_t n = 4101, m = 40, sr[] = {m, n}, sc[] = {n, m};
+    float *xr = malloc((size_t)(n * m) * sizeof(float)),
+          *xc = malloc((size_t)(n * m) * sizeof(float));
+    ck_assert(xr && xc);
+    /* result r: all equal (r % 4 == 0), all -inf (1), NaN at 2 places (2), max at 3 places (3) */
+    int64_t want_idx[40];
+    for (int64_t r = 0; r < m; r++) {
+        int64_t a = (r * 977) % n, b = (r * 977 + 1234) % n;
+        if (a > b) {
+            int64_t t = a;
+            a = b;
+            b = t;
+        }
+        for (int64_t j = 0; j < n; j++) {
+            float v = (float)((j * 31 + r) % 101) - 50;
+            switch (r % 4) {
+            case 0:
+                v = 2.5f;
+                break;
+            case 1:
+                v = -INFINITY;
+                break;
+            case 2:
+                v = j == a || j == b ? NAN : v;
+                break;
+            default:
+                v = j == a || j == b || j == n - 1 ? 100 : v;
+                break;
+            }
+            xr[r * n + j] = v;
+            xc[j * m + r] = v;
+        }
+        want_idx[r] = r % 4 <= 1 ? 0 : a;
+    }
+    for (int i = 0; i < ndevs; i++) {
+        if (simulated(devs[i]))
+            continue;
+        for (int axis = 0; axis <= 1; axis++) {
+            kiln_tensor *t = NULL, *y = NULL;
+            ASSERT_OK(
+                kiln_tensor_from_host(devs[i], KILN_F32, 2, axis ? sr : sc, axis ? xr : xc, &t));
+            int64_t idx[40];
+            float v[40];
+            ASSERT_OK(kiln_reduce(KILN_REDUCE_ARGMAX, t, axis, false, &y));
+            ASSERT_OK(kiln_tensor_read(y, idx, sizeof idx));
+            kiln_tensor_release(y);
+            for (int64_t r = 0; r < m; r++)
+                ck_assert_msg(idx[r] == want_idx[r], "axis %d result %lld: argmax %lld, want %lld",
+                              axis, (long long)r, (long long)idx[r], (long long)want_idx[r]);
+            for (int op = KILN_REDUCE_MAX; op <= KILN_REDUCE_MIN; op++) {
+                ASSERT_OK(kiln_reduce((kiln_reduce_op)op, t, axis, false, &y));
+                ASSERT_OK(kiln_tensor_read(y, v, sizeof v));
+                kiln_tensor_release(y);
+                for (int64_t r = 0; r < m; r++) {
+                    bool ok = r % 4 == 0              ? v[r] == 2.5f
+                              : r % 4 == 1            ? isinf(v[r]) && v[r] < 0
+                              : r % 4 == 2            ? isnan(v[r])
+                              : op == KILN_REDUCE_MAX ? v[r] == 100
+                                                      : v[r] == -50;
+                    ck_assert_msg(ok, "axis %d %s result %lld: %g", axis,
+                                  op_name((kiln_reduce_op)op), (long long)r, (double)v[r]);
+                }
+            }
+            kiln_tensor_release(t);
+        }
+    }
+    free(xr);
+    free(xc);
+}
+END_TEST
+
 /* 1000003 elements, all-reduced, on the real (not simulated) devices. */
 START_TEST(test_large_all_reduce)
 {
@@ -367,6 +481,28 @@ START_TEST(test_empty)
         ASSERT_FAILS(kiln_reduce(KILN_REDUCE_MIN, t, 1, false, &y), KILN_ERR_INVALID_ARGUMENT,
                      "[3, 0]");
         kiln_tensor_release(t);
+
+        /* An empty axis under many results: 0 rows of 300 columns (column blocks), 300 rows of
+         * length 0 (contiguous rows). */
+        const int64_t s0c[] = {0, 300}, sr0[] = {300, 0};
+        float *g = malloc(300 * sizeof(float));
+        ck_assert_ptr_nonnull(g);
+        for (int k = 0; k < 2; k++) {
+            ASSERT_OK(kiln_tensor_empty(devs[i], KILN_F32, 2, k ? sr0 : s0c, &t));
+            for (int op = KILN_REDUCE_SUM; op <= KILN_REDUCE_MEAN; op++) {
+                ASSERT_OK(kiln_reduce((kiln_reduce_op)op, t, k, false, &y));
+                read_f32(y, g, 300);
+                for (int r = 0; r < 300; r++)
+                    ck_assert_msg(op == KILN_REDUCE_SUM ? g[r] == 0 : isnan(g[r]),
+                                  "%s of an empty axis %d: result %d is %g",
+                                  op_name((kiln_reduce_op)op), k, r, (double)g[r]);
+                kiln_tensor_release(y);
+            }
+            ASSERT_FAILS(kiln_reduce(KILN_REDUCE_ARGMAX, t, k, false, &y),
+                         KILN_ERR_INVALID_ARGUMENT, "empty");
+            kiln_tensor_release(t);
+        }
+        free(g);
     }
 }
 END_TEST
@@ -454,6 +590,8 @@ Suite *reduce_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_ops_dtypes_axes, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
     tcase_add_loop_test(tc, test_workgroup_path, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
+    tcase_add_loop_test(tc, test_vector_and_chunked_paths, KILN_REDUCE_SUM, KILN_REDUCE_ARGMAX + 1);
+    tcase_add_test(tc, test_lanes_ties_nan);
     tcase_add_test(tc, test_large_all_reduce);
     tcase_add_test(tc, test_many_rows);
     tcase_add_test(tc, test_big_sum_accuracy);

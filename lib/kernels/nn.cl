@@ -2,6 +2,8 @@
  *   kiln_softmax            softmax / log-softmax (flag `logmode`) of x viewed as [outer, n, inner]
  *   kiln_cross_entropy_i32 / kiln_cross_entropy_i64   per-row loss and optional gradient of
  *                           logits [N, C] against labels (int / long)
+ *   kiln_softmax_rows8 / kiln_cross_entropy8_i32 / kiln_cross_entropy8_i64   the same for
+ *                           contiguous rows in vectors of 8 (CPUs; not for f16)
  *   kiln_mse                squared differences and optional gradient
  *   kiln_sgd, kiln_adam     in-place optimizer updates
  * Macros: KILN_T / KILN_TC (slot T, from prelude.cl) for every floating tensor. Rows are
@@ -71,6 +73,106 @@ kernel void kiln_softmax(global const KILN_T *x, global KILN_T *y, long outer, l
 
 KILN_CE_KERNEL(kiln_cross_entropy_i32, int)
 KILN_CE_KERNEL(kiln_cross_entropy_i64, long)
+
+#ifndef KILN_T_HALF
+/* ---- CPUs, contiguous rows: the same steps in vectors of 8, lanes merged at the end (PoCL
+ * vectorizes exp across work-items only in a kernel without loops; a row loop needs vectors). */
+#define KILN_NN_PASTE_(a, b) a##b
+#define KILN_NN_PASTE(a, b) KILN_NN_PASTE_(a, b)
+#define KILN_TCV KILN_NN_PASTE(KILN_TC, 8)
+
+/* kiln_row_stats of the contiguous row x[base .. base + n). */
+void kiln_row_stats8(global const KILN_T *x, long base, long n, KILN_TC *m, KILN_TC *s)
+{
+    KILN_TC mx = -INFINITY, sum = 0, comp = 0, a[8], b[8];
+    long j = 0;
+    if (n >= 8) {
+        KILN_TCV mv = vload8(0, x + base);
+        for (j = 8; j + 8 <= n; j += 8)
+            mv = fmax(mv, vload8(0, x + base + j));
+        vstore8(mv, 0, a);
+        for (int k = 0; k < 8; k++)
+            mx = fmax(mx, a[k]);
+    }
+    for (; j < n; j++)
+        mx = fmax(mx, x[base + j]);
+    KILN_TCV sv = 0, cv = 0;
+    for (j = 0; j + 8 <= n; j += 8) {
+        KILN_TCV e = exp(vload8(0, x + base + j) - mx);
+        KILN_TCV t = sv + e, bb = t - sv;
+        cv += (sv - (t - bb)) + (e - bb); /* TwoSum, lane by lane */
+        sv = t;
+    }
+    vstore8(sv, 0, a);
+    vstore8(cv, 0, b);
+    for (int k = 0; k < 8; k++) {
+        KILN_TC t = sum + a[k], bb = t - sum;
+        comp += ((sum - (t - bb)) + (a[k] - bb)) + b[k];
+        sum = t;
+    }
+    for (; j < n; j++) {
+        KILN_TC e = exp(x[base + j] - mx);
+        KILN_TC t = sum + e, bb = t - sum;
+        comp += (sum - (t - bb)) + (e - bb);
+        sum = t;
+    }
+    *m = mx;
+    *s = sum + comp;
+}
+
+/* kiln_softmax with inner == 1, launched over [outer] (capped: KILN_FOR loops). */
+kernel void kiln_softmax_rows8(global const KILN_T *x, global KILN_T *y, long outer, long n,
+                               int logmode)
+{
+    KILN_FOR(o, 0, outer) {
+        long base = o * n, j = 0;
+        KILN_TC m, s;
+        kiln_row_stats8(x, base, n, &m, &s);
+        KILN_TC lse = log(s);
+        for (; j + 8 <= n; j += 8) {
+            KILN_TCV d = vload8(0, x + base + j) - m;
+            vstore8(logmode ? d - lse : exp(d) / s, 0, y + base + j);
+        }
+        for (; j < n; j++) {
+            KILN_TC d = x[base + j] - m;
+            y[base + j] = logmode ? d - lse : exp(d) / s;
+        }
+    }
+}
+
+/* The cross-entropy kernels in vectors: every gradient element as (p - 0) * scale, then the
+ * label's again as (p - 1) * scale, the expressions of KILN_CE_KERNEL. */
+#define KILN_CE8_KERNEL(name, LABEL_T)                                                          \
+    kernel void name(global const KILN_T *logits, global const LABEL_T *labels,                 \
+                     global KILN_T *loss, global KILN_T *grad, long rows, long classes,         \
+                     int want_grad, KILN_TC scale)                                              \
+    {                                                                                           \
+        KILN_FOR(r, 0, rows) {                                                                  \
+            long base = r * classes, j = 0;                                                     \
+            long label = (long)labels[r];                                                       \
+            bool ok = label >= 0 && label < classes;                                            \
+            KILN_TC m, s;                                                                       \
+            kiln_row_stats8(logits, base, classes, &m, &s);                                     \
+            KILN_TC lse = m + log(s);                                                           \
+            loss[r] = ok ? lse - logits[base + label] : (KILN_TC)NAN;                           \
+            if (!want_grad)                                                                     \
+                continue;                                                                       \
+            for (; j + 8 <= classes; j += 8) {                                                  \
+                KILN_TCV p = exp(vload8(0, logits + base + j) - m) / s;                         \
+                vstore8(ok ? (p - (KILN_TC)0) * scale : (KILN_TCV)NAN, 0, grad + base + j);     \
+            }                                                                                   \
+            for (; j < classes; j++) {                                                          \
+                KILN_TC p = exp(logits[base + j] - m) / s;                                      \
+                grad[base + j] = ok ? (p - (KILN_TC)0) * scale : (KILN_TC)NAN;                  \
+            }                                                                                   \
+            if (ok)                                                                             \
+                grad[base + label] = (exp(logits[base + label] - m) / s - (KILN_TC)1) * scale;  \
+        }                                                                                       \
+    }
+
+KILN_CE8_KERNEL(kiln_cross_entropy8_i32, int)
+KILN_CE8_KERNEL(kiln_cross_entropy8_i64, long)
+#endif
 
 kernel void kiln_mse(global const KILN_T *pred, global const KILN_T *target, global KILN_T *sq,
                      global KILN_T *grad, long n, int want_grad, KILN_TC gscale)

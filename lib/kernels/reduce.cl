@@ -2,9 +2,15 @@
  *   kiln_reduce_wg       one work-group per chunk of one row: per-work-item accumulation, then a
  *                        tree in local memory; writes per-chunk partials (ps, pc, pi)
  *   kiln_reduce_combine  one work-item per result over its partials, writes out (slot O)
- *   kiln_reduce_rows     one work-item per result, serial over the row, writes out (slot O)
- *   kiln_reduce_cols     the same for 16 neighbouring results per work-item (CPUs)
- *   kiln_reduce_combine_idx / _rows_idx / _cols_idx   as above, writing the index (long)
+ *   kiln_reduce_rows     one work-item per result and chunk of its row (GPUs: neighbouring
+ *                        work-items read neighbouring columns)
+ *   kiln_reduce_cols     one work-item per 16 neighbouring results and chunk of rows, in vectors
+ *                        of 8 (CPUs, inner > 1)
+ *   kiln_reduce_vrows    one work-item per chunk of a contiguous row, in vectors of 8 (CPUs,
+ *                        inner == 1)
+ *   The last three write out (slot O) when nchunks == 1, else partials for the combine step.
+ *   kiln_reduce_combine_idx / _rows_idx / _cols_idx / _vrows_idx   as above, writing the index
+ *                        (long)
  * Macros: KILN_T (input, slot T), KILN_O (output, slot O), KILN_ACC (accumulator type),
  * KILN_ACC_FLOAT when KILN_ACC is float or double, and KILN_RED_ADD (sum; run-time flag `mean`
  * divides by `count`) or KILN_RED_CMP (max, min via run-time flag `is_min`, argmax).
@@ -101,7 +107,7 @@
  * Oclgrind's uninitialised-value checker cannot run. */
 kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global KILN_ACC *pc,
                            global long *pi, long outer, long n, long inner, long chunk,
-                           long nchunks, int is_min, int contig, local KILN_ACC *ls,
+                           long nchunks, int is_min, local KILN_ACC *ls,
                            local KILN_ACC *lc, local long *li)
 {
     uint lid = get_local_id(0), L = get_local_size(0);
@@ -114,14 +120,8 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
                 KILN_ACC s, c;
                 long idx;
                 KILN_INIT(s, c, idx, is_min);
-                if (contig) { /* CPUs: each work-item streams its own contiguous stretch */
-                    long per = (j1 - j0 + L - 1) / L;
-                    long start = min(j1, j0 + lid * per);
-                    KILN_ACCUMULATE(x, base, inner, start, min(j1, start + per), 1, s, c, idx,
-                                    is_min);
-                } else { /* GPUs: neighbouring work-items read neighbouring elements */
-                    KILN_ACCUMULATE(x, base, inner, j0 + lid, j1, (long)L, s, c, idx, is_min);
-                }
+                /* neighbouring work-items read neighbouring elements */
+                KILN_ACCUMULATE(x, base, inner, j0 + lid, j1, (long)L, s, c, idx, is_min);
                 ls[lid] = s;
                 lc[lid] = c;
                 li[lid] = idx;
@@ -154,22 +154,43 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
 #endif
 #define KILN_RESULT_IDX(s, c, idx, count, mean) (idx)
 
-/* Launched over [inner, outer] (capped: KILN_FOR loops; padded: bounds-checked). */
+/* Where a work-item's result goes: with one chunk per row the result itself into out[r] (at
+ * instantiation, OUT_STORE), otherwise the partial (s, c, idx) of chunk g for the combine step. */
+#define KILN_STORE_RESULT(out, ps, pc, pi, r, g, nchunks, value, s, c, idx)                    \
+    do {                                                                                        \
+        if ((nchunks) == 1) {                                                                   \
+            OUT_STORE(out, r, value);                                                           \
+        } else {                                                                                \
+            long p_ = (r) * (nchunks) + (g);                                                    \
+            ps[p_] = (s);                                                                       \
+            pc[p_] = (c);                                                                       \
+            pi[p_] = (idx);                                                                     \
+        }                                                                                       \
+    } while (0)
+
+/* Launched over [inner, nchunks, outer] (capped: KILN_FOR loops; padded: bounds-checked); each
+ * work-item folds rows j0 .. j1 of chunk g of its column. Neighbouring work-items read
+ * neighbouring elements (GPUs). With nchunks > 1, ps/pc/pi get partials; else out the result. */
 #define KILN_ROWS_KERNEL(name, OUT_T, RESULT)                                                   \
-    kernel void name(global const KILN_T *x, global OUT_T *out, long outer, long n, long inner, \
-                     int is_min, int mean)                                                      \
+    kernel void name(global const KILN_T *x, global OUT_T *out, global KILN_ACC *ps,            \
+                     global KILN_ACC *pc, global long *pi, long outer, long n, long inner,      \
+                     long chunk, long nchunks, int is_min, int mean)                            \
     {                                                                                           \
-        KILN_FOR(o, 1, outer) {                                                                 \
-            KILN_FOR(i, 0, inner) {                                                             \
-                long base = o * n * inner + i;                                                  \
-                KILN_ACC s, c;                                                                  \
-                long idx;                                                                       \
-                KILN_INIT(s, c, idx, is_min);                                                   \
-                KILN_ACCUMULATE(x, base, inner, 0, n, 1, s, c, idx, is_min);                    \
-                (void)mean;                                                                     \
-                OUT_STORE(out, o * inner + i, RESULT(s, c, idx, n, mean));                      \
+        KILN_FOR(o, 2, outer) {                                                                 \
+            KILN_FOR(g, 1, nchunks) {                                                           \
+                KILN_FOR(i, 0, inner) {                                                         \
+                    long base = o * n * inner + i;                                              \
+                    long j0 = g * chunk, j1 = min(n, j0 + chunk);                               \
+                    KILN_ACC s, c;                                                              \
+                    long idx;                                                                   \
+                    KILN_INIT(s, c, idx, is_min);                                               \
+                    KILN_ACCUMULATE(x, base, inner, j0, j1, 1, s, c, idx, is_min);              \
+                    (void)mean;                                                                 \
+                    KILN_STORE_RESULT(out, ps, pc, pi, o * inner + i, g, nchunks,               \
+                                      RESULT(s, c, idx, n, mean), s, c, idx);                   \
+                }                                                                               \
             }                                                                                   \
-        } \
+        }                                                                                       \
     }
 
 /* Launched over [outputs] (padded: bounds-checked). */
@@ -190,38 +211,190 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
         }                                                                                       \
     }
 
-/* CPUs with inner >= KILN_COLS: one work-item per KILN_COLS neighbouring results, streaming the
- * rows in memory order (a work-item per result would walk a column, a cache line per element).
- * Launched over [ceil(inner / KILN_COLS), outer] (capped: KILN_FOR loops; padded). */
-#define KILN_COLS 16
-#define KILN_COLS_KERNEL(name, OUT_T, RESULT)                                                   \
-    kernel void name(global const KILN_T *x, global OUT_T *out, long outer, long n, long inner, \
-                     int is_min, int mean)                                                      \
+/* ---- CPU kernels: vectors of 8 accumulators (KILN_ACCV), lane-wise the same steps as the
+ * scalar ones, merged lane by lane at the end. PoCL does not vectorize across work-items in a
+ * kernel with loops of its own, so these vectorize by hand. */
+#define KILN_PASTE_(a, b) a##b
+#define KILN_PASTE(a, b) KILN_PASTE_(a, b)
+#define KILN_ACCV KILN_PASTE(KILN_ACC, 8)
+#ifdef KILN_T_HALF
+#define KILN_LOADV(p, i)                                                                        \
+    ((float8)(vload_half((i), (p)), vload_half((i) + 1, (p)), vload_half((i) + 2, (p)),          \
+              vload_half((i) + 3, (p)), vload_half((i) + 4, (p)), vload_half((i) + 5, (p)),     \
+              vload_half((i) + 6, (p)), vload_half((i) + 7, (p))))
+#else
+#define KILN_LOADV(p, i) KILN_PASTE(convert_, KILN_ACCV)(vload8(0, (p) + (i)))
+#endif
+#ifdef KILN_ACC_FLOAT
+#define KILN_ISNANV(a) isnan(a)
+#else
+#define KILN_ISNANV(a) ((a) != (a))
+#endif
+/* Lane-wise KILN_BEATS: a mask of the comparison's integer vector type. */
+#define KILN_BEATSV(a, b, is_min)                                                               \
+    (((is_min) ? (a) < (b) : (a) > (b)) | (KILN_ISNANV(a) & ~KILN_ISNANV(b)))
+
+/* Fold vector v (elements at indices jv) into lanes (s, c, iv). Compares keep the earlier
+ * element on ties: the lanes start from their first elements, so strictly
+ * better is enough. */
+#ifdef KILN_RED_ADD
+#define KILN_FOLDV(s, c, iv, v, jv, is_min)                                                     \
+    do {                                                                                        \
+        KILN_ACCV v_ = (v);                                                                     \
+        KILN_ACCV t_ = (s) + v_;                                                                \
+        KILN_ACCV bb_ = t_ - (s);                                                               \
+        (c) = (c) + (((s) - (t_ - bb_)) + (v_ - bb_));                                          \
+        (s) = t_;                                                                               \
+    } while (0)
+#ifndef KILN_ACC_FLOAT
+#undef KILN_FOLDV
+#define KILN_FOLDV(s, c, iv, v, jv, is_min) ((s) += (v))
+#endif
+#else
+#define KILN_FOLDV(s, c, iv, v, jv, is_min)                                                     \
+    do {                                                                                        \
+        KILN_ACCV v_ = (v);                                                                     \
+        (iv) = select((iv), (jv), convert_long8(KILN_BEATSV(v_, s, is_min)));                   \
+        (s) = select((s), v_, KILN_BEATSV(v_, s, is_min));                                      \
+    } while (0)
+#endif
+
+/* Fold lanes (sv, cv, iv) into the scalar (s, c, idx). */
+#define KILN_MERGE_LANES(s, c, idx, sv, cv, iv, is_min)                                         \
+    do {                                                                                        \
+        KILN_ACC as_[8], ac_[8];                                                                \
+        long ai_[8];                                                                            \
+        vstore8((sv), 0, as_);                                                                  \
+        vstore8((cv), 0, ac_);                                                                  \
+        vstore8((iv), 0, ai_);                                                                  \
+        for (int k_ = 0; k_ < 8; k_++)                                                          \
+            KILN_MERGE(s, c, idx, as_[k_], ac_[k_], ai_[k_], is_min);                           \
+    } while (0)
+
+/* Launched over [nchunks, outer] (capped: KILN_FOR loops; padded): the work-item folds elements
+ * j0 .. j1 of contiguous row o (inner == 1), 32 at a time for sums (four vectors added plainly,
+ * then one compensated step: the same bound as KILN_ACCUMULATE), 8 at a time for compares;
+ * chunks shorter than 32 and the last elements one at a time. */
+#define KILN_VROWS_KERNEL(name, OUT_T, RESULT)                                                  \
+    kernel void name(global const KILN_T *x, global OUT_T *out, global KILN_ACC *ps,            \
+                     global KILN_ACC *pc, global long *pi, long outer, long n, long chunk,      \
+                     long nchunks, int is_min, int mean)                                        \
     {                                                                                           \
         KILN_FOR(o, 1, outer) {                                                                 \
-            KILN_FOR(q, 0, (inner + KILN_COLS - 1) / KILN_COLS) {                               \
-                long i0 = q * KILN_COLS;                                                        \
-                int m = (int)min((long)KILN_COLS, inner - i0);                                  \
-                KILN_ACC s[KILN_COLS], c[KILN_COLS];                                            \
-                long idx[KILN_COLS];                                                            \
-                for (int k = 0; k < KILN_COLS; k++)                                             \
-                    KILN_INIT(s[k], c[k], idx[k], is_min);                                      \
-                long base = o * n * inner + i0;                                                 \
-                for (long j = 0; j < n; j++) {                                                  \
-                    for (int k = 0; k < m; k++) {                                               \
-                        KILN_ACC v = (KILN_ACC)LOAD_T(x, base + j * inner + k);                 \
-                        KILN_MERGE(s[k], c[k], idx[k], v, (KILN_ACC)0, j, is_min);              \
-                    }                                                                           \
+            KILN_FOR(g, 0, nchunks) {                                                           \
+                long base = o * n, j0 = g * chunk, j1 = min(n, j0 + chunk), j = j0;             \
+                KILN_ACC s, c;                                                                  \
+                long idx;                                                                       \
+                KILN_INIT(s, c, idx, is_min);                                                   \
+                if (j1 - j0 >= 32) { /* shorter: merging the lanes costs more than it saves */  \
+                    long8 lane = (long8)(0, 1, 2, 3, 4, 5, 6, 7);                               \
+                    KILN_ACCV sv = KILN_LOADV(x, base + j), cv = 0;                             \
+                    long8 iv = lane + j;                                                        \
+                    j += 8;                                                                     \
+                    KILN_VROW_BLOCKS(x, base, j, j1, sv, cv, iv, is_min);                       \
+                    for (; j + 8 <= j1; j += 8)                                                 \
+                        KILN_FOLDV(sv, cv, iv, KILN_LOADV(x, base + j), lane + j, is_min);      \
+                    KILN_MERGE_LANES(s, c, idx, sv, cv, iv, is_min);                            \
                 }                                                                               \
+                KILN_ACCUMULATE(x, base, 1, j, j1, 1, s, c, idx, is_min);                       \
                 (void)mean;                                                                     \
-                for (int k = 0; k < m; k++)                                                     \
-                    OUT_STORE(out, o * inner + i0 + k, RESULT(s[k], c[k], idx[k], n, mean));    \
+                KILN_STORE_RESULT(out, ps, pc, pi, o, g, nchunks, RESULT(s, c, idx, n, mean),   \
+                                  s, c, idx);                                                   \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+/* Lanes start from the first elements (for sums their first addends). Sums then add blocks
+ * of four vectors (four rows of a column block); compares go one vector at a time. */
+#ifdef KILN_RED_ADD
+#define KILN_VROW_BLOCKS(x, base, j, j1, sv, cv, iv, is_min)                                    \
+    for (; (j) + 32 <= (j1); (j) += 32)                                                         \
+    KILN_FOLDV(sv, cv, iv,                                                                      \
+               (KILN_LOADV(x, (base) + (j)) + KILN_LOADV(x, (base) + (j) + 8)) +                \
+                   (KILN_LOADV(x, (base) + (j) + 16) + KILN_LOADV(x, (base) + (j) + 24)),       \
+               iv, is_min)
+#define KILN_COL_BLOCKS(x, p, inner, j, j1, m, mv, s, c, idx, is_min)                         \
+    for (; (j) + 4 <= (j1); (j) += 4) {                                                         \
+        long q_ = (p) + (j) * (inner);                                                          \
+        for (int k = 0; k < (mv); k += 8) {                                                     \
+            KILN_ACCV sv = vload8(0, (s) + k), cv = vload8(0, (c) + k);                         \
+            KILN_FOLDV(sv, cv, sv,                                                              \
+                       (KILN_LOADV(x, q_ + k) + KILN_LOADV(x, q_ + (inner) + k)) +              \
+                           (KILN_LOADV(x, q_ + 2 * (inner) + k) +                               \
+                            KILN_LOADV(x, q_ + 3 * (inner) + k)),                               \
+                       sv, is_min);                                                             \
+            vstore8(sv, 0, (s) + k);                                                            \
+            vstore8(cv, 0, (c) + k);                                                            \
+        }                                                                                       \
+        for (int k = (mv); k < (m); k++) {                                                      \
+            KILN_ACC b_ = ((KILN_ACC)LOAD_T(x, q_ + k) + (KILN_ACC)LOAD_T(x, q_ + (inner) + k)) + \
+                          ((KILN_ACC)LOAD_T(x, q_ + 2 * (inner) + k) +                          \
+                           (KILN_ACC)LOAD_T(x, q_ + 3 * (inner) + k));                          \
+            KILN_ADD((s)[k], (c)[k], b_, (KILN_ACC)0);                                          \
+        }                                                                                       \
+    }
+#else
+#define KILN_VROW_BLOCKS(x, base, j, j1, sv, cv, iv, is_min) ((void)0)
+#define KILN_COL_BLOCKS(x, p, inner, j, j1, m, mv, s, c, idx, is_min) ((void)0)
+#endif
+
+/* Launched over [ceil(inner / KILN_COLS), nchunks, outer] (capped: KILN_FOR loops; padded),
+ * inner > 1: the work-item folds rows j0 .. j1 of KILN_COLS neighbouring columns, streaming
+ * each row's stretch in memory order (a work-item per result would walk a column, a cache line
+ * per element; a narrow block strides a page per row) into accumulators in private memory,
+ * vectors of 8 where the block has them, the last columns (m not a multiple of 8) one by one.
+ * Every lane starts from its first row, so compares keep the earlier row on ties. */
+#define KILN_COLS 256
+#define KILN_COLS_KERNEL(name, OUT_T, RESULT)                                                   \
+    kernel void name(global const KILN_T *x, global OUT_T *out, global KILN_ACC *ps,            \
+                     global KILN_ACC *pc, global long *pi, long outer, long n, long inner,      \
+                     long chunk, long nchunks, int is_min, int mean)                            \
+    {                                                                                           \
+        KILN_FOR(o, 2, outer) {                                                                 \
+            KILN_FOR(g, 1, nchunks) {                                                           \
+                KILN_FOR(q, 0, (inner + KILN_COLS - 1) / KILN_COLS) {                           \
+                    long i0 = q * KILN_COLS, j0 = g * chunk, j1 = min(n, j0 + chunk);           \
+                    int m = (int)min((long)KILN_COLS, inner - i0), mv = m / 8 * 8;              \
+                    long p = o * n * inner + i0;                                                \
+                    KILN_ACC s[KILN_COLS], c[KILN_COLS];                                        \
+                    long idx[KILN_COLS];                                                        \
+                    for (int k = 0; k < m; k++) {                                               \
+                        KILN_INIT(s[k], c[k], idx[k], is_min);                                  \
+                        if (j1 > j0) {                                                          \
+                            s[k] = (KILN_ACC)LOAD_T(x, p + j0 * inner + k);                     \
+                            idx[k] = j0;                                                        \
+                        }                                                                       \
+                    }                                                                           \
+                    long j = j0 + 1;                                                            \
+                    KILN_COL_BLOCKS(x, p, inner, j, j1, m, mv, s, c, idx, is_min);                 \
+                    for (; j < j1; j++) {                                                       \
+                        for (int k = 0; k < mv; k += 8) {                                       \
+                            KILN_ACCV sv = vload8(0, s + k), cv = vload8(0, c + k);             \
+                            long8 iv = vload8(0, idx + k);                                      \
+                            KILN_FOLDV(sv, cv, iv, KILN_LOADV(x, p + j * inner + k), (long8)j,  \
+                                       is_min);                                                 \
+                            vstore8(sv, 0, s + k);                                              \
+                            vstore8(cv, 0, c + k);                                              \
+                            vstore8(iv, 0, idx + k);                                            \
+                        }                                                                       \
+                        for (int k = mv; k < m; k++) {                                          \
+                            KILN_ACC v = (KILN_ACC)LOAD_T(x, p + j * inner + k);                \
+                            KILN_MERGE(s[k], c[k], idx[k], v, (KILN_ACC)0, j, is_min);          \
+                        }                                                                       \
+                    }                                                                           \
+                    (void)mean;                                                                 \
+                    for (int k = 0; k < m; k++)                                                 \
+                        KILN_STORE_RESULT(out, ps, pc, pi, o * inner + i0 + k, g, nchunks,      \
+                                          RESULT(s[k], c[k], idx[k], n, mean), s[k], c[k],      \
+                                          idx[k]);                                              \
+                }                                                                               \
             }                                                                                   \
         }                                                                                       \
     }
 
 #define OUT_STORE(p, k, v) STORE_O(p, k, v)
 KILN_COLS_KERNEL(kiln_reduce_cols, KILN_O, KILN_RESULT)
+KILN_VROWS_KERNEL(kiln_reduce_vrows, KILN_O, KILN_RESULT)
 KILN_ROWS_KERNEL(kiln_reduce_rows, KILN_O, KILN_RESULT)
 KILN_COMBINE_KERNEL(kiln_reduce_combine, KILN_O, KILN_RESULT)
 #undef OUT_STORE
@@ -229,6 +402,7 @@ KILN_COMBINE_KERNEL(kiln_reduce_combine, KILN_O, KILN_RESULT)
 #ifdef KILN_RED_CMP
 #define OUT_STORE(p, k, v) ((p)[(k)] = (v))
 KILN_COLS_KERNEL(kiln_reduce_cols_idx, long, KILN_RESULT_IDX)
+KILN_VROWS_KERNEL(kiln_reduce_vrows_idx, long, KILN_RESULT_IDX)
 KILN_ROWS_KERNEL(kiln_reduce_rows_idx, long, KILN_RESULT_IDX)
 KILN_COMBINE_KERNEL(kiln_reduce_combine_idx, long, KILN_RESULT_IDX)
 #undef OUT_STORE

@@ -82,6 +82,13 @@ static kiln_status check_given(const char *op, const char *name, const kiln_tens
     return kiln__check_not_aliased(op, given, n, inputs);
 }
 
+/* CPUs take the row kernels in vectors of 8 for contiguous rows (inner == 1) of f32 and f64,
+ * launched with kiln__cpu_loop_ndrange. */
+static bool rows8(const kiln_device *dev, kiln_dtype dtype, int64_t inner)
+{
+    return dev->info.type == KILN_DEVICE_CPU && inner == 1 && !kiln__dtype_is_half(dtype);
+}
+
 static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, kiln_tensor **out,
                            int logmode, const char *op)
 {
@@ -112,7 +119,16 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, k
     if (!given && (s = kiln__tensor_new(x->dev, x->dtype, x->ndim, x->shape, op, &y)) != KILN_OK)
         return s;
     kiln__kernel *k;
-    if (x->numel > 0) {
+    if (x->numel > 0 && rows8(x->dev, x->dtype, inner)) {
+        s = nn_kernel(x->dev, x->dtype, "kiln_softmax_rows8", op, &k);
+        size_t global = (size_t)outer, local = 1;
+        kiln_arg args[] = {kiln_arg_tensor(x), kiln_arg_tensor(y), kiln_arg_i64(outer),
+                           kiln_arg_i64(x->shape[a]), kiln_arg_i32(logmode)};
+        if (s == KILN_OK)
+            kiln__cpu_loop_ndrange(x->dev, k->wg_size, 1, &global, &local);
+        if (s == KILN_OK)
+            s = kiln__kernel_launch(x->dev, k, op, 1, &global, &local, 5, args);
+    } else if (x->numel > 0) {
         s = nn_kernel(x->dev, x->dtype, "kiln_softmax", op, &k);
         /* One launch: kiln__kernel_launch caps dimension 1 and the kernel loops over rows. */
         size_t global[2] = {(size_t)inner, (size_t)outer};
@@ -262,18 +278,24 @@ static kiln_status cross_entropy(const char *op, const kiln_tensor *logits,
     kiln__kernel *k;
     s = kiln__tensor_new(logits->dev, logits->dtype, 1, &rows, op, &terms);
     if (s == KILN_OK && rows > 0) {
-        const char *name =
-            labels->dtype == KILN_I32 ? "kiln_cross_entropy_i32" : "kiln_cross_entropy_i64";
+        bool vec = rows8(logits->dev, logits->dtype, 1);
+        const char *name = labels->dtype == KILN_I32
+                               ? (vec ? "kiln_cross_entropy8_i32" : "kiln_cross_entropy_i32")
+                               : (vec ? "kiln_cross_entropy8_i64" : "kiln_cross_entropy_i64");
         s = nn_kernel(logits->dev, logits->dtype, name, op, &k);
-        size_t global = (size_t)rows;
+        size_t global = (size_t)rows, local = 1;
         /* Without a gradient the kernel never touches its grad argument: pass terms there. */
         kiln_arg args[] = {
             kiln_arg_tensor(logits), kiln_arg_tensor(labels),
             kiln_arg_tensor(terms),  kiln_arg_tensor(g ? g : terms),
             kiln_arg_i64(rows),      kiln_arg_i64(classes),
             kiln_arg_i32(g != NULL), kiln__arg_compute(logits->dtype, 1.0 / (double)rows)};
-        if (s == KILN_OK)
+        if (s == KILN_OK && vec) {
+            kiln__cpu_loop_ndrange(logits->dev, k->wg_size, 1, &global, &local);
+            s = kiln__kernel_launch(logits->dev, k, op, 1, &global, &local, 8, args);
+        } else if (s == KILN_OK) {
             s = launch1(logits->dev, k, op, global, 8, args);
+        }
     }
     return finish_loss(terms, s, loss);
 }

@@ -13,15 +13,26 @@
 
 #define OP "kiln_reduce"
 
-/* Rows shorter than this, or this many results and more, take one work-item per result. */
-#define ROWS_MAX_N 1024
-#define ROWS_MIN_OUTPUTS 1024
+/* GPUs: rows (inner == 1) at least this long are reduced by work-groups, neighbouring
+ * work-items reading neighbouring elements; other reductions take a work-item per result, rows
+ * split into chunks of at least GPU_MIN_CHUNK until there are GPU_MIN_ITEMS work-items. */
+#define GPU_WG_MIN_N 128
+#define GPU_MIN_ITEMS 65536
+#define GPU_MIN_CHUNK 32
+/* CPUs: rows split into chunks of at least CPU_MIN_CHUNK elements per work-item until there are
+ * CPU_ITEMS_PER_CU work-items per compute unit, if the reduction reads CPU_MIN_SPLIT elements or
+ * more (below that the combine step's launch costs more than it saves). */
+#define CPU_ITEMS_PER_CU 8
+#define CPU_MIN_CHUNK 4096
+#define CPU_MIN_SPLIT 65536
 /* Work-group reduction: elements per work-item per chunk, and at most this many groups. */
 #define WG_ITEMS 32
 #define WG_MAX_GROUPS 4096
 #define WG_MAX_LOCAL 256
-/* Results per work-item of kiln_reduce_cols (KILN_COLS in reduce.cl). */
-#define COLS 16
+/* At most this many chunks per row (partials stay small). */
+#define MAX_CHUNKS 4096
+/* Columns per work-item of kiln_reduce_cols (KILN_COLS in reduce.cl). */
+#define COLS 256
 
 /* x viewed as [outer, n, inner], reduced over n into `outputs` = outer * inner results. */
 typedef struct reduce_plan {
@@ -99,31 +110,75 @@ static size_t pow2_floor(size_t v)
     return p;
 }
 
-/* One work-item per result, serial over the row; on CPUs one per COLS neighbouring results,
- * so rows are read in memory order. */
-static kiln_status launch_rows(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
-                               kiln_tensor *y, const reduce_plan *p)
+/* Partial results of nchunks chunks per result: sums (or best values), their compensation
+ * terms and the indices of the best values. */
+typedef struct partials {
+    int64_t nchunks, chunk;
+    kiln_tensor *ps, *pc, *pi;
+} partials;
+
+static kiln_status partials_new(kiln_device *dev, kiln_dtype dtype, const reduce_plan *p,
+                                partials *pt)
+{
+    /* No overflow: nchunks > 1 only with few results, or at most WG_MAX_GROUPS partials. */
+    int64_t np = p->outputs * pt->nchunks;
+    kiln_dtype ad = kiln__reduce_acc_dtype(dtype);
+    kiln_status s = kiln__tensor_new(dev, ad, 1, &np, OP, &pt->ps);
+    if (s == KILN_OK)
+        s = kiln__tensor_new(dev, ad, 1, &np, OP, &pt->pc);
+    if (s == KILN_OK)
+        s = kiln__tensor_new(dev, KILN_I64, 1, &np, OP, &pt->pi);
+    return s;
+}
+
+/* The queue is in order: buffers returned to the cache now are reused only by later work. */
+static void partials_release(partials *pt)
+{
+    kiln_tensor_release(pt->ps);
+    kiln_tensor_release(pt->pc);
+    kiln_tensor_release(pt->pi);
+}
+
+/* Split rows of n into chunks (at least min_chunk long) until items * nchunks reaches
+ * want_items, at most MAX_CHUNKS, if the reduction reads min_total elements or more; chunk *
+ * nchunks covers n, every chunk non-empty (one empty chunk when n is 0). */
+static void split_rows(const reduce_plan *p, int64_t items, int64_t want_items, int64_t min_chunk,
+                       int64_t min_total, partials *pt)
+{
+    int64_t nc = 1;
+    if (items < want_items && p->n * p->outputs >= min_total) {
+        nc = (want_items + items - 1) / items;
+        int64_t most = p->n / min_chunk;
+        nc = nc < most ? nc : most;
+        nc = nc < MAX_CHUNKS ? nc : MAX_CHUNKS;
+        nc = nc > 1 ? nc : 1;
+    }
+    pt->chunk = p->n > 0 ? (p->n + nc - 1) / nc : 1;
+    pt->nchunks = p->n > 0 ? (p->n + pt->chunk - 1) / pt->chunk : 1;
+}
+
+/* The partials of pt combined into y, one work-item per result. */
+static kiln_status launch_combine(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
+                                  kiln_tensor *y, const reduce_plan *p, const partials *pt)
 {
     kiln__kernel *k;
-    bool cols = dev->info.type == KILN_DEVICE_CPU && p->inner >= COLS;
     char name[64];
-    kiln__reduce_kernel(name, sizeof name, cols ? "kiln_reduce_cols" : "kiln_reduce_rows", op);
+    kiln__reduce_kernel(name, sizeof name, "kiln_reduce_combine", op);
     kiln_status s = get_kernel(dev, op, x->dtype, name, &k);
     if (s != KILN_OK)
         return s;
-    size_t items = cols ? (size_t)((p->inner + COLS - 1) / COLS) : (size_t)p->inner;
-    /* One launch: kiln__kernel_launch caps dimension 1 and the kernel loops over rows. */
-    size_t global[2] = {items, (size_t)p->outer}, local[2];
-    kiln_arg args[] = {kiln_arg_tensor(x),
+    size_t global = (size_t)p->outputs, local;
+    kiln_arg args[] = {kiln_arg_tensor(pt->ps),
+                       kiln_arg_tensor(pt->pc),
+                       kiln_arg_tensor(pt->pi),
                        kiln_arg_tensor(y),
-                       kiln_arg_i64(p->outer),
+                       kiln_arg_i64(p->outputs),
+                       kiln_arg_i64(pt->nchunks),
                        kiln_arg_i64(p->n),
-                       kiln_arg_i64(p->inner),
                        kiln_arg_i32(op == KILN_REDUCE_MIN),
                        kiln_arg_i32(op == KILN_REDUCE_MEAN)};
-    kiln__fixed_ndrange(k->wg_size, 2, global, local);
-    return kiln__kernel_launch(dev, k, OP, 2, global, local, 7, args);
-    return s;
+    kiln__fixed_ndrange(k->wg_size, 1, &global, &local);
+    return kiln__kernel_launch(dev, k, OP, 1, &global, &local, 9, args);
 }
 
 /* Work-group size for kiln_reduce_wg: a power of two within the kernel's limit and the device's
@@ -137,73 +192,130 @@ static size_t wg_local_size(const kiln_device *dev, const kiln__kernel *k, kiln_
     return pow2_floor(l ? l : 1);
 }
 
-/* Chunks of each row reduced by work-groups into partials, then combined per result. */
+/* GPUs, contiguous rows (inner == 1): chunks of each row reduced by work-groups into partials,
+ * then combined per result. */
 static kiln_status launch_wg(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
                              kiln_tensor *y, const reduce_plan *p)
 {
-    kiln__kernel *kw, *kc;
-    char combine[64];
-    kiln__reduce_kernel(combine, sizeof combine, "kiln_reduce_combine", op);
+    kiln__kernel *kw;
     kiln_status s = get_kernel(dev, op, x->dtype, "kiln_reduce_wg", &kw);
-    if (s == KILN_OK)
-        s = get_kernel(dev, op, x->dtype, combine, &kc);
     if (s != KILN_OK)
         return s;
     size_t local = wg_local_size(dev, kw, x->dtype);
     int64_t max_chunks = WG_MAX_GROUPS / p->outputs > 0 ? WG_MAX_GROUPS / p->outputs : 1;
-    int64_t nchunks = (p->n + (int64_t)local * WG_ITEMS - 1) / ((int64_t)local * WG_ITEMS);
-    nchunks = nchunks < max_chunks ? nchunks : max_chunks;
-    int64_t chunk = (p->n + nchunks - 1) / nchunks;
-    nchunks = (p->n + chunk - 1) / chunk;
-
-    kiln_tensor *ps = NULL, *pc = NULL, *pi = NULL;
-    int64_t np = p->outputs * nchunks;
-    kiln_dtype ad = kiln__reduce_acc_dtype(x->dtype);
-    size_t accsz = kiln_dtype_size(ad);
-    s = kiln__tensor_new(dev, ad, 1, &np, OP, &ps);
-    if (s == KILN_OK)
-        s = kiln__tensor_new(dev, ad, 1, &np, OP, &pc);
-    if (s == KILN_OK)
-        s = kiln__tensor_new(dev, KILN_I64, 1, &np, OP, &pi);
+    partials pt = {0};
+    pt.nchunks = (p->n + (int64_t)local * WG_ITEMS - 1) / ((int64_t)local * WG_ITEMS);
+    pt.nchunks = pt.nchunks < max_chunks ? pt.nchunks : max_chunks;
+    pt.chunk = (p->n + pt.nchunks - 1) / pt.nchunks;
+    pt.nchunks = (p->n + pt.chunk - 1) / pt.chunk;
+    size_t accsz = kiln_dtype_size(kiln__reduce_acc_dtype(x->dtype));
+    s = partials_new(dev, x->dtype, p, &pt);
     if (s != KILN_OK)
         goto done;
-    size_t global[3] = {(size_t)nchunks * local, (size_t)p->inner, (size_t)p->outer};
+    size_t global[3] = {(size_t)pt.nchunks * local, (size_t)p->inner, (size_t)p->outer};
     size_t local3[3] = {local, 1, 1};
     kiln_arg wargs[] = {kiln_arg_tensor(x),
-                        kiln_arg_tensor(ps),
-                        kiln_arg_tensor(pc),
-                        kiln_arg_tensor(pi),
+                        kiln_arg_tensor(pt.ps),
+                        kiln_arg_tensor(pt.pc),
+                        kiln_arg_tensor(pt.pi),
                         kiln_arg_i64(p->outer),
                         kiln_arg_i64(p->n),
                         kiln_arg_i64(p->inner),
-                        kiln_arg_i64(chunk),
-                        kiln_arg_i64(nchunks),
+                        kiln_arg_i64(pt.chunk),
+                        kiln_arg_i64(pt.nchunks),
                         kiln_arg_i32(op == KILN_REDUCE_MIN),
-                        kiln_arg_i32(dev->info.type == KILN_DEVICE_CPU),
                         kiln_arg_local(local * accsz),
                         kiln_arg_local(local * accsz),
                         kiln_arg_local(local * sizeof(int64_t))};
-    s = kiln__kernel_launch(dev, kw, OP, 3, global, local3, 14, wargs);
-    if (s != KILN_OK)
-        goto done;
-    size_t cglobal = (size_t)p->outputs;
-    kiln_arg cargs[] = {kiln_arg_tensor(ps),
-                        kiln_arg_tensor(pc),
-                        kiln_arg_tensor(pi),
-                        kiln_arg_tensor(y),
-                        kiln_arg_i64(p->outputs),
-                        kiln_arg_i64(nchunks),
-                        kiln_arg_i64(p->n),
-                        kiln_arg_i32(op == KILN_REDUCE_MIN),
-                        kiln_arg_i32(op == KILN_REDUCE_MEAN)};
-    size_t clocal;
-    kiln__fixed_ndrange(kc->wg_size, 1, &cglobal, &clocal);
-    s = kiln__kernel_launch(dev, kc, OP, 1, &cglobal, &clocal, 9, cargs);
+    s = kiln__kernel_launch(dev, kw, OP, 3, global, local3, 13, wargs);
+    if (s == KILN_OK)
+        s = launch_combine(dev, op, x, y, p, &pt);
 done:
-    /* The queue is in order: buffers returned to the cache now are reused only by later work. */
-    kiln_tensor_release(ps);
-    kiln_tensor_release(pc);
-    kiln_tensor_release(pi);
+    partials_release(&pt);
+    return s;
+}
+
+/* One work-item per result or per block of results (kernel base name `base`), each over a
+ * chunk of its row: rows, cols or vrows (reduce.cl), launched over `global`; with several
+ * chunks, then the combine step. */
+static kiln_status launch_chunked(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
+                                  kiln_tensor *y, const reduce_plan *p, const char *base, int dims,
+                                  size_t *global, partials *pt)
+{
+    kiln__kernel *k;
+    char name[64];
+    kiln__reduce_kernel(name, sizeof name, base, op);
+    kiln_status s = get_kernel(dev, op, x->dtype, name, &k);
+    if (s == KILN_OK && pt->nchunks > 1)
+        s = partials_new(dev, x->dtype, p, pt);
+    if (s != KILN_OK)
+        return s;
+    /* With one chunk the kernels never touch the partials: pass y there. */
+    const kiln_tensor *ps = pt->nchunks > 1 ? pt->ps : y, *pc = pt->nchunks > 1 ? pt->pc : y,
+                      *pi = pt->nchunks > 1 ? pt->pi : y;
+    kiln_arg args[12];
+    int nargs = 0;
+    args[nargs++] = kiln_arg_tensor(x);
+    args[nargs++] = kiln_arg_tensor(y);
+    args[nargs++] = kiln_arg_tensor(ps);
+    args[nargs++] = kiln_arg_tensor(pc);
+    args[nargs++] = kiln_arg_tensor(pi);
+    args[nargs++] = kiln_arg_i64(p->outer);
+    args[nargs++] = kiln_arg_i64(p->n);
+    if (dims == 3) /* rows and cols take inner; vrows runs with inner == 1 */
+        args[nargs++] = kiln_arg_i64(p->inner);
+    args[nargs++] = kiln_arg_i64(pt->chunk);
+    args[nargs++] = kiln_arg_i64(pt->nchunks);
+    args[nargs++] = kiln_arg_i32(op == KILN_REDUCE_MIN);
+    args[nargs++] = kiln_arg_i32(op == KILN_REDUCE_MEAN);
+    size_t local[3] = {1, 1, 1};
+    if (dev->info.type != KILN_DEVICE_CPU)
+        kiln__fixed_ndrange(k->wg_size, dims, global, local);
+    else
+        kiln__cpu_loop_ndrange(dev, k->wg_size, dims, global, local);
+    s = kiln__kernel_launch(dev, k, OP, dims, global, local, nargs, args);
+    if (s == KILN_OK && pt->nchunks > 1)
+        s = launch_combine(dev, op, x, y, p, pt);
+    return s;
+}
+
+/* CPUs: contiguous rows in vectors along the row (vrows), other axes in vectors across 16
+ * neighbouring results (cols); rows split into chunks where there are few results. */
+static kiln_status launch_cpu(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
+                              kiln_tensor *y, const reduce_plan *p)
+{
+    partials pt = {0};
+    int64_t cus = dev->info.compute_units ? (int64_t)dev->info.compute_units : 1;
+    kiln_status s;
+    if (p->inner == 1) {
+        split_rows(p, p->outer, CPU_ITEMS_PER_CU * cus, CPU_MIN_CHUNK, CPU_MIN_SPLIT, &pt);
+        size_t global[2] = {(size_t)pt.nchunks, (size_t)p->outer};
+        s = launch_chunked(dev, op, x, y, p, "kiln_reduce_vrows", 2, global, &pt);
+    } else {
+        int64_t blocks = (p->inner + COLS - 1) / COLS;
+        int64_t width = p->inner < COLS ? p->inner : COLS;
+        split_rows(p, p->outer * blocks, CPU_ITEMS_PER_CU * cus, CPU_MIN_CHUNK / width,
+                   CPU_MIN_SPLIT, &pt);
+        size_t global[3] = {(size_t)blocks, (size_t)pt.nchunks, (size_t)p->outer};
+        s = launch_chunked(dev, op, x, y, p, "kiln_reduce_cols", 3, global, &pt);
+    }
+    partials_release(&pt);
+    return s;
+}
+
+/* GPUs and other devices: long contiguous rows by work-groups (coalesced along the row); the
+ * rest a work-item per result (coalesced across neighbouring results), rows split into chunks
+ * where there are few results. */
+static kiln_status launch_gpu(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
+                              kiln_tensor *y, const reduce_plan *p)
+{
+    if (p->inner == 1 && p->n >= GPU_WG_MIN_N)
+        return launch_wg(dev, op, x, y, p);
+    partials pt = {0};
+    split_rows(p, p->outputs, GPU_MIN_ITEMS, GPU_MIN_CHUNK, 0, &pt);
+    size_t global[3] = {(size_t)p->inner, (size_t)pt.nchunks, (size_t)p->outer};
+    kiln_status s = launch_chunked(dev, op, x, y, p, "kiln_reduce_rows", 3, global, &pt);
+    partials_release(&pt);
     return s;
 }
 
@@ -240,9 +352,9 @@ static kiln_status run(kiln_reduce_op op, const kiln_tensor *x, kiln_tensor *y,
 {
     if (p->outputs == 0)
         return KILN_OK;
-    if (p->n < ROWS_MAX_N || p->outputs >= ROWS_MIN_OUTPUTS)
-        return launch_rows(x->dev, op, x, y, p);
-    return launch_wg(x->dev, op, x, y, p);
+    if (x->dev->info.type == KILN_DEVICE_CPU)
+        return launch_cpu(x->dev, op, x, y, p);
+    return launch_gpu(x->dev, op, x, y, p);
 }
 
 kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
