@@ -316,14 +316,18 @@ static bool prints_on_stderr(const kiln_device *dev)
 
 static cl_int build_quietly(kiln_device *dev, cl_program p, const char *options)
 {
-    if (!prints_on_stderr(dev))
-        return kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
+    if (!prints_on_stderr(dev)) {
+        cl_int err = kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
+        kiln__exit_hook(); /* after the compiler's statics (registry.c) */
+        return err;
+    }
     pthread_mutex_lock(&stderr_lock);
     fflush(stderr);
     FILE *tmp = tmpfile();
     int saved = tmp ? fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0) : -1;
     bool redirected = saved >= 0 && dup2(fileno(tmp), STDERR_FILENO) >= 0;
     cl_int err = kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
+    kiln__exit_hook(); /* after the compiler's statics (registry.c) */
     if (redirected) {
         fflush(stderr);
         dup2(saved, STDERR_FILENO);
@@ -390,6 +394,7 @@ static cl_program from_binary(kiln_device *dev, const kiln__cache_loan *loan, co
         return NULL;
     }
     err = kiln__cl.BuildProgram(p, 1, &dev->id, options, NULL, NULL);
+    kiln__exit_hook();
     char *names = err == CL_SUCCESS ? program_names(p) : NULL;
     if (err != CL_SUCCESS)
         snprintf(why, n, "could not be built by %s (%s)", dev->info.spec, kiln__cl_error_name(err));
