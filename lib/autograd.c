@@ -295,6 +295,16 @@ static kiln_status in_node(kiln_status s, const kiln__ag_node *nd)
     return kiln__error(s, "kiln_backward: computing the gradient of %s: %s", nd->name, msg);
 }
 
+/* Name kiln_backward in a failure of one of the ops it ran. */
+static kiln_status in_backward(kiln_status s)
+{
+    if (s == KILN_OK || strncmp(kiln_last_error(), "kiln_backward", 13) == 0)
+        return s;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", kiln_last_error());
+    return kiln__error(s, "kiln_backward: %s", msg);
+}
+
 static kiln_status run_nodes(plan *p, kiln_tensor *seed, kiln_tensor *root)
 {
     if (!root->node)
@@ -484,5 +494,5 @@ kiln_status kiln_backward(kiln_tensor *loss, const kiln_tensor *grad, kiln_backw
     plan_clear(&p);
     kiln_tensor_release(loss);
     kiln_set_grad_enabled(prev);
-    return s;
+    return in_backward(s);
 }
