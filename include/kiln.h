@@ -753,7 +753,6 @@ KILN_API kiln_status kiln_adam_step(kiln_tensor *param, const kiln_tensor *grad,
                                     kiln_tensor *v, int64_t step, double lr, double beta1,
                                     double beta2, double eps);
 
-
 /* ------------------------------------------------------------------------------------------
  * Autograd
  *

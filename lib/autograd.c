@@ -233,7 +233,7 @@ static kiln_status collect(kiln_tensor *root, plan *p)
     if (!root->node) {
         root->ag_listed = true;
         return push(leaves, &p->nleaves, &p->lcap, root) ? KILN_OK
-                                                          : kiln__host_oom("kiln_backward");
+                                                         : kiln__host_oom("kiln_backward");
     }
     root->node->visited = true;
     if (!push(nodes, &p->nnodes, &p->cap, root->node))
@@ -315,8 +315,8 @@ static kiln_status run_nodes(plan *p, kiln_tensor *seed, kiln_tensor *root)
         if (!nd->gout)
             continue;
         kiln_tensor *gi[KILN__AG_MAX_INPUTS_STACK];
-        kiln_tensor **grads = nd->n <= KILN__AG_MAX_INPUTS_STACK ? gi : calloc((size_t)nd->n,
-                                                                              sizeof *grads);
+        kiln_tensor **grads =
+            nd->n <= KILN__AG_MAX_INPUTS_STACK ? gi : calloc((size_t)nd->n, sizeof *grads);
         if (!grads)
             return kiln__host_oom("kiln_backward");
         memset(grads, 0, (size_t)nd->n * sizeof *grads);

@@ -258,16 +258,14 @@ static void matmul_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor
             RUN(sc, ga, kiln_matmul_trans(g, b, tb ? 0 : KILN_MATMUL_TRANS_B, &ga));
         else
             RUN(sc, ga,
-                kiln_matmul_trans(b, g, (tb ? KILN_MATMUL_TRANS_A : 0) | KILN_MATMUL_TRANS_B,
-                                  &ga));
+                kiln_matmul_trans(b, g, (tb ? KILN_MATMUL_TRANS_A : 0) | KILN_MATMUL_TRANS_B, &ga));
     }
     if (b->requires_grad) {
         if (!tb)
             RUN(sc, gb, kiln_matmul_trans(a, g, ta ? 0 : KILN_MATMUL_TRANS_A, &gb));
         else
             RUN(sc, gb,
-                kiln_matmul_trans(g, a, KILN_MATMUL_TRANS_A | (ta ? KILN_MATMUL_TRANS_B : 0),
-                                  &gb));
+                kiln_matmul_trans(g, a, KILN_MATMUL_TRANS_A | (ta ? KILN_MATMUL_TRANS_B : 0), &gb));
     }
     give(sc, nd, 0, ga, grads);
     give(sc, nd, 1, gb, grads);

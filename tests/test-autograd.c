@@ -154,9 +154,18 @@ static void gradcheck(const char *what, fn_t f, const void *ctx, int n, const sp
     }
 }
 
-#define S2(a, b, lo, hi) {2, {a, b}, lo, hi, true}
-#define S1(a, lo, hi) {1, {a}, lo, hi, true}
-#define S3(a, b, c, lo, hi) {3, {a, b, c}, lo, hi, true}
+#define S2(a, b, lo, hi)                                                                           \
+    {                                                                                              \
+        2, {a, b}, lo, hi, true                                                                    \
+    }
+#define S1(a, lo, hi)                                                                              \
+    {                                                                                              \
+        1, {a}, lo, hi, true                                                                       \
+    }
+#define S3(a, b, c, lo, hi)                                                                        \
+    {                                                                                              \
+        3, {a, b, c}, lo, hi, true                                                                 \
+    }
 
 /* ---- the ops, as fn_t ------------------------------------------------------------------------ */
 
@@ -301,8 +310,8 @@ END_TEST
 
 START_TEST(test_fd_scalar_unary)
 {
-    const kiln_binary_op sops[] = {KILN_BINARY_ADD,     KILN_BINARY_SUB,     KILN_BINARY_MUL,
-                                   KILN_BINARY_DIV,     KILN_BINARY_POW,     KILN_BINARY_MINIMUM,
+    const kiln_binary_op sops[] = {KILN_BINARY_ADD,    KILN_BINARY_SUB, KILN_BINARY_MUL,
+                                   KILN_BINARY_DIV,    KILN_BINARY_POW, KILN_BINARY_MINIMUM,
                                    KILN_BINARY_MAXIMUM};
     spec pos[1] = {S2(2, 3, 0.5, 1.5)}, any[1] = {S2(2, 3, -1.0, 1.0)};
     for (size_t o = 0; o < sizeof sops / sizeof *sops; o++) {
@@ -781,7 +790,8 @@ static cl_int CL_API_CALL f_ndrange(cl_command_queue q, cl_kernel k, cl_uint d, 
                                     const size_t *g, const size_t *l, cl_uint ne, const cl_event *w,
                                     cl_event *ev)
 {
-    return inject() ? CL_OUT_OF_HOST_MEMORY : real.EnqueueNDRangeKernel(q, k, d, o, g, l, ne, w, ev);
+    return inject() ? CL_OUT_OF_HOST_MEMORY
+                    : real.EnqueueNDRangeKernel(q, k, d, o, g, l, ne, w, ev);
 }
 
 static cl_mem CL_API_CALL f_create(cl_context c, cl_mem_flags f, size_t n, void *p, cl_int *e)
@@ -889,7 +899,7 @@ START_TEST(test_fault_injection)
         kiln_status s = kiln_backward(l, NULL, 0);
         kiln__cl_reset();
         if (s == KILN_OK && calls <= fail_at)
-            break; /* every call of the backward was failed once */
+            break;          /* every call of the backward was failed once */
         if (s == KILN_OK) { /* kiln recovered (an allocation retried after emptying the cache) */
             recovered++;
             check_grads(p, ref, fail_at);

@@ -218,8 +218,8 @@ kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double s
     const char *fn = "kiln_binary_scalar";
     kiln_status s = check_out_ptr(fn, out);
     s = s != KILN_OK ? s : binary_scalar(fn, op, a, (kiln__scalar){.f = scalar}, NULL, out);
-    return kiln__ag_record(s, fn, KILN__AG_SCALAR, &(kiln__ag_args){.op = (int)op, .scalar = scalar},
-                           1, &a, out);
+    return kiln__ag_record(s, fn, KILN__AG_SCALAR,
+                           &(kiln__ag_args){.op = (int)op, .scalar = scalar}, 1, &a, out);
 }
 
 kiln_status kiln_binary_scalar_out(kiln_binary_op op, const kiln_tensor *a, double scalar,
