@@ -449,6 +449,12 @@ START_TEST(test_to_device)
         test_skip("one device: kiln_tensor_to's gradient not checked");
         return;
     }
+    if (simulated(other)) {
+        /* Oclgrind flags the data kiln_tensor_to stages into it from PoCL as uninitialized when
+         * a kernel then reads it (the values are right); a tracking gap outside autograd. */
+        test_skip("the other device is Oclgrind: kiln_tensor_to's gradient not checked");
+        return;
+    }
     int64_t n = 3;
     double xv[3] = {1, 2, 3};
     kiln_tensor *x = upload(dev, KILN_F32, 1, &n, xv), *y = NULL, *z = NULL, *l = NULL;
