@@ -36,7 +36,6 @@ static bool needs_value(const kiln__ag_node *nd, int i)
 {
     switch (nd->kind) {
     case KILN__AG_BINARY:
-        return nd->a.op != KILN_BINARY_ADD && nd->a.op != KILN_BINARY_SUB;
     case KILN__AG_SCALAR:
         return nd->a.op != KILN_BINARY_ADD && nd->a.op != KILN_BINARY_SUB;
     case KILN__AG_REDUCE:
@@ -316,10 +315,10 @@ static kiln_status run_nodes(plan *p, kiln_tensor *seed, kiln_tensor *root)
             continue;
         kiln_tensor *gi[KILN__AG_MAX_INPUTS_STACK];
         kiln_tensor **grads =
-            nd->n <= KILN__AG_MAX_INPUTS_STACK ? gi : calloc((size_t)nd->n, sizeof *grads);
+            nd->n <= KILN__AG_MAX_INPUTS_STACK ? gi : calloc((size_t)nd->n, sizeof(kiln_tensor *));
         if (!grads)
             return kiln__host_oom("kiln_backward");
-        memset(grads, 0, (size_t)nd->n * sizeof *grads);
+        memset(grads, 0, (size_t)nd->n * sizeof(kiln_tensor *));
         kiln_status s = in_node(kiln__ag_grads(nd, nd->gout, grads), nd);
         kiln_tensor_release(nd->gout);
         nd->gout = NULL;
@@ -354,7 +353,7 @@ static kiln_status new_grad(kiln_tensor *leaf, kiln_tensor **out)
 /* Make every leaf's new gradient, then swap them all in: either every leaf is updated or none. */
 static kiln_status commit(plan *p)
 {
-    kiln_tensor **fresh = calloc(p->nleaves ? p->nleaves : 1, sizeof *fresh);
+    kiln_tensor **fresh = calloc(p->nleaves ? p->nleaves : 1, sizeof(kiln_tensor *));
     if (!fresh)
         return kiln__host_oom("kiln_backward");
     kiln_status s = KILN_OK;
@@ -410,7 +409,7 @@ static kiln_status drop_list(const plan *p, kiln_tensor ***drop)
     size_t n = 0;
     for (size_t k = 0; k < p->nnodes; k++)
         n += (size_t)p->nodes[k]->n;
-    *drop = calloc(n ? n : 1, sizeof **drop);
+    *drop = calloc(n ? n : 1, sizeof(kiln_tensor *));
     return *drop ? KILN_OK : kiln__host_oom("kiln_backward");
 }
 
@@ -454,7 +453,7 @@ static kiln_status check_backward_args(kiln_tensor *loss, const kiln_tensor *gra
         return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: loss is %s but grad is %s", op,
                            kiln_dtype_name(loss->dtype), kiln_dtype_name(grad->dtype));
     if (grad && (grad->ndim != loss->ndim ||
-                 memcmp(grad->shape, loss->shape, (size_t)loss->ndim * sizeof *loss->shape)))
+                 memcmp(grad->shape, loss->shape, (size_t)loss->ndim * sizeof *loss->shape) != 0))
         return kiln__error(KILN_ERR_SHAPE_MISMATCH,
                            "%s: loss has shape %s but grad has shape %s; they must be equal", op,
                            kiln__shape_str(a, sizeof a, loss->ndim, loss->shape),
@@ -473,7 +472,8 @@ kiln_status kiln_backward(kiln_tensor *loss, const kiln_tensor *grad, kiln_backw
     kiln_tensor_retain(loss); /* freeing the graph must not free the root under us */
     s = collect(loss, &p);
     if (s == KILN_OK) {
-        qsort(p.nodes, p.nnodes, sizeof *p.nodes, by_seq_desc);
+        if (p.nnodes > 1)
+            qsort(p.nodes, p.nnodes, sizeof(kiln__ag_node *), by_seq_desc);
         if (!(flags & KILN_BACKWARD_RETAIN_GRAPH))
             s = drop_list(&p, &drop);
     }

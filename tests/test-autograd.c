@@ -128,7 +128,9 @@ static void gradcheck(const char *what, fn_t f, const void *ctx, int n, const sp
         ck_assert_int_eq(kiln_tensor_ndim(g), sp[i].ndim);
         double *ana = download(g);
         int64_t cnt = numel_of(sp[i].ndim, sp[i].shape);
-        for (int64_t j = 0; j < cnt; j++) {
+        /* Oclgrind simulates every work-item: there the first and last elements only */
+        int64_t step = simulated(dev) && cnt > 2 ? cnt - 1 : 1;
+        for (int64_t j = 0; j < cnt; j += step) {
             double keep = vals[i][j];
             vals[i][j] = keep + h;
             double lp = loss_value(f, ctx, n, sp, vals, w);
