@@ -110,6 +110,7 @@ static void gradcheck(const char *what, fn_t f, const void *ctx, int n, const sp
 {
     double h = fdt == KILN_F64 ? 1e-6 : 1e-2, tol = fdt == KILN_F64 ? 1e-6 : 5e-3;
     double *vals[MAX_IN];
+    kiln_set_grad_enabled(true); /* a failed check before may have left it off */
     kiln_tensor *in[MAX_IN] = {0}, *w = NULL, *l = NULL;
     for (int i = 0; i < n; i++) {
         vals[i] = random_values(numel_of(sp[i].ndim, sp[i].shape), sp[i].lo, sp[i].hi);
