@@ -779,8 +779,14 @@ END_TEST
 /* A deep chain releases without recursing once per node. */
 START_TEST(test_long_chain)
 {
+    if (simulated(dev)) {
+        /* host-side release logic only; Oclgrind's uninitialised-value checker loses track of
+         * kernel writes into reused buffers along such a chain (see lib/memory.c) */
+        test_skip("%s is Oclgrind: the 20000-node chain is not run", kiln_device_spec(dev));
+        return;
+    }
     kiln_tensor *x = leaf3(), *cur = kiln_tensor_retain(x);
-    int steps = simulated(dev) ? 200 : 20000;
+    int steps = 20000;
     bool prev_ok = true;
     for (int k = 0; k < steps && prev_ok; k++) {
         kiln_tensor *next = NULL;
@@ -792,12 +798,10 @@ START_TEST(test_long_chain)
     kiln_tensor *l = NULL;
     ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, cur, KILN_ALL_AXES, false, &l));
     kiln_tensor_release(cur);
-    if (!simulated(dev)) {
-        ASSERT_OK(kiln_backward(l, NULL, KILN_BACKWARD_RETAIN_GRAPH));
-        double *g = download(kiln_tensor_grad(x));
-        ck_assert(g[0] == 1 && g[2] == 1);
-        free(g);
-    }
+    ASSERT_OK(kiln_backward(l, NULL, KILN_BACKWARD_RETAIN_GRAPH));
+    double *g = download(kiln_tensor_grad(x));
+    ck_assert(g[0] == 1 && g[2] == 1);
+    free(g);
     kiln_tensor_release(l);
     kiln_tensor_release(x);
 }
