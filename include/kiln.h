@@ -820,6 +820,88 @@ KILN_API kiln_status kiln_adam_step(kiln_tensor *param, const kiln_tensor *grad,
                                     kiln_tensor *v, int64_t step, double lr, double beta1,
                                     double beta2, double eps);
 
+/* ------------------------------------------------------------------------------------------
+ * Autograd
+ *
+ * Reverse-mode automatic differentiation, PyTorch-like. A floating tensor can require
+ * gradients (a leaf: a parameter is just such a tensor). While grad mode is on (the default; a
+ * per-thread flag), the allocating form of every differentiable op given an input that requires
+ * grad records a node on its result, which then requires grad too: the result holds its node,
+ * the node holds (a reference to) the op's inputs, never its result, so there are no cycles and
+ * releasing the last tensor of a graph frees the graph. Differentiable: binary ops and their
+ * scalar forms (ADD, SUB, MUL, DIV, POW, MINIMUM, MAXIMUM; a broadcast input's gradient is
+ * summed back to its shape; MINIMUM/MAXIMUM split a tie evenly), where (not cond), unary ops,
+ * clamp (gradient 1 on [lo, hi]), cast between floating dtypes, reduce SUM, MEAN, MAX and MIN
+ * (a tie shares the gradient evenly), matmul and matmul_trans (batched, broadcast batches
+ * summed), kiln_tensor_reshape, kiln_tensor_clone, kiln_tensor_to, permute, transpose, slice,
+ * cat, softmax, log_softmax, cross_entropy (logits) and mse_loss (pred and target). Results
+ * that are not floating (comparisons, argmax, casts to integers) never require grad.
+ * kiln_index_select and kiln_gather record a node without a gradient: a backward through one
+ * whose input requires grad fails with KILN_ERR_UNSUPPORTED. Not recorded: the _out forms
+ * (their result is a tensor without history, as if computed with grad mode off), creation and
+ * random ops, optimizer steps, kiln_unary_backward, kernel launches.
+ *
+ * In-place writes (every _out form's out, kiln_tensor_write, kiln_tensor_copy's dst, a write
+ * map, kiln_fill, kiln_arange_out, kiln_rand_*_out, the optimizer steps' param and state) bump
+ * a version counter shared by a tensor and its reshaped views. An op whose backward needs an
+ * input's values remembers its version; a backward that finds it changed fails with
+ * KILN_ERR_STATE naming the op and the input, before any work. Kernel launches
+ * (kiln_program_launch) do not bump versions: do not write a tensor a graph still needs there.
+ *
+ * Threads: grad mode is per thread. A graph (the tensors of one forward pass) must be used by
+ * one thread at a time: two kiln_backward calls that reach the same node or leaf must not run
+ * at once, and a leaf's gradient must not be read while a backward may replace it. Separate
+ * graphs may be built and differentiated on separate threads, also from shared leaves that
+ * neither thread's backward reaches concurrently.
+ * ---------------------------------------------------------------------------------------- */
+
+/* Whether t takes part in autograd. Only floating tensors can require grad
+ * (KILN_ERR_DTYPE_MISMATCH for others); only leaves can stop requiring it (KILN_ERR_STATE for a
+ * recorded result). */
+KILN_API kiln_status kiln_tensor_set_requires_grad(kiln_tensor *t, bool requires_grad);
+/* Whether t requires grad (a leaf with the flag, or a recorded result); false for NULL. */
+KILN_API bool kiln_tensor_requires_grad(const kiln_tensor *t);
+/* Whether t was made by the user rather than recorded by an op (true for every tensor without
+ * history); false for NULL. */
+KILN_API bool kiln_tensor_is_leaf(const kiln_tensor *t);
+/* The gradient accumulated into the leaf t by kiln_backward, a tensor of t's shape, dtype and
+ * device; NULL when none yet (or after kiln_tensor_zero_grad). A borrowed reference, valid until
+ * the next kiln_backward that reaches t (which replaces it with a new tensor holding the sum),
+ * kiln_tensor_zero_grad(t) or t's release: retain it to keep it longer. Pass it to
+ * kiln_sgd_step / kiln_adam_step. Only leaves get gradients. */
+KILN_API kiln_tensor *kiln_tensor_grad(const kiln_tensor *t);
+/* Drop t's gradient (the next backward starts from zero), like PyTorch's zero_grad with
+ * set_to_none. */
+KILN_API kiln_status kiln_tensor_zero_grad(kiln_tensor *t);
+
+/* Turn grad mode on or off for the calling thread; returns the previous setting, so that
+ * `bool prev = kiln_set_grad_enabled(false); ... kiln_set_grad_enabled(prev);` nests (PyTorch's
+ * no_grad). With it off nothing is recorded: use it for evaluation and for updates to
+ * parameters. kiln_grad_enabled tells the current setting. */
+KILN_API bool kiln_set_grad_enabled(bool enabled);
+KILN_API bool kiln_grad_enabled(void);
+
+typedef enum kiln_backward_flags {
+    /* Keep the graph for another kiln_backward through it (PyTorch's retain_graph=True). */
+    KILN_BACKWARD_RETAIN_GRAPH = 1 << 0,
+} kiln_backward_flags;
+
+/* Backpropagate from loss: d loss / d leaf is added to the gradient (kiln_tensor_grad) of every
+ * leaf requiring grad that loss was computed from. grad NULL needs a one-element loss (the
+ * gradient 1; other shapes are KILN_ERR_INVALID_ARGUMENT); else grad (loss's shape, dtype and
+ * device) is the gradient of something downstream with respect to loss. A loss that does not
+ * require grad is KILN_ERR_STATE. Everything is checked before any work: a graph already freed
+ * (KILN_ERR_STATE), a saved input modified in place (KILN_ERR_STATE, see above), an op without a
+ * gradient (KILN_ERR_UNSUPPORTED). The gradients are computed with kiln's own ops, with grad
+ * mode off (no graph of the backward itself: no higher-order gradients), and go to the leaves
+ * only when every step succeeded: a backward that fails (out of memory, a driver error) changes
+ * no gradient and keeps the graph. Without KILN_BACKWARD_RETAIN_GRAPH a successful backward
+ * frees the graph: every node it went through drops its inputs, and a later backward reaching
+ * such a node is KILN_ERR_STATE; the tensors themselves (loss included) stay valid. Unknown
+ * flag bits are KILN_ERR_INVALID_ARGUMENT. Asynchronous like the ops it runs. */
+KILN_API kiln_status kiln_backward(kiln_tensor *loss, const kiln_tensor *grad,
+                                   kiln_backward_flags flags);
+
 #ifdef __cplusplus
 }
 #endif

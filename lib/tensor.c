@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "autograd.h"
 #include "clcall.h"
 #include "dtype.h"
 #include "memory.h"
@@ -150,6 +151,7 @@ static kiln__storage *storage_new(kiln_device *dev, cl_mem mem, size_t bytes, si
         return NULL;
     atomic_init(&st->refs, 1);
     atomic_init(&st->mapped, 0);
+    atomic_init(&st->version, 0u);
     st->dev = dev;
     st->mem = mem;
     st->bytes = bytes;
@@ -311,7 +313,10 @@ kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes)
 
 kiln_status kiln_tensor_write(kiln_tensor *t, const void *src, size_t nbytes)
 {
-    return host_copy(t, (void *)src, nbytes, true);
+    kiln_status s = host_copy(t, (void *)src, nbytes, true);
+    if (s == KILN_OK)
+        kiln__tensor_bump(t);
+    return s;
 }
 
 kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, int ndim,
@@ -414,7 +419,7 @@ kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor *
         return s;
     }
     *out = d;
-    return KILN_OK;
+    return kiln__ag_record(KILN_OK, op, KILN__AG_TO, NULL, 1, &t, out);
 }
 
 /* Enqueue a copy of src's bytes into dst on their (common) device's queue. */
@@ -447,7 +452,7 @@ kiln_status kiln_tensor_clone(const kiln_tensor *t, kiln_tensor **out)
         return s;
     }
     *out = c;
-    return KILN_OK;
+    return kiln__ag_record(KILN_OK, op, KILN__AG_RESHAPE, NULL, 1, &t, out);
 }
 
 kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src)
@@ -468,6 +473,7 @@ kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src)
         return kiln__error(KILN_ERR_SHAPE_MISMATCH,
                            "%s: dst has %" PRId64 " elements but src has %" PRId64, op, dst->numel,
                            src->numel);
+    kiln__tensor_bump(dst);
     return enqueue_copy(dst, src, op);
 }
 
@@ -538,7 +544,7 @@ kiln_status kiln_tensor_reshape(const kiln_tensor *t, int ndim, const int64_t *s
         return kiln__host_oom(op);
     }
     *out = v;
-    return KILN_OK;
+    return kiln__ag_record(KILN_OK, op, KILN__AG_RESHAPE, NULL, 1, &t, out);
 }
 
 kiln_tensor *kiln_tensor_retain(kiln_tensor *t)
@@ -562,6 +568,7 @@ void kiln_tensor_release(kiln_tensor *t)
     }
     if (atomic_fetch_sub(&t->refs, 1) > 1)
         return;
+    kiln__ag_tensor_dead(t);
     t->magic = KILN__TENSOR_DEAD;
     storage_release(t->storage);
     t->storage = NULL;
@@ -638,6 +645,8 @@ kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr)
     }
     st->map_ptr = p;
     *ptr = p;
+    if (flags & KILN_MAP_WRITE)
+        kiln__tensor_bump(t);
     return KILN_OK;
 }
 

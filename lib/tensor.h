@@ -19,7 +19,10 @@ typedef struct kiln__storage {
     bool pooled;       /* from the caching allocator (else adopted with kiln_tensor_from_cl_mem) */
     atomic_int mapped; /* a kiln_tensor_map is outstanding */
     void *map_ptr;
+    atomic_uint version; /* bumped by every in-place write (autograd's saved-tensor check) */
 } kiln__storage;
+
+struct kiln__ag_node;
 
 struct kiln_tensor {
     uint32_t magic;
@@ -31,7 +34,20 @@ struct kiln_tensor {
     int64_t numel;
     size_t nbytes;
     kiln__storage *storage;
+    /* autograd (lib/autograd.c): the flag, the gradient accumulated into a leaf, the node that
+     * made this tensor (NULL for a leaf) and, during a backward, the leaf's partial sum. */
+    bool requires_grad;
+    kiln_tensor *grad;
+    struct kiln__ag_node *node;
+    kiln_tensor *ag_acc;
+    bool ag_listed;
 };
+
+/* Record an in-place write into t's storage (every view of it sees the new version). */
+static inline void kiln__tensor_bump(const kiln_tensor *t)
+{
+    atomic_fetch_add(&t->storage->version, 1u);
+}
 
 /* Check a tensor argument: KILN_ERR_INVALID_ARGUMENT naming op and the argument when NULL,
  * released or forged; KILN_ERR_DEVICE_LOST when its device was lost; KILN_ERR_STATE when its

@@ -192,6 +192,7 @@ kiln_status kiln__check_out(const char *op, const kiln_tensor *out, const kiln_d
     if (!kiln__same_shape(out, ndim, shape))
         return kiln__shape_mismatch(op, "out", out->ndim, out->shape, "the result", ndim, shape,
                                     "");
+    kiln__tensor_bump(out); /* an in-place write (autograd's version check) */
     return KILN_OK;
 }
 
@@ -222,6 +223,7 @@ kiln_status kiln__finish(kiln_status s, kiln_tensor *t, const kiln_tensor *given
 kiln_status kiln__fill_kernel(kiln_tensor *t, const char *source, const char *kernel,
                               const char *op, int nextra, const kiln_arg *extra)
 {
+    kiln__tensor_bump(t);
     if (t->numel == 0)
         return KILN_OK;
     char defines[160] = "";

@@ -41,6 +41,7 @@ static kiln_status fill(kiln_tensor *t, kiln__scalar value, const char *op)
     kiln_status s = check_value(op, t->dtype, value);
     if (s != KILN_OK || t->numel == 0)
         return s;
+    kiln__tensor_bump(t);
     if ((s = kiln__device_open(t->dev, op)) != KILN_OK)
         return s;
     if (kiln__dtype_needs_fp64(t->dtype) && !t->dev->info.fp64)

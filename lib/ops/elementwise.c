@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "common.h"
 #include "launch.h"
 #include "optables.h"
@@ -143,7 +144,9 @@ kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tens
                         kiln_tensor **out)
 {
     kiln_status s = check_out_ptr("kiln_binary", out);
-    return s != KILN_OK ? s : binary("kiln_binary", op, a, b, NULL, out);
+    s = s != KILN_OK ? s : binary("kiln_binary", op, a, b, NULL, out);
+    return kiln__ag_record(s, "kiln_binary", KILN__AG_BINARY, &(kiln__ag_args){.op = (int)op}, 2,
+                           (const kiln_tensor *[]){a, b}, out);
 }
 
 kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
@@ -165,7 +168,9 @@ static kiln_status check_given(const char *fn, const kiln_tensor *given)
     kiln_status fn(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out)                  \
     {                                                                                              \
         kiln_status s = check_out_ptr(#fn, out);                                                   \
-        return s != KILN_OK ? s : binary(#fn, OP, a, b, NULL, out);                                \
+        s = s != KILN_OK ? s : binary(#fn, OP, a, b, NULL, out);                                   \
+        return kiln__ag_record(s, #fn, KILN__AG_BINARY, &(kiln__ag_args){.op = OP}, 2,             \
+                               (const kiln_tensor *[]){a, b}, out);                                \
     }                                                                                              \
     kiln_status fn##_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out)             \
     {                                                                                              \
@@ -212,7 +217,9 @@ kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double s
 {
     const char *fn = "kiln_binary_scalar";
     kiln_status s = check_out_ptr(fn, out);
-    return s != KILN_OK ? s : binary_scalar(fn, op, a, (kiln__scalar){.f = scalar}, NULL, out);
+    s = s != KILN_OK ? s : binary_scalar(fn, op, a, (kiln__scalar){.f = scalar}, NULL, out);
+    return kiln__ag_record(s, fn, KILN__AG_SCALAR,
+                           &(kiln__ag_args){.op = (int)op, .scalar = scalar}, 1, &a, out);
 }
 
 kiln_status kiln_binary_scalar_out(kiln_binary_op op, const kiln_tensor *a, double scalar,
@@ -229,7 +236,9 @@ kiln_status kiln_binary_scalar_i64(kiln_binary_op op, const kiln_tensor *a, int6
     const char *fn = "kiln_binary_scalar_i64";
     kiln_status s = check_out_ptr(fn, out);
     kiln__scalar v = {.is_i64 = true, .i = scalar};
-    return s != KILN_OK ? s : binary_scalar(fn, op, a, v, NULL, out);
+    s = s != KILN_OK ? s : binary_scalar(fn, op, a, v, NULL, out);
+    return kiln__ag_record(s, fn, KILN__AG_SCALAR,
+                           &(kiln__ag_args){.op = (int)op, .scalar = (double)scalar}, 1, &a, out);
 }
 
 kiln_status kiln_binary_scalar_i64_out(kiln_binary_op op, const kiln_tensor *a, int64_t scalar,
@@ -280,7 +289,9 @@ kiln_status kiln_where(const kiln_tensor *cond, const kiln_tensor *a, const kiln
                        kiln_tensor **out)
 {
     kiln_status s = check_out_ptr("kiln_where", out);
-    return s != KILN_OK ? s : where("kiln_where", cond, a, b, NULL, out);
+    s = s != KILN_OK ? s : where("kiln_where", cond, a, b, NULL, out);
+    return kiln__ag_record(s, "kiln_where", KILN__AG_WHERE, NULL, 3,
+                           (const kiln_tensor *[]){cond, a, b}, out);
 }
 
 kiln_status kiln_where_out(const kiln_tensor *cond, const kiln_tensor *a, const kiln_tensor *b,
@@ -325,7 +336,9 @@ static kiln_status unary(const char *fn, kiln_unary_op op, const kiln_tensor *x,
 kiln_status kiln_unary(kiln_unary_op op, const kiln_tensor *x, kiln_tensor **out)
 {
     kiln_status s = check_out_ptr("kiln_unary", out);
-    return s != KILN_OK ? s : unary("kiln_unary", op, x, NULL, out);
+    s = s != KILN_OK ? s : unary("kiln_unary", op, x, NULL, out);
+    return kiln__ag_record(s, "kiln_unary", KILN__AG_UNARY, &(kiln__ag_args){.op = (int)op}, 1, &x,
+                           out);
 }
 
 kiln_status kiln_unary_out(kiln_unary_op op, const kiln_tensor *x, kiln_tensor *out)
@@ -407,7 +420,9 @@ static kiln_status cast(const char *fn, const kiln_tensor *x, kiln_dtype dtype, 
 kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out)
 {
     kiln_status s = check_out_ptr("kiln_cast", out);
-    return s != KILN_OK ? s : cast("kiln_cast", x, dtype, NULL, out);
+    s = s != KILN_OK ? s : cast("kiln_cast", x, dtype, NULL, out);
+    /* a cast from an integer has no gradient: such an x never requires grad */
+    return kiln__ag_record(s, "kiln_cast", KILN__AG_CAST, NULL, 1, &x, out);
 }
 
 kiln_status kiln_cast_out(const kiln_tensor *x, kiln_tensor *out)
@@ -438,7 +453,8 @@ kiln_status kiln_clamp(const kiln_tensor *x, double lo, double hi, kiln_tensor *
 {
     const char *fn = "kiln_clamp";
     kiln_status s = check_out_ptr(fn, out);
-    return s != KILN_OK ? s : clamp(fn, x, lo, hi, NULL, out);
+    s = s != KILN_OK ? s : clamp(fn, x, lo, hi, NULL, out);
+    return kiln__ag_record(s, fn, KILN__AG_CLAMP, &(kiln__ag_args){.lo = lo, .hi = hi}, 1, &x, out);
 }
 
 kiln_status kiln_clamp_out(const kiln_tensor *x, double lo, double hi, kiln_tensor *out)

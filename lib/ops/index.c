@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "common.h"
 #include "launch.h"
 #include "ndrange.h"
@@ -120,7 +121,9 @@ static kiln_status index_select(const kiln_tensor *x, int axis, const kiln_tenso
 kiln_status kiln_index_select(const kiln_tensor *x, int axis, const kiln_tensor *index,
                               kiln_tensor **out)
 {
-    return index_select(x, axis, index, NULL, out, "kiln_index_select");
+    const char *op = "kiln_index_select";
+    return kiln__ag_record(index_select(x, axis, index, NULL, out, op), op, KILN__AG_UNSUPPORTED,
+                           NULL, 1, &x, out);
 }
 
 kiln_status kiln_index_select_out(const kiln_tensor *x, int axis, const kiln_tensor *index,
@@ -226,7 +229,9 @@ static kiln_status gather(const kiln_tensor *x, int axis, const kiln_tensor *idx
 
 kiln_status kiln_gather(const kiln_tensor *x, int axis, const kiln_tensor *index, kiln_tensor **out)
 {
-    return gather(x, axis, index, NULL, out, "kiln_gather");
+    const char *op = "kiln_gather";
+    return kiln__ag_record(gather(x, axis, index, NULL, out, op), op, KILN__AG_UNSUPPORTED, NULL, 1,
+                           &x, out);
 }
 
 kiln_status kiln_gather_out(const kiln_tensor *x, int axis, const kiln_tensor *index,

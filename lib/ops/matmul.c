@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../autograd.h"
 #include "../clcall.h"
 #include "../queue.h"
 #include "../registry.h"
@@ -291,7 +292,9 @@ static kiln_status matmul_new(const char *op, const kiln_tensor *a, const kiln_t
     p.a = a;
     p.b = b;
     p.c = c;
-    return kiln__finish(compute(op, &p), c, NULL, out);
+    s = kiln__finish(compute(op, &p), c, NULL, out);
+    return kiln__ag_record(s, op, KILN__AG_MATMUL, &(kiln__ag_args){.flags = (int)flags}, 2,
+                           (const kiln_tensor *[]){a, b}, out);
 }
 
 kiln_status kiln_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out)

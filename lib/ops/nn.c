@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "common.h"
 #include "launch.h"
 #include "ndrange.h"
@@ -79,7 +80,10 @@ static kiln_status check_given(const char *op, const char *name, const kiln_tens
     if (!kiln__same_shape(given, ndim, shape))
         return kiln__shape_mismatch(op, name, given->ndim, given->shape, "the result", ndim, shape,
                                     "");
-    return kiln__check_not_aliased(op, given, n, inputs);
+    kiln_status s = kiln__check_not_aliased(op, given, n, inputs);
+    if (s == KILN_OK)
+        kiln__tensor_bump(given); /* an in-place write (autograd's version check) */
+    return s;
 }
 
 /* CPUs take the row kernels in vectors of 8 for contiguous rows (inner == 1) of f32 and f64,
@@ -142,7 +146,8 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, k
 
 kiln_status kiln_softmax(const kiln_tensor *x, int axis, kiln_tensor **out)
 {
-    return softmax(x, axis, NULL, out, 0, "kiln_softmax");
+    return kiln__ag_record(softmax(x, axis, NULL, out, 0, "kiln_softmax"), "kiln_softmax",
+                           KILN__AG_SOFTMAX, &(kiln__ag_args){.axis = axis}, 1, &x, out);
 }
 
 kiln_status kiln_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out)
@@ -152,7 +157,8 @@ kiln_status kiln_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out)
 
 kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tensor **out)
 {
-    return softmax(x, axis, NULL, out, 1, "kiln_log_softmax");
+    return kiln__ag_record(softmax(x, axis, NULL, out, 1, "kiln_log_softmax"), "kiln_log_softmax",
+                           KILN__AG_LOG_SOFTMAX, &(kiln__ag_args){.axis = axis}, 1, &x, out);
 }
 
 kiln_status kiln_log_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out)
@@ -307,7 +313,9 @@ kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *lab
     kiln_status s = start_loss(op, loss, grad);
     if (s == KILN_OK)
         s = check_ce(logits, labels, op);
-    return s != KILN_OK ? s : loss_new(op, cross_entropy, logits, labels, loss, grad);
+    s = s != KILN_OK ? s : loss_new(op, cross_entropy, logits, labels, loss, grad);
+    return kiln__ag_record(s, op, KILN__AG_CROSS_ENTROPY, NULL, 2,
+                           (const kiln_tensor *[]){logits, labels}, loss);
 }
 
 kiln_status kiln_cross_entropy_out(const kiln_tensor *logits, const kiln_tensor *labels,
@@ -364,7 +372,9 @@ kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, ki
     kiln_status s = start_loss(op, loss, grad);
     if (s == KILN_OK)
         s = check_mse(pred, target, op);
-    return s != KILN_OK ? s : loss_new(op, mse_loss, pred, target, loss, grad);
+    s = s != KILN_OK ? s : loss_new(op, mse_loss, pred, target, loss, grad);
+    return kiln__ag_record(s, op, KILN__AG_MSE, NULL, 2, (const kiln_tensor *[]){pred, target},
+                           loss);
 }
 
 kiln_status kiln_mse_loss_out(const kiln_tensor *pred, const kiln_tensor *target, kiln_tensor *loss,
@@ -414,6 +424,9 @@ kiln_status kiln_sgd_step(kiln_tensor *param, const kiln_tensor *grad, kiln_tens
     kiln_status s = check_step(op, velocity ? 3 : 2, ts, names);
     if (s != KILN_OK || param->numel == 0)
         return s;
+    kiln__tensor_bump(param);
+    if (velocity)
+        kiln__tensor_bump(velocity);
     kiln_dtype dt = param->dtype;
     /* Without velocity the kernel never touches its v argument: pass param there. */
     kiln_arg args[] = {kiln_arg_tensor(param),
@@ -455,6 +468,9 @@ kiln_status kiln_adam_step(kiln_tensor *param, const kiln_tensor *grad, kiln_ten
         s = check_adam_scalars(step, beta1, beta2, eps, op);
     if (s != KILN_OK || param->numel == 0)
         return s;
+    kiln__tensor_bump(param);
+    kiln__tensor_bump(m);
+    kiln__tensor_bump(v);
     kiln_dtype dt = param->dtype;
     double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
     kiln_arg args[] = {

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "common.h"
 #include "launch.h"
 #include "ndrange.h"
@@ -371,7 +372,8 @@ kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool 
     s = kiln__tensor_new(x->dev, p.out_dtype, p.ndim, p.shape, OP, &y);
     if (s != KILN_OK)
         return s;
-    return kiln__finish(run(op, x, y, &p), y, NULL, out);
+    return kiln__ag_record(kiln__finish(run(op, x, y, &p), y, NULL, out), OP, KILN__AG_REDUCE,
+                           &(kiln__ag_args){.op = (int)op, .axis = axis}, 1, &x, out);
 }
 
 kiln_status kiln_reduce_out(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "common.h"
 #include "launch.h"
 #include "ndrange.h"
@@ -247,9 +248,20 @@ static kiln_status permute(const kiln_tensor *x, const int *perm, kiln_tensor *g
     return copy_to(x, x->ndim, shape, &c, given, op, out);
 }
 
+/* The autograd hook of permute and transpose: perm with negative entries resolved. */
+static kiln_status record_permute(kiln_status s, const char *op, const kiln_tensor *x,
+                                  const int *perm, kiln_tensor **out)
+{
+    kiln__ag_args args = {0};
+    for (int d = 0; s == KILN_OK && d < x->ndim; d++)
+        args.perm[d] = perm[d] < 0 ? perm[d] + x->ndim : perm[d];
+    return kiln__ag_record(s, op, KILN__AG_PERMUTE, &args, 1, &x, out);
+}
+
 kiln_status kiln_permute(const kiln_tensor *x, const int *perm, kiln_tensor **out)
 {
-    return permute(x, perm, NULL, 0, out, "kiln_permute");
+    return record_permute(permute(x, perm, NULL, 0, out, "kiln_permute"), "kiln_permute", x, perm,
+                          out);
 }
 
 kiln_status kiln_permute_out(const kiln_tensor *x, const int *perm, kiln_tensor *out)
@@ -273,7 +285,8 @@ static kiln_status transpose(const kiln_tensor *x, kiln_tensor *given, kiln_tens
         perm[d] = d;
     perm[x->ndim - 2] = x->ndim - 1;
     perm[x->ndim - 1] = x->ndim - 2;
-    return permute(x, perm, given, 2, out, op);
+    s = permute(x, perm, given, 2, out, op);
+    return given ? s : record_permute(s, op, x, perm, out);
 }
 
 kiln_status kiln_transpose(const kiln_tensor *x, kiln_tensor **out)
@@ -429,7 +442,9 @@ static kiln_status cat(const kiln_tensor *const *xs, int n, int axis, kiln_tenso
 
 kiln_status kiln_cat(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out)
 {
-    return cat(xs, n, axis, NULL, out, "kiln_cat");
+    kiln_status s = cat(xs, n, axis, NULL, out, "kiln_cat");
+    kiln__ag_args args = {.axis = s == KILN_OK && axis < 0 ? axis + xs[0]->ndim : axis};
+    return kiln__ag_record(s, "kiln_cat", KILN__AG_CAT, &args, n, xs, out);
 }
 
 kiln_status kiln_cat_out(const kiln_tensor *const *xs, int n, int axis, kiln_tensor *out)
@@ -473,7 +488,14 @@ static kiln_status slice(const kiln_tensor *x, int axis, int64_t start_, int64_t
 kiln_status kiln_slice(const kiln_tensor *x, int axis, int64_t start_, int64_t end,
                        kiln_tensor **out)
 {
-    return slice(x, axis, start_, end, NULL, out, "kiln_slice");
+    kiln_status s = slice(x, axis, start_, end, NULL, out, "kiln_slice");
+    if (s != KILN_OK)
+        return s;
+    int64_t len = x->shape[axis < 0 ? axis + x->ndim : axis];
+    kiln__ag_args args = {.axis = axis < 0 ? axis + x->ndim : axis,
+                          .start = start_ < 0 ? start_ + len : start_,
+                          .end = end < 0 ? end + len : end};
+    return kiln__ag_record(s, "kiln_slice", KILN__AG_SLICE, &args, 1, &x, out);
 }
 
 kiln_status kiln_slice_out(const kiln_tensor *x, int axis, int64_t start_, int64_t end,

@@ -1,0 +1,462 @@
+/* autograd_grads.c - the gradient of every recorded op, written with kiln's public ops (grad mode
+ * is off while they run). A broadcast input's gradient is summed back to its shape. */
+#include <string.h>
+
+#include "autograd_node.h"
+#include "status.h"
+#include "tensor.h"
+
+/* Temporaries of one gradient computation, released together; s is the first failure. */
+typedef struct scratch {
+    kiln_tensor *t[32];
+    int n;
+    kiln_status s;
+} scratch;
+
+/* Run call (which writes var) unless something failed already; keep var for release. */
+#define RUN(sc, var, call)                                                                         \
+    do {                                                                                           \
+        if ((sc)->s == KILN_OK) {                                                                  \
+            (sc)->s = (call);                                                                      \
+            keep((sc), (var));                                                                     \
+        }                                                                                          \
+    } while (0)
+
+static void keep(scratch *sc, kiln_tensor *t)
+{
+    if (!t)
+        return;
+    if (sc->n < (int)(sizeof sc->t / sizeof sc->t[0]))
+        sc->t[sc->n++] = t;
+    else
+        kiln_tensor_release(t); /* cannot happen: the formulas below use fewer */
+}
+
+static void scratch_free(scratch *sc)
+{
+    for (int i = 0; i < sc->n; i++)
+        kiln_tensor_release(sc->t[i]);
+}
+
+/* A [1] tensor of dtype holding v. */
+static kiln_status scalar_t(kiln_device *dev, kiln_dtype dtype, double v, kiln_tensor **out)
+{
+    int64_t one = 1;
+    return kiln_full(dev, dtype, 1, &one, v, out);
+}
+
+/* A zero tensor, written by a kernel (kiln_full) rather than a fill: Oclgrind's
+ * uninitialised-value checker, which the tests run, does not count a clEnqueueFillBuffer. */
+static kiln_status zeros(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                         kiln_tensor **out)
+{
+    return kiln_full(dev, dtype, ndim, shape, 0.0, out);
+}
+
+/* g broadcast to shape (a copy). */
+static kiln_status expand(const kiln_tensor *g, int ndim, const int64_t *shape, kiln_tensor **out)
+{
+    kiln_tensor *z = NULL;
+    kiln_status s = zeros(g->dev, g->dtype, ndim, shape, &z);
+    if (s == KILN_OK)
+        s = kiln_add_out(z, g, z);
+    if (s != KILN_OK) {
+        kiln_tensor_release(z);
+        z = NULL;
+    }
+    *out = z;
+    return s;
+}
+
+/* g summed over the axes along which an input of shape `shape` was broadcast to g's shape. */
+static kiln_status sum_to(const kiln_tensor *g, int ndim, const int64_t *shape, kiln_tensor **out)
+{
+    if (g->ndim == ndim && !memcmp(g->shape, shape, (size_t)ndim * sizeof *shape)) {
+        *out = kiln_tensor_retain((kiln_tensor *)g);
+        return KILN_OK;
+    }
+    kiln_tensor *cur = kiln_tensor_retain((kiln_tensor *)g);
+    int lead = g->ndim - ndim;
+    kiln_status s = KILN_OK;
+    for (int d = 0; s == KILN_OK && d < g->ndim; d++) {
+        if (cur->shape[d] == 1 || (d >= lead && shape[d - lead] != 1))
+            continue;
+        kiln_tensor *r = NULL;
+        s = kiln_reduce(KILN_REDUCE_SUM, cur, d, true, &r);
+        kiln_tensor_release(cur);
+        cur = r;
+    }
+    kiln_tensor *res = NULL;
+    if (s == KILN_OK)
+        s = kiln_tensor_reshape(cur, ndim, shape, &res);
+    kiln_tensor_release(cur);
+    *out = res;
+    return s;
+}
+
+/* Hand t over as the gradient of input i, summed to that input's shape. */
+static void give(scratch *sc, const kiln__ag_node *nd, int i, const kiln_tensor *t,
+                 kiln_tensor **grads)
+{
+    const kiln_tensor *x = nd->in[i].t;
+    if (sc->s != KILN_OK || !t || !x->requires_grad)
+        return;
+    sc->s = sum_to(t, x->ndim, x->shape, &grads[i]);
+}
+
+/* A u8 mask as a 0/1 tensor of dtype. */
+static void as_float(scratch *sc, const kiln_tensor *mask, kiln_dtype dtype, kiln_tensor **out)
+{
+    RUN(sc, *out, kiln_cast(mask, dtype, out));
+}
+
+static void binary_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                         kiln_tensor **grads)
+{
+    const kiln_tensor *a = nd->in[0].t, *b = nd->in[1].t;
+    kiln_tensor *ga = NULL, *gb = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL, *t4 = NULL;
+    switch (nd->a.op) {
+    case KILN_BINARY_ADD:
+        ga = gb = (kiln_tensor *)g;
+        break;
+    case KILN_BINARY_SUB:
+        ga = (kiln_tensor *)g;
+        if (b->requires_grad)
+            RUN(sc, gb, kiln_unary(KILN_UNARY_NEG, g, &gb));
+        break;
+    case KILN_BINARY_MUL:
+        RUN(sc, ga, kiln_mul(g, b, &ga));
+        RUN(sc, gb, kiln_mul(g, a, &gb));
+        break;
+    case KILN_BINARY_DIV: /* d/db (a / b) = -(a / b) / b */
+        RUN(sc, ga, kiln_div(g, b, &ga));
+        if (b->requires_grad) {
+            RUN(sc, t1, kiln_mul(ga, a, &t1));
+            RUN(sc, t2, kiln_div(t1, b, &t2));
+            RUN(sc, gb, kiln_unary(KILN_UNARY_NEG, t2, &gb));
+        }
+        break;
+    case KILN_BINARY_POW: /* a^b: b a^(b-1) and a^b ln a */
+        RUN(sc, t1, kiln_binary_scalar(KILN_BINARY_SUB, b, 1.0, &t1));
+        RUN(sc, t2, kiln_binary(KILN_BINARY_POW, a, t1, &t2));
+        RUN(sc, t3, kiln_mul(g, b, &t3));
+        RUN(sc, ga, kiln_mul(t3, t2, &ga));
+        if (b->requires_grad) {
+            RUN(sc, t4, kiln_binary(KILN_BINARY_POW, a, b, &t4));
+            RUN(sc, t1, kiln_unary(KILN_UNARY_LOG, a, &t1));
+            RUN(sc, t2, kiln_mul(g, t4, &t2));
+            RUN(sc, gb, kiln_mul(t2, t1, &gb));
+        }
+        break;
+    case KILN_BINARY_MINIMUM:
+    case KILN_BINARY_MAXIMUM: { /* the chosen side gets g; a tie splits it evenly */
+        kiln_binary_op cmp = nd->a.op == KILN_BINARY_MAXIMUM ? KILN_BINARY_GT : KILN_BINARY_LT;
+        RUN(sc, t1, kiln_binary(cmp, a, b, &t1));
+        RUN(sc, t2, kiln_binary(KILN_BINARY_EQ, a, b, &t2));
+        as_float(sc, t1, a->dtype, &t3);
+        as_float(sc, t2, a->dtype, &t4);
+        kiln_tensor *half = NULL, *m = NULL;
+        RUN(sc, half, kiln_binary_scalar(KILN_BINARY_MUL, t4, 0.5, &half));
+        RUN(sc, m, kiln_add(t3, half, &m));
+        RUN(sc, ga, kiln_mul(g, m, &ga));
+        RUN(sc, gb, kiln_sub(g, ga, &gb));
+        break;
+    }
+    default:
+        break;
+    }
+    give(sc, nd, 0, ga, grads);
+    give(sc, nd, 1, gb, grads);
+}
+
+static void scalar_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                         kiln_tensor **grads)
+{
+    const kiln_tensor *x = nd->in[0].t;
+    double v = nd->a.scalar;
+    kiln_tensor *gx = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL, *t4 = NULL;
+    switch (nd->a.op) {
+    case KILN_BINARY_ADD:
+    case KILN_BINARY_SUB:
+        gx = (kiln_tensor *)g;
+        break;
+    case KILN_BINARY_MUL:
+    case KILN_BINARY_DIV:
+        RUN(sc, gx, kiln_binary_scalar(nd->a.op, g, v, &gx));
+        break;
+    case KILN_BINARY_POW:
+        RUN(sc, t1, kiln_binary_scalar(KILN_BINARY_POW, x, v - 1.0, &t1));
+        RUN(sc, t2, kiln_binary_scalar(KILN_BINARY_MUL, t1, v, &t2));
+        RUN(sc, gx, kiln_mul(g, t2, &gx));
+        break;
+    case KILN_BINARY_MINIMUM:
+    case KILN_BINARY_MAXIMUM: {
+        kiln_binary_op cmp = nd->a.op == KILN_BINARY_MAXIMUM ? KILN_BINARY_GT : KILN_BINARY_LT;
+        RUN(sc, t1, kiln_binary_scalar(cmp, x, v, &t1));
+        RUN(sc, t2, kiln_binary_scalar(KILN_BINARY_EQ, x, v, &t2));
+        as_float(sc, t1, x->dtype, &t3);
+        as_float(sc, t2, x->dtype, &t4);
+        kiln_tensor *half = NULL, *m = NULL;
+        RUN(sc, half, kiln_binary_scalar(KILN_BINARY_MUL, t4, 0.5, &half));
+        RUN(sc, m, kiln_add(t3, half, &m));
+        RUN(sc, gx, kiln_mul(g, m, &gx));
+        break;
+    }
+    default:
+        break;
+    }
+    give(sc, nd, 0, gx, grads);
+}
+
+/* The shape of x reduced with keepdim (every axis for KILN_ALL_AXES) and the count reduced. */
+static int64_t kept_shape(const kiln_tensor *x, int axis, int64_t *shape)
+{
+    memcpy(shape, x->shape, (size_t)x->ndim * sizeof *shape);
+    if (axis == KILN_ALL_AXES) {
+        for (int d = 0; d < x->ndim; d++)
+            shape[d] = 1;
+        return x->numel;
+    }
+    int a = axis < 0 ? axis + x->ndim : axis;
+    shape[a] = 1;
+    return x->shape[a];
+}
+
+static void reduce_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                         kiln_tensor **grads)
+{
+    const kiln_tensor *x = nd->in[0].t;
+    int64_t ks[KILN_MAX_DIMS];
+    int64_t count = kept_shape(x, nd->a.axis, ks);
+    kiln_tensor *gk = NULL, *gx = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL, *t4 = NULL;
+    RUN(sc, gk, kiln_tensor_reshape(g, x->ndim, ks, &gk));
+    switch (nd->a.op) {
+    case KILN_REDUCE_SUM:
+        RUN(sc, gx, expand(gk, x->ndim, x->shape, &gx));
+        break;
+    case KILN_REDUCE_MEAN:
+        RUN(sc, t1, kiln_binary_scalar(KILN_BINARY_DIV, gk, (double)count, &t1));
+        RUN(sc, gx, expand(t1, x->ndim, x->shape, &gx));
+        break;
+    case KILN_REDUCE_MAX:
+    case KILN_REDUCE_MIN: /* shared evenly among the elements equal to the extreme */
+        RUN(sc, t1, kiln_reduce(nd->a.op, x, nd->a.axis, true, &t1));
+        RUN(sc, t2, kiln_binary(KILN_BINARY_EQ, x, t1, &t2));
+        as_float(sc, t2, x->dtype, &t3);
+        RUN(sc, t4, kiln_reduce(KILN_REDUCE_SUM, t3, nd->a.axis, true, &t4));
+        RUN(sc, t1, kiln_div(gk, t4, &t1));
+        RUN(sc, gx, kiln_mul(t3, t1, &gx));
+        break;
+    default:
+        break;
+    }
+    give(sc, nd, 0, gx, grads);
+}
+
+/* C = op(A) op(B): dA and dB as products of g with the other operand, each with the transposes
+ * that give the operand's own layout; batch broadcasting is summed back by give(). */
+static void matmul_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                         kiln_tensor **grads)
+{
+    const kiln_tensor *a = nd->in[0].t, *b = nd->in[1].t;
+    bool ta = nd->a.flags & KILN_MATMUL_TRANS_A, tb = nd->a.flags & KILN_MATMUL_TRANS_B;
+    kiln_tensor *ga = NULL, *gb = NULL;
+    if (a->requires_grad) {
+        if (!ta)
+            RUN(sc, ga, kiln_matmul_trans(g, b, tb ? 0 : KILN_MATMUL_TRANS_B, &ga));
+        else
+            RUN(sc, ga,
+                kiln_matmul_trans(b, g, (tb ? KILN_MATMUL_TRANS_A : 0) | KILN_MATMUL_TRANS_B, &ga));
+    }
+    if (b->requires_grad) {
+        if (!tb)
+            RUN(sc, gb, kiln_matmul_trans(a, g, ta ? 0 : KILN_MATMUL_TRANS_A, &gb));
+        else
+            RUN(sc, gb,
+                kiln_matmul_trans(g, a, KILN_MATMUL_TRANS_A | (ta ? KILN_MATMUL_TRANS_B : 0), &gb));
+    }
+    give(sc, nd, 0, ga, grads);
+    give(sc, nd, 1, gb, grads);
+}
+
+static void slice_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                        kiln_tensor **grads)
+{
+    const kiln_tensor *x = nd->in[0].t;
+    int a = nd->a.axis;
+    int64_t len = x->shape[a], shape[KILN_MAX_DIMS];
+    memcpy(shape, x->shape, (size_t)x->ndim * sizeof *shape);
+    const kiln_tensor *parts[3];
+    int n = 0;
+    kiln_tensor *before = NULL, *after = NULL, *gx = NULL;
+    if (nd->a.start > 0) {
+        shape[a] = nd->a.start;
+        RUN(sc, before, zeros(x->dev, x->dtype, x->ndim, shape, &before));
+        parts[n++] = before;
+    }
+    parts[n++] = g;
+    if (nd->a.end < len) {
+        shape[a] = len - nd->a.end;
+        RUN(sc, after, zeros(x->dev, x->dtype, x->ndim, shape, &after));
+        parts[n++] = after;
+    }
+    if (n == 1)
+        gx = (kiln_tensor *)g;
+    else
+        RUN(sc, gx, kiln_cat(parts, n, a, &gx));
+    give(sc, nd, 0, gx, grads);
+}
+
+static void cat_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                      kiln_tensor **grads)
+{
+    int64_t off = 0;
+    for (int i = 0; i < nd->n && sc->s == KILN_OK; i++) {
+        const kiln_tensor *x = nd->in[i].t;
+        int64_t len = x->shape[nd->a.axis];
+        if (x->requires_grad)
+            sc->s = kiln_slice(g, nd->a.axis, off, off + len, &grads[i]);
+        off += len;
+    }
+}
+
+static void softmax_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                          kiln_tensor **grads)
+{
+    const kiln_tensor *x = nd->in[0].t;
+    int axis = nd->a.axis;
+    kiln_tensor *y = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL, *gx = NULL;
+    RUN(sc, y, kiln_softmax(x, axis, &y));
+    if (nd->kind == KILN__AG_SOFTMAX) { /* y (g - sum(g y)) */
+        RUN(sc, t1, kiln_mul(g, y, &t1));
+        RUN(sc, t2, kiln_reduce(KILN_REDUCE_SUM, t1, axis, true, &t2));
+        RUN(sc, t3, kiln_sub(g, t2, &t3));
+        RUN(sc, gx, kiln_mul(y, t3, &gx));
+    } else { /* g - softmax sum(g) */
+        RUN(sc, t1, kiln_reduce(KILN_REDUCE_SUM, g, axis, true, &t1));
+        RUN(sc, t2, kiln_mul(y, t1, &t2));
+        RUN(sc, gx, kiln_sub(g, t2, &gx));
+    }
+    give(sc, nd, 0, gx, grads);
+}
+
+static void loss_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                       kiln_tensor **grads)
+{
+    const kiln_tensor *x = nd->in[0].t, *y = nd->in[1].t;
+    kiln_tensor *l = NULL, *d = NULL, *gx = NULL, *gy = NULL;
+    if (nd->kind == KILN__AG_CROSS_ENTROPY) {
+        RUN(sc, l, kiln_cross_entropy(x, y, &l, &d));
+        keep(sc, d);
+    } else {
+        RUN(sc, l, kiln_mse_loss(x, y, &l, &d));
+        keep(sc, d);
+    }
+    RUN(sc, gx, kiln_mul(d, g, &gx));
+    if (nd->kind == KILN__AG_MSE && y->requires_grad)
+        RUN(sc, gy, kiln_unary(KILN_UNARY_NEG, gx, &gy));
+    give(sc, nd, 0, gx, grads);
+    give(sc, nd, 1, gy, grads);
+}
+
+static void where_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                        kiln_tensor **grads)
+{
+    const kiln_tensor *cond = nd->in[0].t;
+    kiln_tensor *z = NULL, *ga = NULL, *gb = NULL;
+    RUN(sc, z, scalar_t(g->dev, g->dtype, 0.0, &z));
+    if (nd->in[1].t->requires_grad)
+        RUN(sc, ga, kiln_where(cond, g, z, &ga));
+    if (nd->in[2].t->requires_grad)
+        RUN(sc, gb, kiln_where(cond, z, g, &gb));
+    give(sc, nd, 1, ga, grads);
+    give(sc, nd, 2, gb, grads);
+}
+
+static void clamp_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                        kiln_tensor **grads)
+{
+    const kiln_tensor *x = nd->in[0].t;
+    kiln_tensor *z = NULL, *m1 = NULL, *m2 = NULL, *t = NULL, *gx = NULL;
+    RUN(sc, z, scalar_t(g->dev, g->dtype, 0.0, &z));
+    RUN(sc, m1, kiln_binary_scalar(KILN_BINARY_GE, x, nd->a.lo, &m1));
+    RUN(sc, m2, kiln_binary_scalar(KILN_BINARY_LE, x, nd->a.hi, &m2));
+    RUN(sc, t, kiln_where(m1, g, z, &t));
+    RUN(sc, gx, kiln_where(m2, t, z, &gx));
+    give(sc, nd, 0, gx, grads);
+}
+
+kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_tensor **grads)
+{
+    scratch sc = {.n = 0, .s = KILN_OK};
+    const kiln_tensor *x = nd->in[0].t;
+    kiln_tensor *gx = NULL;
+    switch (nd->kind) {
+    case KILN__AG_BINARY:
+        binary_grads(&sc, nd, g, grads);
+        break;
+    case KILN__AG_SCALAR:
+        scalar_grads(&sc, nd, g, grads);
+        break;
+    case KILN__AG_UNARY:
+        RUN(&sc, gx, kiln_unary_backward(nd->a.op, x, g, &gx));
+        give(&sc, nd, 0, gx, grads);
+        break;
+    case KILN__AG_WHERE:
+        where_grads(&sc, nd, g, grads);
+        break;
+    case KILN__AG_CLAMP:
+        clamp_grads(&sc, nd, g, grads);
+        break;
+    case KILN__AG_CAST:
+        RUN(&sc, gx, kiln_cast(g, x->dtype, &gx));
+        give(&sc, nd, 0, gx, grads);
+        break;
+    case KILN__AG_REDUCE:
+        reduce_grads(&sc, nd, g, grads);
+        break;
+    case KILN__AG_MATMUL:
+        matmul_grads(&sc, nd, g, grads);
+        break;
+    case KILN__AG_RESHAPE:
+        RUN(&sc, gx, kiln_tensor_reshape(g, x->ndim, x->shape, &gx));
+        give(&sc, nd, 0, gx, grads);
+        break;
+    case KILN__AG_PERMUTE: {
+        int inv[KILN_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++)
+            inv[nd->a.perm[d]] = d;
+        RUN(&sc, gx, kiln_permute(g, inv, &gx));
+        give(&sc, nd, 0, gx, grads);
+        break;
+    }
+    case KILN__AG_SLICE:
+        slice_grads(&sc, nd, g, grads);
+        break;
+    case KILN__AG_CAT:
+        cat_grads(&sc, nd, g, grads);
+        break;
+    case KILN__AG_TO:
+        RUN(&sc, gx, kiln_tensor_to(g, x->dev, &gx));
+        give(&sc, nd, 0, gx, grads);
+        break;
+    case KILN__AG_SOFTMAX:
+    case KILN__AG_LOG_SOFTMAX:
+        softmax_grads(&sc, nd, g, grads);
+        break;
+    case KILN__AG_CROSS_ENTROPY:
+    case KILN__AG_MSE:
+        loss_grads(&sc, nd, g, grads);
+        break;
+    default:
+        sc.s = kiln__error(KILN_ERR_UNSUPPORTED, "kiln_backward: %s has no gradient", nd->name);
+        break;
+    }
+    scratch_free(&sc);
+    if (sc.s != KILN_OK)
+        for (int i = 0; i < nd->n; i++) {
+            kiln_tensor_release(grads[i]);
+            grads[i] = NULL;
+        }
+    return sc.s;
+}
