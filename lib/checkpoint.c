@@ -77,7 +77,10 @@ static const char *shown(const char *in, char *out, size_t size)
 {
     size_t i = 0;
     while (in[i] && i + 4 < size) {
-        out[i] = (unsigned char)in[i] < 0x20 || (unsigned char)in[i] == 0x7f ? '?' : in[i];
+        char c = in[i];
+        if ((unsigned char)c < 0x20 || (unsigned char)c == 0x7f)
+            c = '?';
+        out[i] = c;
         i++;
     }
     if (in[i]) {
@@ -311,10 +314,14 @@ static char *make_header(const kiln_named_tensor *ts, int n, size_t *len)
         json_t *shape = json_array();
         for (int d = 0; shape && d < t->ndim; d++)
             ok = ok && json_array_append_new(shape, json_integer(t->shape[d])) == 0;
-        json_t *offs = json_pack("[II]", (json_int_t)at, (json_int_t)(at + t->nbytes));
-        json_t *e = shape && offs
-                        ? json_pack("{sssoso}", "dtype", dt, "shape", shape, "data_offsets", offs)
-                        : NULL;
+        json_t *offs = json_pack("[II]", (json_int_t)at, (json_int_t)at + (json_int_t)t->nbytes);
+        json_t *e = NULL;
+        if (shape && offs) { /* json_pack takes both references, also when it fails */
+            e = json_pack("{sssoso}", "dtype", dt, "shape", shape, "data_offsets", offs);
+        } else {
+            json_decref(shape);
+            json_decref(offs);
+        }
         ok = ok && e && json_object_set_new(root, ts[i].name, e) == 0;
         at += t->nbytes;
     }
@@ -529,7 +536,7 @@ void kiln_checkpoint_free(kiln_checkpoint *ck)
 {
     if (!ck)
         return;
-    for (int i = 0; i < ck->n; i++) {
+    for (int i = 0; ck->names && ck->tensors && i < ck->n; i++) {
         free(ck->names[i]);
         kiln_tensor_release(ck->tensors[i]);
     }
@@ -552,8 +559,8 @@ kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out)
         return s;
     kiln_checkpoint *ck = kiln__calloc(1, sizeof *ck);
     if (ck) {
-        ck->names = kiln__calloc((size_t)(f.n ? f.n : 1), sizeof *ck->names);
-        ck->tensors = kiln__calloc((size_t)(f.n ? f.n : 1), sizeof *ck->tensors);
+        ck->names = kiln__calloc((size_t)(f.n ? f.n : 1), sizeof(char *));
+        ck->tensors = kiln__calloc((size_t)(f.n ? f.n : 1), sizeof(kiln_tensor *));
     }
     if (!ck || !ck->names || !ck->tensors) {
         kiln_checkpoint_free(ck);

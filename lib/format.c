@@ -125,7 +125,7 @@ static void put_dim(text *o, const walk *w, int d, int64_t base, int indent)
     int64_t n = t->shape[d];
     put(o, "[");
     for (int64_t j = 0; j < n; j++) {
-        if (w->summarise && n > 2 * EDGE && j == EDGE) {
+        if (w->summarise && n > 2 * (int64_t)EDGE && j == EDGE) {
             if (d == t->ndim - 1)
                 put(o, "..., ");
             else

@@ -444,7 +444,7 @@ static kiln_status clamp(const char *fn, const kiln_tensor *x, double lo, double
     kiln_tensor *t = given;
     kiln_status s = binary_scalar(fn, KILN_BINARY_MAXIMUM, x, (kiln__scalar){.f = lo}, given,
                                   given ? NULL : &t);
-    if (s == KILN_OK)
+    if (s == KILN_OK && t)
         s = binary_scalar(fn, KILN_BINARY_MINIMUM, t, (kiln__scalar){.f = hi}, t, NULL);
     return kiln__finish(s, t, given, out);
 }

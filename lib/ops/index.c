@@ -154,7 +154,7 @@ static kiln_status launch_gather(kiln__kernel *k, const kiln_tensor *x, const ki
                                  kiln_tensor *t, int a, const char *op)
 {
     int nd = idx->ndim, first = nd > 3 ? nd - 3 : 0;
-    int64_t xs[KILN_MAX_DIMS], os[KILN_MAX_DIMS], sx = 1, so = 1;
+    int64_t xs[KILN_MAX_DIMS] = {0}, os[KILN_MAX_DIMS] = {0}, sx = 1, so = 1;
     for (int d = nd - 1; d >= 0; d--) {
         xs[d] = sx;
         os[d] = so;
