@@ -81,7 +81,7 @@ static kiln_status result(const char *op, const kiln_tensor *x, kiln_dtype dtype
 static kiln_status index_select(const kiln_tensor *x, int axis, const kiln_tensor *idx,
                                 kiln_tensor *given, kiln_tensor **out, const char *op)
 {
-    int a;
+    int a = 0;
     kiln_status s = start(op, x, idx, "index", axis, given, out, &a);
     if (s == KILN_OK && idx->ndim != 1) {
         char sh[160];
@@ -206,7 +206,7 @@ static kiln_status launch_gather(kiln__kernel *k, const kiln_tensor *x, const ki
 static kiln_status gather(const kiln_tensor *x, int axis, const kiln_tensor *idx,
                           kiln_tensor *given, kiln_tensor **out, const char *op)
 {
-    int a;
+    int a = 0;
     kiln_status s = start(op, x, idx, "index", axis, given, out, &a);
     if (s == KILN_OK)
         s = check_gather_shape(op, x, idx, a);
