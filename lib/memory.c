@@ -145,11 +145,8 @@ static size_t size_class(size_t bytes, uint64_t max_alloc)
  * reads there are reported (reproduced with raw OpenCL). So on Oclgrind there is no touch and
  * no size-class rounding: every host write covers its whole buffer. The record also outlives
  * clReleaseMemObject and passes to the next buffer in the same slot, so releasing buffers on
- * Oclgrind (kiln_device_empty_cache) can bring such reports back; reuse from the cache does not. */
-static bool is_oclgrind(const kiln_device *dev)
-{
-    return strncmp(dev->info.platform, "Oclgrind", 8) == 0;
-}
+ * Oclgrind (kiln_device_empty_cache) can bring such reports back; reuse from the cache does not.
+ * The places below that check kiln__device_is_oclgrind(dev) follow from this. */
 
 static void update_peak(struct kiln__pool *p)
 {
@@ -247,7 +244,8 @@ static cl_mem create_host_backed(kiln_device *dev, size_t capacity, cl_int *err,
 static cl_mem create_real(kiln_device *dev, size_t capacity, cl_int *err, const char **clfn)
 {
     static const unsigned char zero = 0;
-    if (dev->info.unified_memory && dev->info.type == KILN_DEVICE_CPU && !is_oclgrind(dev))
+    if (dev->info.unified_memory && dev->info.type == KILN_DEVICE_CPU &&
+        !kiln__device_is_oclgrind(dev))
         return create_host_backed(dev, capacity, err, clfn);
     cl_command_queue q;
     *clfn = "clCreateCommandQueue";
@@ -262,7 +260,7 @@ static cl_mem create_real(kiln_device *dev, size_t capacity, cl_int *err, const 
             *err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
         return NULL;
     }
-    if (is_oclgrind(dev))
+    if (kiln__device_is_oclgrind(dev))
         return mem;
     if (dev->info.unified_memory) {
         *clfn = "clEnqueueFillBuffer";
@@ -372,7 +370,8 @@ kiln_status kiln__mem_alloc(kiln_device *dev, size_t bytes, const char *op, cl_m
                            "%s: %zu bytes exceed the largest single allocation %s allows (%" PRIu64
                            " bytes, CL_DEVICE_MAX_MEM_ALLOC_SIZE); split the tensor",
                            op, bytes, kiln__device_label(dev), dev->info.max_alloc_bytes);
-    size_t cap = is_oclgrind(dev) ? bytes : size_class(bytes, dev->info.max_alloc_bytes);
+    size_t cap =
+        kiln__device_is_oclgrind(dev) ? bytes : size_class(bytes, dev->info.max_alloc_bytes);
     cl_mem mem = NULL; /* reserve() sets it only when it succeeds */
     s = reserve(dev, p, cap, op, &mem);
     if (s != KILN_OK || mem) {

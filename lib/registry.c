@@ -399,6 +399,11 @@ kiln_status kiln__check_device(const kiln_device *dev, const char *op)
     return KILN_OK;
 }
 
+bool kiln__device_is_oclgrind(const kiln_device *dev)
+{
+    return strncmp(dev->info.platform, "Oclgrind", 8) == 0;
+}
+
 const char *kiln__device_label(const kiln_device *dev)
 {
     return dev ? dev->info.spec : "?";
@@ -558,7 +563,7 @@ static void finish_at_exit(void)
             continue;
         /* Oclgrind runs its commands at enqueue and frees its state in its own exit handlers:
          * a clFinish after those corrupted the heap (release build, gpu-check --standin). */
-        if (strncmp(dev->info.platform, "Oclgrind", 8) == 0)
+        if (kiln__device_is_oclgrind(dev))
             continue;
         if (dev->queue)
             kiln__cl.Finish(dev->queue);

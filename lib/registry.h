@@ -65,6 +65,10 @@ static inline cl_context kiln__device_context(const kiln_device *dev)
 /* "cpu:0 (pthread-skylake...)": how messages name a device. */
 const char *kiln__device_label(const kiln_device *dev);
 
+/* Whether dev is Oclgrind, the simulator the tests use as a GPU: memory.c, tensor.c and the exit
+ * handler work around its quirks, each explained where it is handled. */
+bool kiln__device_is_oclgrind(const kiln_device *dev);
+
 /* Check a device argument: KILN_ERR_INVALID_ARGUMENT naming op when NULL or forged. */
 kiln_status kiln__check_device(const kiln_device *dev, const char *op);
 

@@ -252,7 +252,7 @@ kiln_status kiln_tensor_zeros(kiln_device *dev, kiln_dtype dtype, int ndim, cons
         return s;
     size_t p = zero_pattern_size(t->nbytes);
     cl_int err;
-    if (strncmp(dev->info.platform, "Oclgrind", 8) == 0) {
+    if (kiln__device_is_oclgrind(dev)) {
         /* Oclgrind's uninitialised-value checker (21.10) does not count a fill as writing the
          * buffer, and reports every kernel that reads it: write zeros from the host there. */
         void *z = kiln__calloc(1, t->nbytes);
