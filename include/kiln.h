@@ -902,6 +902,45 @@ typedef enum kiln_backward_flags {
 KILN_API kiln_status kiln_backward(kiln_tensor *loss, const kiln_tensor *grad,
                                    kiln_backward_flags flags);
 
+/* ------------------------------------------------------------------------------------------
+ * Parameters: a named list of tensors
+ *
+ * What PyTorch calls named_parameters() and a state_dict: layers add their weights to a list
+ * (kiln_linear_params ...), optimizers step the tensors of a list, and a list saves to and
+ * loads from a safetensors checkpoint under its names.
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct kiln_params kiln_params;
+
+/* An empty list; free it with kiln_params_free (which releases its tensors). */
+KILN_API kiln_status kiln_params_create(kiln_params **out);
+/* Append t under name; the list retains t. A NULL or empty name, or one the list already holds,
+ * is KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_params_add(kiln_params *p, const char *name, kiln_tensor *t);
+/* The number of tensors (0 for NULL), and the i-th name and tensor in the order they were
+ * added (borrowed: valid while the list lives; NULL for i out of range or a name not held). */
+KILN_API int kiln_params_count(const kiln_params *p);
+KILN_API const char *kiln_params_name(const kiln_params *p, int i);
+KILN_API kiln_tensor *kiln_params_tensor(const kiln_params *p, int i);
+KILN_API kiln_tensor *kiln_params_find(const kiln_params *p, const char *name);
+KILN_API void kiln_params_free(kiln_params *p);
+/* kiln_save of the list's tensors under their names, and kiln_load_into them (every name must be
+ * in the file, with the tensor's dtype and shape). An empty list is KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_params_save(const kiln_params *p, const char *path);
+KILN_API kiln_status kiln_params_load(const kiln_params *p, const char *path);
+
+/* ------------------------------------------------------------------------------------------
+ * Optimizers
+ * ---------------------------------------------------------------------------------------- */
+
+/* ------------------------------------------------------------------------------------------
+ * Layers
+ * ---------------------------------------------------------------------------------------- */
+
+/* ------------------------------------------------------------------------------------------
+ * Scopes for temporaries
+ * ---------------------------------------------------------------------------------------- */
+
 #ifdef __cplusplus
 }
 #endif
