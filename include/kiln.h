@@ -834,10 +834,11 @@ KILN_API kiln_status kiln_adam_step(kiln_tensor *param, const kiln_tensor *grad,
  * clamp (gradient 1 on [lo, hi]), cast between floating dtypes, reduce SUM, MEAN, MAX and MIN
  * (a tie shares the gradient evenly), matmul and matmul_trans (batched, broadcast batches
  * summed), kiln_tensor_reshape, kiln_tensor_clone, kiln_tensor_to, permute, transpose, slice,
- * cat, softmax, log_softmax, cross_entropy (logits) and mse_loss (pred and target). Results
- * that are not floating (comparisons, argmax, casts to integers) never require grad.
- * kiln_index_select and kiln_gather record a node without a gradient: a backward through one
- * whose input requires grad fails with KILN_ERR_UNSUPPORTED. Not recorded: the _out forms
+ * cat, softmax, log_softmax, cross_entropy (logits), mse_loss (pred and target), index_select
+ * and gather (x: a scatter-add, one work-item per column adding in index order, so the same
+ * sums on every device; an out-of-range index adds nothing), and the layers (kiln_linear ...).
+ * Results that are not floating (comparisons, argmax, casts to integers) never require grad.
+ * Not recorded: the _out forms
  * (their result is a tensor without history, as if computed with grad mode off), creation and
  * random ops, optimizer steps, kiln_unary_backward, kernel launches.
  *
@@ -936,6 +937,71 @@ KILN_API kiln_status kiln_params_load(const kiln_params *p, const char *path);
 /* ------------------------------------------------------------------------------------------
  * Layers
  * ---------------------------------------------------------------------------------------- */
+
+/* Functional layers, recorded by autograd (composed of the differentiable ops above).
+ * kiln_linear: y = x @ weight^T + bias, weight [out, in], x [..., in], bias [out] or NULL; f32
+ * and f64. kiln_layer_norm: over the last axis, (x - mean) / sqrt(var + eps) (biased variance)
+ * * weight + bias, weight and bias [dim] or NULL, eps finite and >= 0. kiln_dropout: element i
+ * is zeroed when the i-th Philox uniform of seed (kiln_rand_uniform's numbers, the same on every
+ * device and for every dtype) is below p, the survivors are scaled by 1 / (1 - p); p in [0, 1)
+ * (else KILN_ERR_INVALID_ARGUMENT), p = 0 gives a copy. Every tensor must be on x's device with
+ * x's floating dtype (KILN_ERR_DTYPE_MISMATCH); bad shapes are KILN_ERR_SHAPE_MISMATCH. An
+ * embedding is kiln_index_select(table, 0, indices), whose gradient scatters back into the
+ * table's rows. */
+KILN_API kiln_status kiln_linear(const kiln_tensor *x, const kiln_tensor *weight,
+                                 const kiln_tensor *bias, kiln_tensor **y);
+KILN_API kiln_status kiln_layer_norm(const kiln_tensor *x, const kiln_tensor *weight,
+                                     const kiln_tensor *bias, double eps, kiln_tensor **y);
+KILN_API kiln_status kiln_dropout(const kiln_tensor *x, double p, uint64_t seed, kiln_tensor **y);
+
+/* Modules (PyTorch's torch.nn): a layer with its parameters, run by kiln_module_forward.
+ * Parameters are leaves requiring grad, made with Philox so that one seed gives bit-identical
+ * weights on every device; the dtype must be floating (KILN_ERR_DTYPE_MISMATCH), sizes >= 1
+ * (KILN_ERR_INVALID_ARGUMENT). A failed create leaves *m NULL and leaks nothing. */
+typedef struct kiln_module kiln_module;
+
+/* Linear weight initialisation (fan_in = in, fan_out = out). A bias, when asked for, is drawn
+ * with seed mixed by splitmix64 (DEFAULT) or zero (HE, XAVIER). */
+typedef enum kiln_init {
+    KILN_INIT_DEFAULT = 0, /* PyTorch nn.Linear's: U(-1/sqrt(in), 1/sqrt(in)), bias too */
+    KILN_INIT_HE = 1,      /* N(0, 2/in) (Kaiming normal, for ReLU), bias 0 */
+    KILN_INIT_XAVIER = 2,  /* U(-sqrt(6/(in+out)), sqrt(6/(in+out))) (Glorot uniform), bias 0 */
+} kiln_init;
+
+/* weight [out, in] (seed), bias [out] when bias is true; forward is kiln_linear. */
+KILN_API kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in,
+                                        int64_t out, bool bias, kiln_init init, uint64_t seed,
+                                        kiln_module **m);
+/* weight ones [dim], bias zeros [dim]; forward is kiln_layer_norm over the last axis. */
+KILN_API kiln_status kiln_layer_norm_create(kiln_device *dev, kiln_dtype dtype, int64_t dim,
+                                            double eps, kiln_module **m);
+/* weight [count, dim] drawn N(0, 1) (seed); forward takes i32/i64 indices of any shape S and
+ * gives S + [dim] (rows of weight; an index outside [0, count) gives a row of zeros). */
+KILN_API kiln_status kiln_embedding_create(kiln_device *dev, kiln_dtype dtype, int64_t count,
+                                           int64_t dim, uint64_t seed, kiln_module **m);
+/* While training (the default), forward call k (from 0) is kiln_dropout(x, p, seed + k): a new
+ * mask each call. When not training, forward gives x itself (a new reference). */
+KILN_API kiln_status kiln_dropout_create(double p, uint64_t seed, kiln_module **m);
+/* forward is kiln_unary(op, x): KILN_UNARY_RELU, GELU, TANH, SIGMOID, or any other unary op. */
+KILN_API kiln_status kiln_activation_create(kiln_unary_op op, kiln_module **m);
+/* mods[0..n-1] applied in order (n >= 1). Takes ownership of every module in mods, also on
+ * failure (they are freed then): a NULL entry, one listed twice or one another sequential
+ * holds is KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_sequential_create(kiln_module *const *mods, int n, kiln_module **m);
+/* y = the module applied to x (a new tensor; recorded by autograd when a parameter or x
+ * requires grad). Errors are those of the functional form. */
+KILN_API kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, kiln_tensor **y);
+/* Append the parameters to list under PyTorch's state_dict names: "weight", "bias" for a
+ * layer, "<i>.weight" ... for the i-th module of a sequential (modules without parameters add
+ * nothing), each prefixed by "prefix." when prefix is neither NULL nor "". The list retains the
+ * tensors; a name the list already holds is KILN_ERR_INVALID_ARGUMENT, and on any failure the
+ * list is left as it was. */
+KILN_API kiln_status kiln_module_params(const kiln_module *m, const char *prefix,
+                                        kiln_params *list);
+/* Training mode for m and every module inside it (only dropout uses it). NULL is ignored. */
+KILN_API void kiln_module_set_training(kiln_module *m, bool training);
+/* Free m, the modules it holds and its references to its parameters. NULL is ignored. */
+KILN_API void kiln_module_free(kiln_module *m);
 
 /* ------------------------------------------------------------------------------------------
  * Scopes for temporaries

@@ -42,7 +42,9 @@ static bool needs_value(const kiln__ag_node *nd, int i)
     case KILN__AG_REDUCE:
         return nd->a.op == KILN_REDUCE_MAX || nd->a.op == KILN_REDUCE_MIN;
     case KILN__AG_WHERE:
-        return i == 0;
+    case KILN__AG_INDEX_SELECT:
+    case KILN__AG_GATHER:
+        return i == (nd->kind == KILN__AG_WHERE ? 0 : 1);
     case KILN__AG_UNARY:
     case KILN__AG_CLAMP:
     case KILN__AG_MATMUL:

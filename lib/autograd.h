@@ -25,6 +25,8 @@ typedef enum kiln__ag_kind {
     KILN__AG_LOG_SOFTMAX,
     KILN__AG_CROSS_ENTROPY, /* inputs logits, labels */
     KILN__AG_MSE,           /* inputs pred, target */
+    KILN__AG_INDEX_SELECT,  /* axis (resolved); inputs x, index */
+    KILN__AG_GATHER,        /* axis (resolved); inputs x, index */
     KILN__AG_UNSUPPORTED,   /* an op without a gradient: backward through it fails */
 } kiln__ag_kind;
 

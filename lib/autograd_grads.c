@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "autograd_node.h"
+#include "ops/index.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -386,6 +387,30 @@ static void clamp_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor 
     give(sc, nd, 0, gx, grads);
 }
 
+/* The scatter-add back through index_select or gather; gather's index may be shorter than x
+ * outside the axis, so its scatter (of the index's extent) is padded with zeros to x's shape. */
+static void index_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                        kiln_tensor **grads)
+{
+    const kiln_tensor *x = nd->in[0].t, *idx = nd->in[1].t;
+    int a = nd->a.axis;
+    bool gather = nd->kind == KILN__AG_GATHER;
+    kiln_tensor *cur = NULL;
+    RUN(sc, cur, kiln__index_add(g, a, idx, gather, x->shape[a], &cur));
+    for (int d = 0; gather && d < x->ndim; d++) {
+        if (sc->s != KILN_OK || cur->shape[d] == x->shape[d])
+            continue;
+        int64_t shape[KILN_MAX_DIMS];
+        memcpy(shape, cur->shape, (size_t)cur->ndim * sizeof *shape);
+        shape[d] = x->shape[d] - cur->shape[d];
+        kiln_tensor *z = NULL, *padded = NULL;
+        RUN(sc, z, zeros(x->dev, x->dtype, x->ndim, shape, &z));
+        RUN(sc, padded, kiln_cat((const kiln_tensor *[]){cur, z}, 2, d, &padded));
+        cur = padded;
+    }
+    give(sc, nd, 0, cur, grads);
+}
+
 kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_tensor **grads)
 {
     scratch sc = {.n = 0, .s = KILN_OK};
@@ -447,6 +472,10 @@ kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_t
     case KILN__AG_CROSS_ENTROPY:
     case KILN__AG_MSE:
         loss_grads(&sc, nd, g, grads);
+        break;
+    case KILN__AG_INDEX_SELECT:
+    case KILN__AG_GATHER:
+        index_grads(&sc, nd, g, grads);
         break;
     default:
         sc.s = kiln__error(KILN_ERR_UNSUPPORTED, "kiln_backward: %s has no gradient", nd->name);

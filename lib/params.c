@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "params.h"
+
 #include "alloc.h"
 #include "status.h"
 #include "tensor.h"
@@ -140,4 +142,13 @@ kiln_status kiln_params_load(const kiln_params *p, const char *path)
         s = kiln_load_into(path, named, p->n);
     free(named);
     return s;
+}
+
+void kiln__params_truncate(kiln_params *p, int n)
+{
+    while (p->n > n) {
+        p->n--;
+        free(p->names[p->n]);
+        kiln_tensor_release(p->tensors[p->n]);
+    }
 }

@@ -3,6 +3,7 @@
  *   kiln_gather         out[c] = x[c with c[axis] replaced by idx[c]], for the innermost three
  *                       dimensions of the index's shape (higher ones are host launches)
  *   kiln_one_hot        out[r, c] = (labels[r] == c), in the output dtype
+ *   kiln_index_add      the scatter-add of the two gradients (slot T, floating)
  * Expects KILN_E (an unsigned integer type of the element's size: elements are copied bit for
  * bit, f16 too) and KILN_I (the index type, int or long); kiln_one_hot expects slot O instead of
  * KILN_E. An index outside [0, n) gives a zero element and never a read outside x (KILN_CHECK=1
@@ -61,6 +62,32 @@ kernel void kiln_one_hot(global const KILN_I *labels, global KILN_O *out, long r
         long label = (long)labels[r];
         KILN_FOR(c, 0, classes) {
             STORE_O(out, r * classes + c, c == label ? (KILN_OC)1 : (KILN_OC)0);
+        }
+    }
+}
+#endif
+
+#ifdef KILN_T
+/* The gradients of index_select (per_element 0: idx[j]) and gather (per_element 1: idx shaped
+ * like g, [outer, m, inner]): out[o, k, i] = sum of g[o, j, i] over the j whose index is k, out
+ * viewed as [outer, n, inner]; an index outside [0, n) adds nothing. One work-item per (o, i)
+ * column zeroes it, then adds in j order: no atomics (OpenCL 1.2 has no floating ones), no
+ * races (columns are disjoint), and the same sums in the same order on every device. */
+kernel void kiln_index_add(global const KILN_T *g, global const KILN_I *idx, global KILN_T *out,
+                           long outer, long n, long inner, long m, int per_element)
+{
+    KILN_FOR(o, 1, outer) {
+        KILN_FOR(i, 0, inner) {
+            for (long k = 0; k < n; k++)
+                STORE_T(out, (o * n + k) * inner + i, (KILN_TC)0);
+            for (long j = 0; j < m; j++) {
+                long e = (o * m + j) * inner + i;
+                long k = (long)idx[per_element ? e : j];
+                if (k >= 0 && k < n) {
+                    long d = (o * n + k) * inner + i;
+                    STORE_T(out, d, LOAD_T(out, d) + LOAD_T(g, e));
+                }
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 
 #include "autograd.h"
 #include "common.h"
+#include "index.h"
 #include "launch.h"
 #include "ndrange.h"
 #include "program.h"
@@ -122,8 +123,10 @@ kiln_status kiln_index_select(const kiln_tensor *x, int axis, const kiln_tensor 
                               kiln_tensor **out)
 {
     const char *op = "kiln_index_select";
-    return kiln__ag_record(index_select(x, axis, index, NULL, out, op), op, KILN__AG_UNSUPPORTED,
-                           NULL, 1, &x, out);
+    kiln_status s = index_select(x, axis, index, NULL, out, op);
+    kiln__ag_args args = {.axis = s == KILN_OK && axis < 0 ? axis + x->ndim : axis};
+    return kiln__ag_record(s, op, KILN__AG_INDEX_SELECT, &args, 2,
+                           (const kiln_tensor *[]){x, index}, out);
 }
 
 kiln_status kiln_index_select_out(const kiln_tensor *x, int axis, const kiln_tensor *index,
@@ -230,8 +233,10 @@ static kiln_status gather(const kiln_tensor *x, int axis, const kiln_tensor *idx
 kiln_status kiln_gather(const kiln_tensor *x, int axis, const kiln_tensor *index, kiln_tensor **out)
 {
     const char *op = "kiln_gather";
-    return kiln__ag_record(gather(x, axis, index, NULL, out, op), op, KILN__AG_UNSUPPORTED, NULL, 1,
-                           &x, out);
+    kiln_status s = gather(x, axis, index, NULL, out, op);
+    kiln__ag_args args = {.axis = s == KILN_OK && axis < 0 ? axis + x->ndim : axis};
+    return kiln__ag_record(s, op, KILN__AG_GATHER, &args, 2, (const kiln_tensor *[]){x, index},
+                           out);
 }
 
 kiln_status kiln_gather_out(const kiln_tensor *x, int axis, const kiln_tensor *index,
@@ -240,6 +245,36 @@ kiln_status kiln_gather_out(const kiln_tensor *x, int axis, const kiln_tensor *i
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_gather_out: out is NULL");
     return gather(x, axis, index, out, NULL, "kiln_gather_out");
+}
+
+kiln_status kiln__index_add(const kiln_tensor *g, int axis, const kiln_tensor *idx,
+                            bool per_element, int64_t n, kiln_tensor **out)
+{
+    const char *op = "kiln_backward (index_add)";
+    int64_t shape[KILN_MAX_DIMS], outer = 1, inner = 1, m = g->shape[axis];
+    for (int d = 0; d < g->ndim; d++) {
+        shape[d] = d == axis ? n : g->shape[d];
+        outer *= d < axis ? g->shape[d] : 1;
+        inner *= d > axis ? g->shape[d] : 1;
+    }
+    kiln_tensor *t = NULL;
+    kiln_status s = kiln__tensor_new(g->dev, g->dtype, g->ndim, shape, op, &t);
+    if (s == KILN_OK && t->numel > 0) {
+        char defs[128] = "";
+        size_t len = strlen(kiln__dtype_defines(defs, sizeof defs, "T", g->dtype));
+        snprintf(defs + len, sizeof defs - len, " -DKILN_I=%s",
+                 idx->dtype == KILN_I32 ? "int" : "long");
+        kiln__kernel *k = NULL;
+        s = kiln__builtin_kernel(g->dev, "index", defs, "kiln_index_add", op, &k);
+        size_t global[2] = {(size_t)inner, (size_t)outer}, local[2];
+        kiln__fixed_ndrange(k ? k->wg_size : 1, 2, global, local);
+        kiln_arg args[] = {kiln_arg_tensor(g),  kiln_arg_tensor(idx), kiln_arg_tensor(t),
+                           kiln_arg_i64(outer), kiln_arg_i64(n),      kiln_arg_i64(inner),
+                           kiln_arg_i64(m),     kiln_arg_i32(per_element ? 1 : 0)};
+        if (s == KILN_OK)
+            s = kiln__kernel_launch(g->dev, k, op, 2, global, local, 8, args);
+    }
+    return kiln__finish(s, t, NULL, out);
 }
 
 static kiln_status one_hot(const kiln_tensor *labels, int64_t classes, kiln_dtype dtype,

@@ -1,0 +1,401 @@
+/* module.c - layers as objects (PyTorch's torch.nn modules): each holds its parameters (leaves
+ * requiring grad, made with Philox so a seed gives the same model on every device) and runs the
+ * functional form (lib/ops/layers.c) in kiln_module_forward. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "dtype.h"
+#include "params.h"
+#include "scope.h"
+#include "status.h"
+#include "tensor.h"
+
+typedef enum kind { LINEAR, LAYER_NORM, EMBEDDING, DROPOUT, ACTIVATION, SEQUENTIAL } kind;
+
+struct kiln_module {
+    kind kind;
+    bool owned; /* a sequential holds it */
+    bool training;
+    kiln_tensor *weight, *bias; /* NULL where the layer has none */
+    double eps, p;
+    uint64_t seed, calls;
+    kiln_unary_op op;
+    int n;
+    kiln_module **mods;
+};
+
+void kiln_module_free(kiln_module *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n; i++)
+        kiln_module_free(m->mods[i]);
+    free(m->mods);
+    kiln_tensor_release(m->weight);
+    kiln_tensor_release(m->bias);
+    free(m);
+}
+
+static kiln_status new_module(kind k, const char *op, kiln_module **out)
+{
+    kiln_module *m = kiln__calloc(1, sizeof *m);
+    if (!m)
+        return kiln__host_oom(op);
+    m->kind = k;
+    m->training = true;
+    *out = m;
+    return KILN_OK;
+}
+
+/* The checks every layer with parameters shares. */
+static kiln_status check_create(const char *op, kiln_device *dev, kiln_dtype dtype,
+                                kiln_module **m)
+{
+    if (!m)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: m is NULL", op);
+    *m = NULL;
+    if (!dev)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: dev is NULL", op);
+    if (!kiln__dtype_valid(dtype))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", op, (int)dtype);
+    if (!kiln__dtype_is_float(dtype))
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH,
+                           "%s: dtype is %s; parameters must be floating (f32, f64, f16)", op,
+                           kiln_dtype_name(dtype));
+    return KILN_OK;
+}
+
+static kiln_status check_dims(const char *op, const char *a, int64_t va, const char *b,
+                              int64_t vb)
+{
+    if (va >= 1 && vb >= 1)
+        return KILN_OK;
+    return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is %" PRId64 "; it must be >= 1", op,
+                       va < 1 ? a : b, va < 1 ? va : vb);
+}
+
+/* A parameter: made by make (status s), then a leaf requiring grad, owned by the module and
+ * kept out of the caller's scope. */
+static kiln_status param(kiln_status s, kiln_tensor **t)
+{
+    if (s == KILN_OK)
+        s = kiln_tensor_set_requires_grad(*t, true);
+    if (s == KILN_OK)
+        kiln__scope_forget(*t);
+    return s;
+}
+
+/* The bias's Philox key: the weight's seed mixed (splitmix64), so that layers seeded 1, 2, ...
+ * do not share streams. */
+static uint64_t mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15u;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in, int64_t out,
+                               bool bias, kiln_init init, uint64_t seed, kiln_module **m)
+{
+    const char *op = "kiln_linear_create";
+    kiln_status s = check_create(op, dev, dtype, m);
+    if (s == KILN_OK)
+        s = check_dims(op, "in", in, "out", out);
+    if (s == KILN_OK && (init < KILN_INIT_DEFAULT || init > KILN_INIT_XAVIER))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown init %d", op, (int)init);
+    kiln_module *l = NULL;
+    if (s == KILN_OK)
+        s = new_module(LINEAR, op, &l);
+    if (s != KILN_OK)
+        return s;
+    int64_t ws[2] = {out, in};
+    double bound = init == KILN_INIT_XAVIER ? sqrt(6.0 / (double)(in + out)) : 1.0 / sqrt((double)in);
+    if (init == KILN_INIT_HE)
+        s = kiln_rand_normal(dev, dtype, 2, ws, seed, 0.0, sqrt(2.0 / (double)in), &l->weight);
+    else
+        s = kiln_rand_uniform(dev, dtype, 2, ws, seed, -bound, bound, &l->weight);
+    s = param(s, &l->weight);
+    if (s == KILN_OK && bias) {
+        if (init == KILN_INIT_DEFAULT)
+            s = kiln_rand_uniform(dev, dtype, 1, &out, mix(seed), -bound, bound, &l->bias);
+        else
+            s = kiln_full(dev, dtype, 1, &out, 0.0, &l->bias);
+        s = param(s, &l->bias);
+    }
+    if (s != KILN_OK) {
+        kiln_module_free(l);
+        return s;
+    }
+    *m = l;
+    return KILN_OK;
+}
+
+kiln_status kiln_layer_norm_create(kiln_device *dev, kiln_dtype dtype, int64_t dim, double eps,
+                                   kiln_module **m)
+{
+    const char *op = "kiln_layer_norm_create";
+    kiln_status s = check_create(op, dev, dtype, m);
+    if (s == KILN_OK)
+        s = check_dims(op, "dim", dim, "dim", dim);
+    if (s == KILN_OK && !(eps >= 0 && isfinite(eps)))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: eps is %g; it must be finite and >= 0",
+                        op, eps);
+    kiln_module *l = NULL;
+    if (s == KILN_OK)
+        s = new_module(LAYER_NORM, op, &l);
+    if (s != KILN_OK)
+        return s;
+    l->eps = eps;
+    s = param(kiln_full(dev, dtype, 1, &dim, 1.0, &l->weight), &l->weight);
+    if (s == KILN_OK)
+        s = param(kiln_full(dev, dtype, 1, &dim, 0.0, &l->bias), &l->bias);
+    if (s != KILN_OK) {
+        kiln_module_free(l);
+        return s;
+    }
+    *m = l;
+    return KILN_OK;
+}
+
+kiln_status kiln_embedding_create(kiln_device *dev, kiln_dtype dtype, int64_t count, int64_t dim,
+                                  uint64_t seed, kiln_module **m)
+{
+    const char *op = "kiln_embedding_create";
+    kiln_status s = check_create(op, dev, dtype, m);
+    if (s == KILN_OK)
+        s = check_dims(op, "count", count, "dim", dim);
+    kiln_module *l = NULL;
+    if (s == KILN_OK)
+        s = new_module(EMBEDDING, op, &l);
+    if (s != KILN_OK)
+        return s;
+    int64_t shape[2] = {count, dim};
+    s = param(kiln_rand_normal(dev, dtype, 2, shape, seed, 0.0, 1.0, &l->weight), &l->weight);
+    if (s != KILN_OK) {
+        kiln_module_free(l);
+        return s;
+    }
+    *m = l;
+    return KILN_OK;
+}
+
+kiln_status kiln_dropout_create(double p, uint64_t seed, kiln_module **m)
+{
+    const char *op = "kiln_dropout_create";
+    if (!m)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: m is NULL", op);
+    *m = NULL;
+    if (!(p >= 0 && p < 1))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: p is %g; it must be in [0, 1)", op, p);
+    kiln_status s = new_module(DROPOUT, op, m);
+    if (s == KILN_OK) {
+        (*m)->p = p;
+        (*m)->seed = seed;
+    }
+    return s;
+}
+
+kiln_status kiln_activation_create(kiln_unary_op op_, kiln_module **m)
+{
+    const char *op = "kiln_activation_create";
+    if (!m)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: m is NULL", op);
+    *m = NULL;
+    if (op_ < KILN_UNARY_NEG || op_ > KILN_UNARY_GELU)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown unary op %d", op, (int)op_);
+    kiln_status s = new_module(ACTIVATION, op, m);
+    if (s == KILN_OK)
+        (*m)->op = op_;
+    return s;
+}
+
+/* Free every module of mods that no sequential owns, each once (the list may repeat one). */
+static void free_unowned(kiln_module *const *mods, int n)
+{
+    for (int i = 0; mods && i < n; i++) {
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++)
+            seen = mods[j] == mods[i];
+        if (!seen && mods[i] && !mods[i]->owned)
+            kiln_module_free(mods[i]);
+    }
+}
+
+kiln_status kiln_sequential_create(kiln_module *const *mods, int n, kiln_module **m)
+{
+    const char *op = "kiln_sequential_create";
+    kiln_status s = KILN_OK;
+    if (!m)
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: m is NULL", op);
+    else
+        *m = NULL;
+    if (s == KILN_OK && (n < 1 || !mods))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s", op,
+                        !mods ? "mods is NULL" : "n must be >= 1");
+    for (int i = 0; s == KILN_OK && i < n; i++) {
+        if (!mods[i])
+            s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: mods[%d] is NULL", op, i);
+        for (int j = 0; s == KILN_OK && j < i; j++)
+            if (mods[j] == mods[i])
+                s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: mods[%d] is mods[%d] again", op,
+                                i, j);
+        if (s == KILN_OK && mods[i]->owned)
+            s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                            "%s: mods[%d] already belongs to another sequential", op, i);
+    }
+    kiln_module *q = NULL;
+    if (s == KILN_OK)
+        s = new_module(SEQUENTIAL, op, &q);
+    if (s == KILN_OK && !(q->mods = kiln__calloc((size_t)n, sizeof *q->mods))) {
+        s = kiln__host_oom(op);
+        free(q);
+    }
+    if (s != KILN_OK) {
+        free_unowned(mods, n);
+        return s;
+    }
+    for (int i = 0; i < n; i++) {
+        q->mods[i] = mods[i];
+        mods[i]->owned = true;
+    }
+    q->n = n;
+    *m = q;
+    return KILN_OK;
+}
+
+static kiln_status check_module(const kiln_module *m, const char *op)
+{
+    return m ? KILN_OK : kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: m is NULL", op);
+}
+
+/* Embedding: indices of any shape -> [..., dim], through index_select (reshaped to 1-D). */
+static kiln_status embed(const kiln_module *m, const kiln_tensor *idx, kiln_tensor **y)
+{
+    const char *op = "kiln_module_forward (embedding)";
+    kiln_status s = kiln__check_tensor(idx, op, "x");
+    if (s == KILN_OK && idx->dtype != KILN_I32 && idx->dtype != KILN_I64)
+        s = kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: x is %s; indices must be i32 or i64", op,
+                        kiln_dtype_name(idx->dtype));
+    if (s == KILN_OK && idx->ndim >= KILN_MAX_DIMS)
+        s = kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: x has %d dims; at most %d", op, idx->ndim,
+                        KILN_MAX_DIMS - 1);
+    if (s != KILN_OK)
+        return s;
+    int64_t flat = idx->numel, shape[KILN_MAX_DIMS];
+    memcpy(shape, idx->shape, (size_t)idx->ndim * sizeof *shape);
+    shape[idx->ndim] = m->weight->shape[1];
+    kiln_tensor *i1 = NULL, *rows = NULL;
+    s = kiln_tensor_reshape(idx, 1, &flat, &i1);
+    if (s == KILN_OK)
+        s = kiln_index_select(m->weight, 0, i1, &rows);
+    if (s == KILN_OK)
+        s = kiln_tensor_reshape(rows, idx->ndim + 1, shape, y);
+    kiln_tensor_release(i1);
+    kiln_tensor_release(rows);
+    return s;
+}
+
+kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, kiln_tensor **y)
+{
+    const char *op = "kiln_module_forward";
+    if (!y)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: y is NULL", op);
+    *y = NULL;
+    kiln_status s = check_module(m, op);
+    if (s != KILN_OK)
+        return s;
+    switch (m->kind) {
+    case LINEAR:
+        return kiln_linear(x, m->weight, m->bias, y);
+    case LAYER_NORM:
+        return kiln_layer_norm(x, m->weight, m->bias, m->eps, y);
+    case EMBEDDING:
+        return embed(m, x, y);
+    case DROPOUT:
+        if (!m->training) {
+            s = kiln__check_handle(x, op, "x");
+            if (s == KILN_OK)
+                *y = kiln_tensor_retain((kiln_tensor *)x);
+            return s;
+        }
+        s = kiln_dropout(x, m->p, m->seed + m->calls, y);
+        m->calls += s == KILN_OK;
+        return s;
+    case ACTIVATION:
+        return kiln_unary(m->op, x, y);
+    case SEQUENTIAL: {
+        if ((s = kiln__check_handle(x, op, "x")) != KILN_OK)
+            return s;
+        kiln_tensor *cur = kiln_tensor_retain((kiln_tensor *)x);
+        for (int i = 0; s == KILN_OK && i < m->n; i++) {
+            kiln_tensor *next = NULL;
+            s = kiln_module_forward(m->mods[i], cur, &next);
+            kiln_tensor_release(cur);
+            cur = next;
+        }
+        if (s == KILN_OK)
+            *y = cur;
+        return s;
+    }
+    }
+    return KILN_ERR_INVALID_ARGUMENT;
+}
+
+static kiln_status add_params(const kiln_module *m, const char *prefix, kiln_params *list)
+{
+    kiln_tensor *const ts[2] = {m->weight, m->bias};
+    const char *const names[2] = {"weight", "bias"};
+    size_t plen = strlen(prefix);
+    for (int i = 0; i < 2; i++) {
+        if (!ts[i])
+            continue;
+        char name[512];
+        if (plen + 8 >= sizeof name)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "kiln_module_params: the prefix is too long (%zu bytes)", plen);
+        snprintf(name, sizeof name, "%s%s%s", prefix, plen ? "." : "", names[i]);
+        kiln_status s = kiln_params_add(list, name, ts[i]);
+        if (s != KILN_OK)
+            return s;
+    }
+    for (int i = 0; i < m->n; i++) {
+        char sub[512];
+        if (plen + 16 >= sizeof sub)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "kiln_module_params: the prefix is too long (%zu bytes)", plen);
+        snprintf(sub, sizeof sub, "%s%s%d", prefix, plen ? "." : "", i);
+        kiln_status s = add_params(m->mods[i], sub, list);
+        if (s != KILN_OK)
+            return s;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_module_params(const kiln_module *m, const char *prefix, kiln_params *list)
+{
+    const char *op = "kiln_module_params";
+    kiln_status s = check_module(m, op);
+    if (s == KILN_OK && !list)
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: list is NULL", op);
+    if (s != KILN_OK)
+        return s;
+    int before = kiln_params_count(list);
+    s = add_params(m, prefix ? prefix : "", list);
+    if (s != KILN_OK)
+        kiln__params_truncate(list, before);
+    return s;
+}
+
+void kiln_module_set_training(kiln_module *m, bool training)
+{
+    if (!m)
+        return;
+    m->training = training;
+    for (int i = 0; i < m->n; i++)
+        kiln_module_set_training(m->mods[i], training);
+}

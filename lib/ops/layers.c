@@ -1,0 +1,162 @@
+/* layers.c - the functional forms of the layers (kiln_linear, kiln_layer_norm, kiln_dropout),
+ * each checked up front, then composed of kiln's differentiable ops, so that autograd records
+ * them without gradient code of their own. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+#include "status.h"
+#include "tensor.h"
+
+/* Release ts[0..n-1] and return s. */
+static kiln_status drop(kiln_status s, int n, kiln_tensor **ts)
+{
+    for (int i = 0; i < n; i++)
+        kiln_tensor_release(ts[i]);
+    return s;
+}
+
+/* x, the required y, and the optional tensors (NULL entries allowed) valid, on one device and
+ * of x's floating dtype. */
+static kiln_status check_args(const char *op, const kiln_tensor *x, int n,
+                              const kiln_tensor *const *ts, const char *const *names,
+                              int required, kiln_tensor **y)
+{
+    if (!y)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: y is NULL", op);
+    *y = NULL;
+    kiln_status s = kiln__check_tensors(op, n, required, ts, names, NULL);
+    if (s != KILN_OK)
+        return s;
+    if (!kiln__dtype_is_float(x->dtype))
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: x is %s; it must be floating", op,
+                           kiln_dtype_name(x->dtype));
+    for (int i = 1; i < n; i++)
+        if (ts[i] && ts[i]->dtype != x->dtype)
+            return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: x is %s but %s is %s", op,
+                               kiln_dtype_name(x->dtype), names[i], kiln_dtype_name(ts[i]->dtype));
+    return kiln__check_dtype_on(x->dev, x->dtype, op);
+}
+
+/* A 1-D t of length len, or KILN_ERR_SHAPE_MISMATCH. */
+static kiln_status check_vector(const char *op, const char *name, const kiln_tensor *t,
+                                int64_t len, const char *what)
+{
+    if (!t || (t->ndim == 1 && t->shape[0] == len))
+        return KILN_OK;
+    char sh[160];
+    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: %s has shape %s; it must be [%" PRId64 "] (%s)",
+                       op, name, kiln__shape_str(sh, sizeof sh, t->ndim, t->shape), len, what);
+}
+
+kiln_status kiln_linear(const kiln_tensor *x, const kiln_tensor *weight, const kiln_tensor *bias,
+                        kiln_tensor **y)
+{
+    const char *op = "kiln_linear";
+    kiln_status s = check_args(op, x, 3, (const kiln_tensor *[]){x, weight, bias},
+                               (const char *const[]){"x", "weight", "bias"}, 2, y);
+    if (s != KILN_OK)
+        return s;
+    if (x->dtype != KILN_F32 && x->dtype != KILN_F64)
+        return kiln__error(KILN_ERR_UNSUPPORTED, "%s: x is %s; only f32 and f64 (cast f16 first)",
+                           op, kiln_dtype_name(x->dtype));
+    if (weight->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != weight->shape[1])
+        return kiln__shape_mismatch(op, "x", x->ndim, x->shape, "weight", weight->ndim,
+                                    weight->shape,
+                                    "; weight must be [out, in] and x [..., in]");
+    s = check_vector(op, "bias", bias, weight->shape[0], "out, weight's first dimension");
+    if (s != KILN_OK || x->ndim >= KILN_MAX_DIMS)
+        return s != KILN_OK ? s
+                            : kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: x has too many dims", op);
+    int64_t rows = 1, flat[2], shape[KILN_MAX_DIMS];
+    for (int d = 0; d < x->ndim - 1; d++) {
+        rows *= x->shape[d];
+        shape[d] = x->shape[d];
+    }
+    shape[x->ndim - 1] = weight->shape[0];
+    flat[0] = rows;
+    flat[1] = weight->shape[1];
+    kiln_tensor *t[3] = {0};
+    s = kiln_tensor_reshape(x, 2, flat, &t[0]);
+    if (s == KILN_OK)
+        s = kiln_matmul_trans(t[0], weight, KILN_MATMUL_TRANS_B, &t[1]);
+    if (s == KILN_OK && bias)
+        s = kiln_add(t[1], bias, &t[2]);
+    if (s == KILN_OK)
+        s = kiln_tensor_reshape(bias ? t[2] : t[1], x->ndim, shape, y);
+    return drop(s, 3, t);
+}
+
+kiln_status kiln_layer_norm(const kiln_tensor *x, const kiln_tensor *weight,
+                            const kiln_tensor *bias, double eps, kiln_tensor **y)
+{
+    const char *op = "kiln_layer_norm";
+    kiln_status s = check_args(op, x, 3, (const kiln_tensor *[]){x, weight, bias},
+                               (const char *const[]){"x", "weight", "bias"}, 1, y);
+    if (s != KILN_OK)
+        return s;
+    if (x->ndim < 1 || x->shape[x->ndim - 1] < 1) {
+        char sh[160];
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                           "%s: x has shape %s; it needs a last axis of at least one element", op,
+                           kiln__shape_str(sh, sizeof sh, x->ndim, x->shape));
+    }
+    int64_t dim = x->shape[x->ndim - 1];
+    s = check_vector(op, "weight", weight, dim, "x's last dimension");
+    if (s == KILN_OK)
+        s = check_vector(op, "bias", bias, dim, "x's last dimension");
+    if (s == KILN_OK && !(eps >= 0 && isfinite(eps)))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: eps is %g; it must be finite and >= 0",
+                        op, eps);
+    if (s != KILN_OK)
+        return s;
+    /* (x - mean) / sqrt(mean((x - mean)^2) + eps), then * weight + bias */
+    kiln_tensor *t[8] = {0};
+    s = kiln_reduce(KILN_REDUCE_MEAN, x, -1, true, &t[0]);
+    if (s == KILN_OK)
+        s = kiln_sub(x, t[0], &t[1]);
+    if (s == KILN_OK)
+        s = kiln_mul(t[1], t[1], &t[2]);
+    if (s == KILN_OK)
+        s = kiln_reduce(KILN_REDUCE_MEAN, t[2], -1, true, &t[3]);
+    if (s == KILN_OK)
+        s = kiln_binary_scalar(KILN_BINARY_ADD, t[3], eps, &t[4]);
+    if (s == KILN_OK)
+        s = kiln_unary(KILN_UNARY_RSQRT, t[4], &t[5]);
+    if (s == KILN_OK)
+        s = kiln_mul(t[1], t[5], weight || bias ? &t[6] : y);
+    kiln_tensor *cur = t[6];
+    if (s == KILN_OK && weight)
+        s = kiln_mul(cur, weight, bias ? &t[7] : y);
+    if (weight)
+        cur = t[7];
+    if (s == KILN_OK && bias)
+        s = kiln_add(cur, bias, y);
+    return drop(s, 8, t);
+}
+
+kiln_status kiln_dropout(const kiln_tensor *x, double p, uint64_t seed, kiln_tensor **y)
+{
+    const char *op = "kiln_dropout";
+    kiln_status s =
+        check_args(op, x, 1, (const kiln_tensor *[]){x}, (const char *const[]){"x"}, 1, y);
+    if (s != KILN_OK)
+        return s;
+    if (!(p >= 0 && p < 1))
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: p is %g; it must be in [0, 1)", op, p);
+    if (p == 0)
+        return kiln_tensor_clone(x, y);
+    /* element i survives when the i-th Philox uniform of seed is >= p */
+    kiln_tensor *t[4] = {0};
+    s = kiln_rand_uniform(x->dev, x->dtype, x->ndim, x->shape, seed, 0.0, 1.0, &t[0]);
+    if (s == KILN_OK)
+        s = kiln_binary_scalar(KILN_BINARY_GE, t[0], p, &t[1]);
+    if (s == KILN_OK)
+        s = kiln_cast(t[1], x->dtype, &t[2]);
+    if (s == KILN_OK)
+        s = kiln_binary_scalar(KILN_BINARY_MUL, t[2], 1.0 / (1.0 - p), &t[3]);
+    if (s == KILN_OK)
+        s = kiln_mul(x, t[3], y);
+    return drop(s, 4, t);
+}

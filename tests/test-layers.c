@@ -1,0 +1,770 @@
+/* test-layers.c - layers (kiln_linear, kiln_layer_norm, kiln_dropout, embedding) and modules:
+ * forward values against plain C loops, initial weights (bounds, mean and variance, bit-identical
+ * on every device), gradients against central finite differences (f64, as in test-autograd.c),
+ * sequential parameter names, training mode, and errors and failed allocations that leak
+ * nothing. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln.h"
+#include "lib/alloc.h"
+#include "testutil.h"
+
+static kiln_device *dev;
+
+static void setup(void)
+{
+    setup_devices();
+    dev = test_device();
+}
+
+static void teardown(void)
+{
+    kiln__alloc_fail_at(-1);
+    teardown_devices();
+}
+
+static uint64_t live_bytes(void)
+{
+    kiln_memory_stats st;
+    ASSERT_OK(kiln_device_memory_stats(dev, &st));
+    return st.allocated_bytes;
+}
+
+/* |got - want| <= tol (1 + |want|) for every element. */
+static void assert_close(const double *got, const double *want, int64_t n, double tol,
+                         const char *what)
+{
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i])),
+                      "%s [%lld]: got %.9g, want %.9g", what, (long long)i, got[i], want[i]);
+}
+
+static kiln_dtype float_dtypes[2] = {KILN_F32, KILN_F64};
+
+static int n_float_dtypes(void)
+{
+    return has_fp64(dev) ? 2 : 1;
+}
+
+/* ---- forward values -------------------------------------------------------------------------- */
+
+START_TEST(test_linear_forward)
+{
+    int64_t xs[3] = {2, 3, 4}, ws[2] = {5, 4}, bs = 5;
+    double xv[24], wv[20], bv[5], want[30];
+    for (int k = 0; k < n_float_dtypes(); k++) {
+        kiln_dtype dt = float_dtypes[k];
+        fill_values(dt, xv, 24);
+        fill_values(dt, wv, 20);
+        fill_values(dt, bv, 5);
+        kiln_tensor *x = upload(dev, dt, 3, xs, xv), *w = upload(dev, dt, 2, ws, wv),
+                    *b = upload(dev, dt, 1, &bs, bv), *y = NULL;
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            for (int r = 0; r < 6; r++)
+                for (int o = 0; o < 5; o++) {
+                    double acc = with_bias ? bv[o] : 0;
+                    for (int i = 0; i < 4; i++)
+                        acc += xv[r * 4 + i] * wv[o * 4 + i];
+                    want[r * 5 + o] = acc;
+                }
+            ASSERT_OK(kiln_linear(x, w, with_bias ? b : NULL, &y));
+            ck_assert_int_eq(kiln_tensor_ndim(y), 3);
+            ck_assert_int_eq(kiln_tensor_shape(y)[2], 5);
+            ck_assert_int_eq(kiln_tensor_shape(y)[1], 3);
+            double *got = download(y);
+            assert_close(got, want, 30, dt == KILN_F32 ? 1e-5 : 1e-12, "linear");
+            free(got);
+            kiln_tensor_release(y);
+        }
+        /* a 1-D x is one row */
+        kiln_tensor *x1 = NULL;
+        ASSERT_OK(kiln_tensor_reshape(x, 1, (int64_t[]){24}, &y));
+        ASSERT_OK(kiln_slice(y, 0, 0, 4, &x1));
+        kiln_tensor_release(y);
+        ASSERT_OK(kiln_linear(x1, w, b, &y));
+        ck_assert_int_eq(kiln_tensor_ndim(y), 1);
+        ck_assert_int_eq(kiln_tensor_shape(y)[0], 5);
+        double *got = download(y);
+        assert_close(got, want, 5, dt == KILN_F32 ? 1e-5 : 1e-12, "linear 1-D");
+        free(got);
+        kiln_tensor *all[] = {x, w, b, y, x1};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+            kiln_tensor_release(all[i]);
+    }
+}
+END_TEST
+
+START_TEST(test_layer_norm_forward)
+{
+    int64_t xs[2] = {3, 6}, d = 6;
+    double xv[18], wv[6], bv[6], want[18];
+    for (int k = 0; k < n_float_dtypes(); k++) {
+        kiln_dtype dt = float_dtypes[k];
+        fill_values(dt, xv, 18);
+        fill_values(dt, wv, 6);
+        fill_values(dt, bv, 6);
+        kiln_tensor *x = upload(dev, dt, 2, xs, xv), *w = upload(dev, dt, 1, &d, wv),
+                    *b = upload(dev, dt, 1, &d, bv), *y = NULL;
+        for (int affine = 0; affine < 2; affine++) {
+            for (int r = 0; r < 3; r++) {
+                double mean = 0, var = 0;
+                for (int i = 0; i < 6; i++)
+                    mean += xv[r * 6 + i] / 6;
+                for (int i = 0; i < 6; i++)
+                    var += (xv[r * 6 + i] - mean) * (xv[r * 6 + i] - mean) / 6;
+                for (int i = 0; i < 6; i++) {
+                    double n = (xv[r * 6 + i] - mean) / sqrt(var + 1e-5);
+                    want[r * 6 + i] = affine ? n * wv[i] + bv[i] : n;
+                }
+            }
+            ASSERT_OK(kiln_layer_norm(x, affine ? w : NULL, affine ? b : NULL, 1e-5, &y));
+            double *got = download(y);
+            assert_close(got, want, 18, dt == KILN_F32 ? 1e-5 : 1e-12, "layer_norm");
+            free(got);
+            kiln_tensor_release(y);
+        }
+        /* the module: weight 1, bias 0 */
+        kiln_module *m = NULL;
+        ASSERT_OK(kiln_layer_norm_create(dev, dt, 6, 1e-5, &m));
+        ASSERT_OK(kiln_module_forward(m, x, &y));
+        double *got = download(y);
+        for (int r = 0; r < 3; r++) { /* want holds the affine values: undo them */
+            for (int i = 0; i < 6; i++)
+                want[r * 6 + i] = (want[r * 6 + i] - bv[i]) / wv[i];
+        }
+        assert_close(got, want, 18, dt == KILN_F32 ? 1e-4 : 1e-9, "layer_norm module");
+        free(got);
+        kiln_tensor_release(y);
+        kiln_module_free(m);
+        kiln_tensor_release(x);
+        kiln_tensor_release(w);
+        kiln_tensor_release(b);
+    }
+}
+END_TEST
+
+/* Dropout: the kept fraction within 5 standard deviations of 1 - p, survivors exactly x / (1 -
+ * p), the mask exactly where kiln_rand_uniform(seed) >= p, the same for f32 and f64 and for the
+ * same seed, another for another seed. */
+START_TEST(test_dropout)
+{
+    int64_t n = simulated(dev) ? 512 : 20000;
+    double p = 0.3;
+    kiln_tensor *x = NULL, *y = NULL, *y2 = NULL, *u = NULL;
+    ASSERT_OK(kiln_full(dev, KILN_F32, 1, &n, 2.0, &x));
+    ASSERT_OK(kiln_dropout(x, p, 1234, &y));
+    ASSERT_OK(kiln_rand_uniform(dev, KILN_F32, 1, &n, 1234, 0.0, 1.0, &u));
+    double *yv = download(y), *uv = download(u);
+    float scaled = (float)(2.0f * (float)(1.0 / (1.0 - p)));
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bool keep = uv[i] >= p;
+        kept += keep;
+        ck_assert_msg(yv[i] == (keep ? (double)scaled : 0.0), "element %lld: %g (u %g)",
+                      (long long)i, yv[i], uv[i]);
+    }
+    double sd = sqrt(n * p * (1 - p));
+    ck_assert_msg(fabs((double)kept - n * (1 - p)) <= 5 * sd, "kept %lld of %lld", (long long)kept,
+                  (long long)n);
+    /* the same seed: bit-identical; another: a different mask */
+    ASSERT_OK(kiln_dropout(x, p, 1234, &y2));
+    double *y2v = download(y2);
+    ck_assert(memcmp(yv, y2v, (size_t)n * sizeof *yv) == 0);
+    free(y2v);
+    kiln_tensor_release(y2);
+    ASSERT_OK(kiln_dropout(x, p, 1235, &y2));
+    y2v = download(y2);
+    ck_assert(memcmp(yv, y2v, (size_t)n * sizeof *yv) != 0);
+    free(y2v);
+    kiln_tensor_release(y2);
+    if (has_fp64(dev)) { /* the mask does not depend on the dtype */
+        kiln_tensor *x64 = NULL;
+        ASSERT_OK(kiln_full(dev, KILN_F64, 1, &n, 2.0, &x64));
+        ASSERT_OK(kiln_dropout(x64, p, 1234, &y2));
+        y2v = download(y2);
+        for (int64_t i = 0; i < n; i++)
+            ck_assert_msg((y2v[i] == 0) == (yv[i] == 0), "f64 mask differs at %lld",
+                          (long long)i);
+        free(y2v);
+        kiln_tensor_release(y2);
+        kiln_tensor_release(x64);
+    }
+    /* p = 0: a copy */
+    ASSERT_OK(kiln_dropout(x, 0.0, 1, &y2));
+    y2v = download(y2);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert(y2v[i] == 2.0);
+    free(y2v);
+    kiln_tensor_release(y2);
+    free(yv);
+    free(uv);
+    kiln_tensor_release(y);
+    kiln_tensor_release(u);
+    kiln_tensor_release(x);
+}
+END_TEST
+
+/* The module: seed + call counter while training (forward k is kiln_dropout(x, p, seed + k)),
+ * x itself when not. */
+START_TEST(test_dropout_module)
+{
+    int64_t n = 64;
+    kiln_tensor *x = NULL, *y = NULL, *ref = NULL;
+    ASSERT_OK(kiln_full(dev, KILN_F32, 1, &n, 1.0, &x));
+    kiln_module *m = NULL;
+    ASSERT_OK(kiln_dropout_create(0.5, 77, &m));
+    for (int k = 0; k < 3; k++) {
+        ASSERT_OK(kiln_module_forward(m, x, &y));
+        ASSERT_OK(kiln_dropout(x, 0.5, 77 + (uint64_t)k, &ref));
+        double *a = download(y), *b = download(ref);
+        ck_assert(memcmp(a, b, (size_t)n * sizeof *a) == 0);
+        free(a);
+        free(b);
+        kiln_tensor_release(y);
+        kiln_tensor_release(ref);
+    }
+    kiln_module_set_training(m, false);
+    ASSERT_OK(kiln_module_forward(m, x, &y));
+    ck_assert_ptr_eq(y, x);
+    kiln_tensor_release(y);
+    kiln_module_free(m);
+    kiln_tensor_release(x);
+}
+END_TEST
+
+START_TEST(test_embedding)
+{
+    kiln_module *m = NULL;
+    ASSERT_OK(kiln_embedding_create(dev, KILN_F32, 10, 3, 5, &m));
+    kiln_params *ps = NULL;
+    ASSERT_OK(kiln_params_create(&ps));
+    ASSERT_OK(kiln_module_params(m, NULL, ps));
+    ck_assert_int_eq(kiln_params_count(ps), 1);
+    ck_assert_str_eq(kiln_params_name(ps, 0), "weight");
+    double *table = download(kiln_params_tensor(ps, 0));
+    int64_t is[2] = {2, 3}, iv[6] = {9, 0, 4, 4, 1, 9};
+    kiln_tensor *idx = NULL, *y = NULL;
+    ASSERT_OK(kiln_tensor_from_host(dev, KILN_I64, 2, is, iv, &idx));
+    ASSERT_OK(kiln_module_forward(m, idx, &y));
+    ck_assert_int_eq(kiln_tensor_ndim(y), 3);
+    ck_assert_int_eq(kiln_tensor_shape(y)[0], 2);
+    ck_assert_int_eq(kiln_tensor_shape(y)[1], 3);
+    ck_assert_int_eq(kiln_tensor_shape(y)[2], 3);
+    double *got = download(y);
+    for (int j = 0; j < 6; j++)
+        for (int c = 0; c < 3; c++)
+            ck_assert(got[j * 3 + c] == table[iv[j] * 3 + c]);
+    /* the gradient: each row gets the upstream gradient of every lookup of it */
+    kiln_tensor *l = NULL;
+    ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, y, KILN_ALL_AXES, false, &l));
+    ASSERT_OK(kiln_backward(l, NULL, 0));
+    double *g = download(kiln_tensor_grad(kiln_params_tensor(ps, 0)));
+    for (int r = 0; r < 10; r++) {
+        int uses = 0;
+        for (int j = 0; j < 6; j++)
+            uses += iv[j] == r;
+        for (int c = 0; c < 3; c++)
+            ck_assert_msg(g[r * 3 + c] == uses, "row %d: %g, %d uses", r, g[r * 3 + c], uses);
+    }
+    /* a float index is a dtype error */
+    kiln_tensor_release(l);
+    l = NULL;
+    ASSERT_FAILS(kiln_module_forward(m, y, &l), KILN_ERR_DTYPE_MISMATCH, "indices must be");
+    ck_assert_ptr_null(l);
+    free(g);
+    free(got);
+    free(table);
+    kiln_tensor_release(y);
+    kiln_tensor_release(idx);
+    kiln_params_free(ps);
+    kiln_module_free(m);
+}
+END_TEST
+
+/* ---- initialisation ---------------------------------------------------------------------------- */
+
+static void moments(const double *v, int64_t n, double *mean, double *var)
+{
+    double s = 0, q = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += v[i];
+    *mean = s / n;
+    for (int64_t i = 0; i < n; i++)
+        q += (v[i] - *mean) * (v[i] - *mean);
+    *var = q / n;
+}
+
+/* weight (and bias) of a linear module as host arrays */
+static void linear_values(kiln_module *m, double **w, double **b)
+{
+    kiln_params *ps = NULL;
+    ASSERT_OK(kiln_params_create(&ps));
+    ASSERT_OK(kiln_module_params(m, "", ps));
+    *w = download(kiln_params_find(ps, "weight"));
+    kiln_tensor *bt = kiln_params_find(ps, "bias");
+    *b = bt ? download(bt) : NULL;
+    ck_assert(kiln_tensor_requires_grad(kiln_params_find(ps, "weight")));
+    ck_assert(kiln_tensor_is_leaf(kiln_params_find(ps, "weight")));
+    kiln_params_free(ps);
+}
+
+/* mean within 5 sd of 0; variance within 5 sd of want (sd of the sample variance:
+ * sqrt((m4 - var^2) / n) with m4 the fourth moment: b^4 / 5 uniform, 3 var^2 normal). */
+static void check_moments(const double *v, int64_t n, double want_var, bool normal,
+                          const char *what)
+{
+    double mean, var;
+    moments(v, n, &mean, &var);
+    double m4 = normal ? 3 * want_var * want_var : 9.0 / 5.0 * want_var * want_var;
+    ck_assert_msg(fabs(mean) <= 5 * sqrt(want_var / n), "%s: mean %g", what, mean);
+    ck_assert_msg(fabs(var - want_var) <= 5 * sqrt((m4 - want_var * want_var) / n),
+                  "%s: variance %g, want %g", what, var, want_var);
+}
+
+START_TEST(test_init)
+{
+    const int64_t in = 64, out = 48, n = in * out;
+    kiln_module *m = NULL;
+    double *w, *b;
+    /* default: U(+-1/sqrt(in)), bias too */
+    ASSERT_OK(kiln_linear_create(dev, KILN_F32, in, out, true, KILN_INIT_DEFAULT, 3, &m));
+    linear_values(m, &w, &b);
+    double bound = 1 / sqrt((double)in);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert(fabs(w[i]) <= bound);
+    for (int64_t i = 0; i < out; i++)
+        ck_assert(fabs(b[i]) <= bound);
+    check_moments(w, n, bound * bound / 3, false, "default weight");
+    ck_assert(memcmp(w, b, (size_t)out * sizeof *b) != 0); /* another stream than the weight's */
+    free(w);
+    free(b);
+    kiln_module_free(m);
+    /* He: N(0, 2/in), bias 0 */
+    ASSERT_OK(kiln_linear_create(dev, KILN_F32, in, out, true, KILN_INIT_HE, 3, &m));
+    linear_values(m, &w, &b);
+    check_moments(w, n, 2.0 / in, true, "He weight");
+    for (int64_t i = 0; i < out; i++)
+        ck_assert(b[i] == 0);
+    free(w);
+    free(b);
+    kiln_module_free(m);
+    /* Xavier: U(+-sqrt(6/(in+out))), no bias asked */
+    ASSERT_OK(kiln_linear_create(dev, KILN_F32, in, out, false, KILN_INIT_XAVIER, 3, &m));
+    linear_values(m, &w, &b);
+    ck_assert_ptr_null(b);
+    bound = sqrt(6.0 / (double)(in + out));
+    for (int64_t i = 0; i < n; i++)
+        ck_assert(fabs(w[i]) <= bound);
+    check_moments(w, n, bound * bound / 3, false, "Xavier weight");
+    free(w);
+    kiln_module_free(m);
+    /* embedding: N(0, 1) */
+    ASSERT_OK(kiln_embedding_create(dev, KILN_F32, 100, 30, 9, &m));
+    kiln_params *ps = NULL;
+    ASSERT_OK(kiln_params_create(&ps));
+    ASSERT_OK(kiln_module_params(m, "emb", ps));
+    w = download(kiln_params_find(ps, "emb.weight"));
+    check_moments(w, 3000, 1.0, true, "embedding");
+    free(w);
+    kiln_params_free(ps);
+    kiln_module_free(m);
+}
+END_TEST
+
+/* One seed, one model: the weights' bytes are equal on every device under test (cpu:0, cpu:1,
+ * Oclgrind's gpu:0 in the two-device configurations). */
+START_TEST(test_same_weights_everywhere)
+{
+    if (ndevs < 2)
+        test_skip("one device: the weights are compared across devices in the -2dev and "
+                  "-oclgrind configurations");
+    void *ref[5] = {0};
+    size_t bytes[5] = {0};
+    for (int d = 0; d < ndevs; d++) {
+        kiln_module *mods[3] = {0};
+        ASSERT_OK(kiln_linear_create(devs[d], KILN_F32, 7, 5, true, KILN_INIT_DEFAULT, 42,
+                                     &mods[0]));
+        ASSERT_OK(kiln_linear_create(devs[d], KILN_F32, 5, 3, true, KILN_INIT_HE, 43, &mods[1]));
+        ASSERT_OK(kiln_embedding_create(devs[d], KILN_F32, 6, 4, 44, &mods[2]));
+        kiln_module *seq = NULL;
+        ASSERT_OK(kiln_sequential_create(mods, 3, &seq));
+        kiln_params *ps = NULL;
+        ASSERT_OK(kiln_params_create(&ps));
+        ASSERT_OK(kiln_module_params(seq, NULL, ps));
+        ck_assert_int_eq(kiln_params_count(ps), 5);
+        for (int i = 0; i < 5; i++) {
+            void *h = read_host(kiln_params_tensor(ps, i));
+            size_t nb = (size_t)kiln_tensor_numel(kiln_params_tensor(ps, i)) * 4;
+            if (d == 0) {
+                ref[i] = h;
+                bytes[i] = nb;
+                continue;
+            }
+            ck_assert_msg(nb == bytes[i] && memcmp(h, ref[i], nb) == 0,
+                          "%s differs between %s and %s", kiln_params_name(ps, i),
+                          kiln_device_spec(devs[0]), kiln_device_spec(devs[d]));
+            free(h);
+        }
+        kiln_params_free(ps);
+        kiln_module_free(seq);
+    }
+    for (int i = 0; i < 5; i++)
+        free(ref[i]);
+}
+END_TEST
+
+/* ---- gradients: central finite differences (f64, h 1e-6, bound 1e-6; see test-autograd.c) -- */
+
+typedef kiln_status (*fn_t)(kiln_tensor *const *in, kiln_tensor **out, const void *ctx);
+
+static kiln_tensor *random_tensor(int ndim, const int64_t *shape, double *v)
+{
+    for (int64_t i = 0; i < numel_of(ndim, shape); i++)
+        v[i] = 2 * rnd() - 1;
+    return upload(dev, KILN_F64, ndim, shape, v);
+}
+
+/* L = sum(f(in) * w) with w fixed, as a double. */
+static double loss_at(fn_t f, const void *ctx, int n, const int *nd, int64_t (*shapes)[4],
+                      double **vals, kiln_tensor *w, bool backward, kiln_tensor **in_out)
+{
+    kiln_tensor *in[4] = {0}, *y = NULL, *p = NULL, *l = NULL;
+    for (int i = 0; i < n; i++) {
+        in[i] = upload(dev, KILN_F64, nd[i], shapes[i], vals[i]);
+        if (backward)
+            ASSERT_OK(kiln_tensor_set_requires_grad(in[i], true));
+    }
+    ASSERT_OK(f(in, &y, ctx));
+    ASSERT_OK(kiln_mul(y, w, &p));
+    ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, p, KILN_ALL_AXES, false, &l));
+    if (backward)
+        ASSERT_OK(kiln_backward(l, NULL, 0));
+    double v;
+    ASSERT_OK(kiln_tensor_item(l, &v));
+    kiln_tensor *drop[] = {y, p, l};
+    for (int i = 0; i < 3; i++)
+        kiln_tensor_release(drop[i]);
+    for (int i = 0; i < n; i++) {
+        if (in_out)
+            in_out[i] = in[i];
+        else
+            kiln_tensor_release(in[i]);
+    }
+    return v;
+}
+
+static void gradcheck(const char *what, fn_t f, const void *ctx, int n, const int *nd,
+                      int64_t (*shapes)[4], const int64_t *out_shape, int out_nd)
+{
+    if (!has_fp64(dev)) {
+        test_skip("%s: no fp64 on %s", what, kiln_device_spec(dev));
+        return;
+    }
+    double *vals[4], wv[256];
+    for (int i = 0; i < n; i++) {
+        vals[i] = malloc((size_t)numel_of(nd[i], shapes[i]) * sizeof(double));
+        kiln_tensor_release(random_tensor(nd[i], shapes[i], vals[i]));
+    }
+    for (int64_t i = 0; i < numel_of(out_nd, out_shape); i++)
+        wv[i] = 0.5 + rnd();
+    kiln_tensor *w = upload(dev, KILN_F64, out_nd, out_shape, wv), *in[4] = {0};
+    loss_at(f, ctx, n, nd, shapes, vals, w, true, in);
+    for (int i = 0; i < n; i++) {
+        double *g = download(kiln_tensor_grad(in[i]));
+        int64_t cnt = numel_of(nd[i], shapes[i]);
+        int64_t step = simulated(dev) && cnt > 2 ? cnt - 1 : 1;
+        for (int64_t j = 0; j < cnt; j += step) {
+            double keep = vals[i][j], h = 1e-6;
+            vals[i][j] = keep + h;
+            double lp = loss_at(f, ctx, n, nd, shapes, vals, w, false, NULL);
+            vals[i][j] = keep - h;
+            double lm = loss_at(f, ctx, n, nd, shapes, vals, w, false, NULL);
+            vals[i][j] = keep;
+            double num = (lp - lm) / (2 * h);
+            ck_assert_msg(fabs(g[j] - num) <= 1e-6 * fmax(1, fabs(num)),
+                          "%s: d/d input %d [%lld]: autograd %.12g, finite differences %.12g",
+                          what, i, (long long)j, g[j], num);
+        }
+        free(g);
+    }
+    for (int i = 0; i < n; i++) {
+        kiln_tensor_release(in[i]);
+        free(vals[i]);
+    }
+    kiln_tensor_release(w);
+}
+
+static kiln_status f_linear(kiln_tensor *const *in, kiln_tensor **out, const void *c)
+{
+    return kiln_linear(in[0], in[1], c ? in[2] : NULL, out);
+}
+
+static kiln_status f_layer_norm(kiln_tensor *const *in, kiln_tensor **out, const void *c)
+{
+    return kiln_layer_norm(in[0], c ? in[1] : NULL, c ? in[2] : NULL, 1e-5, out);
+}
+
+static kiln_status f_dropout(kiln_tensor *const *in, kiln_tensor **out, const void *c)
+{
+    (void)c;
+    return kiln_dropout(in[0], 0.4, 99, out);
+}
+
+START_TEST(test_gradients)
+{
+    int one = 1;
+    int nd3[3] = {3, 2, 1};
+    int64_t sh[3][4] = {{2, 2, 3}, {4, 3}, {4}}, ys[3] = {2, 2, 4};
+    gradcheck("linear", f_linear, &one, 3, nd3, sh, ys, 3);
+    gradcheck("linear without bias", f_linear, NULL, 2, nd3, sh, ys, 3);
+    int ndl[3] = {2, 1, 1};
+    int64_t shl[3][4] = {{3, 5}, {5}, {5}}, yl[2] = {3, 5};
+    gradcheck("layer_norm", f_layer_norm, &one, 3, ndl, shl, yl, 2);
+    gradcheck("layer_norm without affine", f_layer_norm, NULL, 1, ndl, shl, yl, 2);
+    gradcheck("dropout", f_dropout, NULL, 1, ndl, shl, yl, 2);
+}
+END_TEST
+
+/* ---- sequential -------------------------------------------------------------------------------- */
+
+START_TEST(test_sequential)
+{
+    kiln_module *inner[2] = {0}, *mods[5] = {0}, *seq = NULL;
+    ASSERT_OK(kiln_linear_create(dev, KILN_F32, 4, 8, true, KILN_INIT_HE, 1, &mods[0]));
+    ASSERT_OK(kiln_activation_create(KILN_UNARY_RELU, &mods[1]));
+    ASSERT_OK(kiln_dropout_create(0.5, 7, &mods[2]));
+    ASSERT_OK(kiln_linear_create(dev, KILN_F32, 8, 3, false, KILN_INIT_XAVIER, 2, &inner[0]));
+    ASSERT_OK(kiln_activation_create(KILN_UNARY_TANH, &inner[1]));
+    ASSERT_OK(kiln_sequential_create(inner, 2, &mods[3]));
+    ASSERT_OK(kiln_layer_norm_create(dev, KILN_F32, 3, 1e-5, &mods[4]));
+    ASSERT_OK(kiln_sequential_create(mods, 5, &seq));
+    kiln_params *ps = NULL;
+    ASSERT_OK(kiln_params_create(&ps));
+    ASSERT_OK(kiln_module_params(seq, "", ps));
+    const char *names[] = {"0.weight", "0.bias", "3.0.weight", "4.weight", "4.bias"};
+    ck_assert_int_eq(kiln_params_count(ps), 5);
+    for (int i = 0; i < 5; i++)
+        ck_assert_str_eq(kiln_params_name(ps, i), names[i]);
+    ASSERT_OK(kiln_module_params(seq, "encoder", ps));
+    ck_assert_int_eq(kiln_params_count(ps), 10);
+    ck_assert_str_eq(kiln_params_name(ps, 5), "encoder.0.weight");
+    ck_assert_str_eq(kiln_params_name(ps, 7), "encoder.3.0.weight");
+    /* names taken: an error, and the list as it was */
+    ASSERT_FAILS(kiln_module_params(seq, "encoder", ps), KILN_ERR_INVALID_ARGUMENT,
+                 "encoder.0.weight");
+    ck_assert_int_eq(kiln_params_count(ps), 10);
+
+    /* forward in eval mode = the layers by hand */
+    kiln_module_set_training(seq, false);
+    int64_t xs[2] = {5, 4};
+    double xv[20];
+    fill_values(KILN_F32, xv, 20);
+    kiln_tensor *x = upload(dev, KILN_F32, 2, xs, xv), *y = NULL, *t1 = NULL, *t2 = NULL,
+                *t3 = NULL, *t4 = NULL, *want = NULL;
+    ASSERT_OK(kiln_module_forward(seq, x, &y));
+    ASSERT_OK(kiln_linear(x, kiln_params_tensor(ps, 0), kiln_params_tensor(ps, 1), &t1));
+    ASSERT_OK(kiln_unary(KILN_UNARY_RELU, t1, &t2));
+    ASSERT_OK(kiln_linear(t2, kiln_params_tensor(ps, 2), NULL, &t3));
+    ASSERT_OK(kiln_unary(KILN_UNARY_TANH, t3, &t4));
+    ASSERT_OK(kiln_layer_norm(t4, kiln_params_tensor(ps, 3), kiln_params_tensor(ps, 4), 1e-5,
+                              &want));
+    double *a = download(y), *b = download(want);
+    ck_assert(memcmp(a, b, 15 * sizeof *a) == 0);
+    free(a);
+    free(b);
+    /* a backward reaches every parameter */
+    kiln_tensor *l = NULL;
+    ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, y, KILN_ALL_AXES, false, &l));
+    ASSERT_OK(kiln_backward(l, NULL, 0));
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(kiln_tensor_grad(kiln_params_tensor(ps, i)) != NULL, "%s has no grad",
+                      names[i]);
+    kiln_tensor *all[] = {x, y, t1, t2, t3, t4, want, l};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        kiln_tensor_release(all[i]);
+    kiln_params_free(ps);
+    kiln_module_free(seq);
+}
+END_TEST
+
+/* ---- errors and failed allocations ------------------------------------------------------------ */
+
+START_TEST(test_errors)
+{
+    uint64_t before = live_bytes();
+    int64_t s23[2] = {2, 3}, s43[2] = {4, 3}, s4 = 4, s5 = 5, s3 = 3;
+    kiln_tensor *x = NULL, *w = NULL, *b = NULL, *b5 = NULL, *xi = NULL, *w64 = NULL, *y = NULL;
+    ASSERT_OK(kiln_full(dev, KILN_F32, 2, s23, 1.0, &x));
+    ASSERT_OK(kiln_full(dev, KILN_F32, 2, s43, 1.0, &w));
+    ASSERT_OK(kiln_full(dev, KILN_F32, 1, &s4, 1.0, &b));
+    ASSERT_OK(kiln_full(dev, KILN_F32, 1, &s5, 1.0, &b5));
+    ASSERT_OK(kiln_full(dev, KILN_I32, 2, s23, 1.0, &xi));
+    ASSERT_OK(kiln_full(dev, KILN_F16, 2, s43, 1.0, &w64));
+    ASSERT_FAILS(kiln_linear(x, w, b, NULL), KILN_ERR_INVALID_ARGUMENT, "y is NULL");
+    ASSERT_FAILS(kiln_linear(NULL, w, b, &y), KILN_ERR_INVALID_ARGUMENT, "x");
+    ASSERT_FAILS(kiln_linear(x, NULL, b, &y), KILN_ERR_INVALID_ARGUMENT, "weight");
+    ASSERT_FAILS(kiln_linear(b, w, NULL, &y), KILN_ERR_SHAPE_MISMATCH, "weight must be [out, in]");
+    ASSERT_FAILS(kiln_linear(x, w, b5, &y), KILN_ERR_SHAPE_MISMATCH, "bias has shape [5]");
+    ASSERT_FAILS(kiln_linear(xi, w, b, &y), KILN_ERR_DTYPE_MISMATCH, "must be floating");
+    ASSERT_FAILS(kiln_linear(x, w64, b, &y), KILN_ERR_DTYPE_MISMATCH, "weight is f16");
+    ASSERT_FAILS(kiln_layer_norm(x, b, NULL, 1e-5, &y), KILN_ERR_SHAPE_MISMATCH, "weight");
+    ASSERT_FAILS(kiln_layer_norm(x, NULL, NULL, -1, &y), KILN_ERR_INVALID_ARGUMENT, "eps");
+    ASSERT_FAILS(kiln_layer_norm(x, NULL, NULL, NAN, &y), KILN_ERR_INVALID_ARGUMENT, "eps");
+    ASSERT_FAILS(kiln_dropout(x, 1.0, 1, &y), KILN_ERR_INVALID_ARGUMENT, "[0, 1)");
+    ASSERT_FAILS(kiln_dropout(x, -0.1, 1, &y), KILN_ERR_INVALID_ARGUMENT, "[0, 1)");
+    ASSERT_FAILS(kiln_dropout(x, NAN, 1, &y), KILN_ERR_INVALID_ARGUMENT, "[0, 1)");
+    ASSERT_FAILS(kiln_dropout(xi, 0.5, 1, &y), KILN_ERR_DTYPE_MISMATCH, "floating");
+    ck_assert_ptr_null(y);
+
+    kiln_module *m = (kiln_module *)&s3; /* must be overwritten with NULL */
+    ASSERT_FAILS(kiln_linear_create(dev, KILN_F32, 0, 3, true, KILN_INIT_HE, 1, &m),
+                 KILN_ERR_INVALID_ARGUMENT, "in is 0");
+    ck_assert_ptr_null(m);
+    ASSERT_FAILS(kiln_linear_create(dev, KILN_I32, 2, 3, true, KILN_INIT_HE, 1, &m),
+                 KILN_ERR_DTYPE_MISMATCH, "floating");
+    ASSERT_FAILS(kiln_linear_create(dev, KILN_F32, 2, 3, true, (kiln_init)7, 1, &m),
+                 KILN_ERR_INVALID_ARGUMENT, "unknown init");
+    ASSERT_FAILS(kiln_linear_create(NULL, KILN_F32, 2, 3, true, KILN_INIT_HE, 1, &m),
+                 KILN_ERR_INVALID_ARGUMENT, "dev is NULL");
+    ASSERT_FAILS(kiln_linear_create(dev, KILN_F32, 2, 3, true, KILN_INIT_HE, 1, NULL),
+                 KILN_ERR_INVALID_ARGUMENT, "m is NULL");
+    ASSERT_FAILS(kiln_layer_norm_create(dev, KILN_F32, 0, 1e-5, &m), KILN_ERR_INVALID_ARGUMENT,
+                 "dim is 0");
+    ASSERT_FAILS(kiln_layer_norm_create(dev, KILN_F32, 3, -1, &m), KILN_ERR_INVALID_ARGUMENT,
+                 "eps");
+    ASSERT_FAILS(kiln_embedding_create(dev, KILN_U8, 3, 3, 1, &m), KILN_ERR_DTYPE_MISMATCH,
+                 "floating");
+    ASSERT_FAILS(kiln_embedding_create(dev, KILN_F32, 3, -1, 1, &m), KILN_ERR_INVALID_ARGUMENT,
+                 "dim is -1");
+    ASSERT_FAILS(kiln_dropout_create(1.5, 1, &m), KILN_ERR_INVALID_ARGUMENT, "[0, 1)");
+    ASSERT_FAILS(kiln_activation_create((kiln_unary_op)99, &m), KILN_ERR_INVALID_ARGUMENT,
+                 "unknown unary op 99");
+    ASSERT_FAILS(kiln_module_forward(NULL, x, &y), KILN_ERR_INVALID_ARGUMENT, "m is NULL");
+    ASSERT_FAILS(kiln_module_params(NULL, "", NULL), KILN_ERR_INVALID_ARGUMENT, "m is NULL");
+    ck_assert_ptr_null(m);
+
+    /* a forward with a bad x names kiln_linear; a sequential frees its modules on failure */
+    ASSERT_OK(kiln_linear_create(dev, KILN_F32, 5, 2, true, KILN_INIT_DEFAULT, 1, &m));
+    ASSERT_FAILS(kiln_module_forward(m, x, &y), KILN_ERR_SHAPE_MISMATCH, "kiln_linear");
+    ASSERT_FAILS(kiln_module_params(m, "", NULL), KILN_ERR_INVALID_ARGUMENT, "list is NULL");
+    kiln_module *mods[3] = {m, NULL, NULL}, *seq = NULL;
+    ASSERT_OK(kiln_activation_create(KILN_UNARY_GELU, &mods[2]));
+    ASSERT_FAILS(kiln_sequential_create(mods, 3, &seq), KILN_ERR_INVALID_ARGUMENT,
+                 "mods[1] is NULL");
+    ck_assert_ptr_null(seq);
+    ASSERT_OK(kiln_activation_create(KILN_UNARY_GELU, &mods[0]));
+    mods[1] = mods[0];
+    ASSERT_FAILS(kiln_sequential_create(mods, 2, &seq), KILN_ERR_INVALID_ARGUMENT,
+                 "mods[1] is mods[0]");
+    ASSERT_FAILS(kiln_sequential_create(NULL, 2, &seq), KILN_ERR_INVALID_ARGUMENT,
+                 "mods is NULL");
+    ASSERT_OK(kiln_activation_create(KILN_UNARY_GELU, &mods[0]));
+    ASSERT_FAILS(kiln_sequential_create(mods, 0, &seq), KILN_ERR_INVALID_ARGUMENT, ">= 1");
+    kiln_module_free(mods[0]); /* n = 0 owns nothing */
+
+    kiln_tensor *all[] = {x, w, b, b5, xi, w64};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        kiln_tensor_release(all[i]);
+    ck_assert_uint_eq(live_bytes(), before);
+    kiln_module_free(NULL);
+    kiln_module_set_training(NULL, true);
+}
+END_TEST
+
+/* Every host allocation of each create fails in turn (then the device budget): a clear status,
+ * *m NULL, no tensor left. ASan's leak check covers the host memory. */
+static kiln_status create_nth(int which, kiln_module **m)
+{
+    switch (which) {
+    case 0:
+        return kiln_linear_create(dev, KILN_F32, 3, 2, true, KILN_INIT_DEFAULT, 1, m);
+    case 1:
+        return kiln_layer_norm_create(dev, KILN_F32, 3, 1e-5, m);
+    case 2:
+        return kiln_embedding_create(dev, KILN_F32, 4, 3, 1, m);
+    case 3:
+        return kiln_dropout_create(0.1, 1, m);
+    case 4:
+        return kiln_activation_create(KILN_UNARY_SIGMOID, m);
+    default: {
+        kiln_module *mods[2] = {0};
+        *m = NULL;
+        kiln_status s = kiln_linear_create(dev, KILN_F32, 3, 2, true, KILN_INIT_HE, 1, &mods[0]);
+        if (s != KILN_OK)
+            return s;
+        s = kiln_activation_create(KILN_UNARY_RELU, &mods[1]);
+        if (s != KILN_OK) {
+            kiln_module_free(mods[0]);
+            return s;
+        }
+        return kiln_sequential_create(mods, 2, m);
+    }
+    }
+}
+
+START_TEST(test_out_of_memory)
+{
+    for (int which = 0; which < 6; which++) {
+        kiln_module *m = NULL;
+        ASSERT_OK(create_nth(which, &m)); /* the kernels built, so that only creation counts */
+        kiln_module_free(m);
+        uint64_t before = live_bytes();
+        int failures = 0;
+        for (long n = 1;; n++) {
+            m = (kiln_module *)&failures;
+            kiln__alloc_fail_at(n);
+            kiln_status s = create_nth(which, &m);
+            long count = kiln__alloc_count();
+            kiln__alloc_fail_at(-1);
+            if (s == KILN_OK) {
+                kiln_module_free(m);
+                if (count < n)
+                    break;
+                continue; /* the failed allocation was retried or not needed */
+            }
+            failures++;
+            ck_assert_msg(s == KILN_ERR_OUT_OF_MEMORY, "create %d, allocation %ld: %s", which, n,
+                          kiln_last_error());
+            ck_assert_ptr_null(m);
+            ck_assert_uint_eq(live_bytes(), before);
+        }
+        ck_assert_int_gt(failures, 0);
+    }
+    /* the device's budget: room for the weight, not for the bias */
+    ASSERT_OK(kiln_device_synchronize(dev));
+    ASSERT_OK(kiln_device_empty_cache(dev));
+    uint64_t before = live_bytes();
+    ASSERT_OK(kiln_device_set_memory_limit(dev, before + 64 * 64 * 4 + 16));
+    kiln_module *m = NULL;
+    ASSERT_FAILS(kiln_linear_create(dev, KILN_F32, 64, 64, true, KILN_INIT_DEFAULT, 1, &m),
+                 KILN_ERR_OUT_OF_MEMORY, "");
+    ck_assert_ptr_null(m);
+    ck_assert_uint_eq(live_bytes(), before);
+    ASSERT_OK(kiln_device_set_memory_limit(dev, 0));
+}
+END_TEST
+
+Suite *layers_suite(void)
+{
+    Suite *s = suite_create("layers");
+    TCase *tc = tcase_create("layers");
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_linear_forward);
+    tcase_add_test(tc, test_layer_norm_forward);
+    tcase_add_test(tc, test_dropout);
+    tcase_add_test(tc, test_dropout_module);
+    tcase_add_test(tc, test_embedding);
+    tcase_add_test(tc, test_init);
+    tcase_add_test(tc, test_same_weights_everywhere);
+    tcase_add_test(tc, test_gradients);
+    tcase_add_test(tc, test_sequential);
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_out_of_memory);
+    suite_add_tcase(s, tc);
+    return s;
+}
