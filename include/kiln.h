@@ -969,9 +969,8 @@ typedef enum kiln_init {
 } kiln_init;
 
 /* weight [out, in] (seed), bias [out] when bias is true; forward is kiln_linear. */
-KILN_API kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in,
-                                        int64_t out, bool bias, kiln_init init, uint64_t seed,
-                                        kiln_module **m);
+KILN_API kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in, int64_t out,
+                                        bool bias, kiln_init init, uint64_t seed, kiln_module **m);
 /* weight ones [dim], bias zeros [dim]; forward is kiln_layer_norm over the last axis. */
 KILN_API kiln_status kiln_layer_norm_create(kiln_device *dev, kiln_dtype dtype, int64_t dim,
                                             double eps, kiln_module **m);

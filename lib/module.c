@@ -52,8 +52,7 @@ static kiln_status new_module(kind k, const char *op, kiln_module **out)
 }
 
 /* The checks every layer with parameters shares. */
-static kiln_status check_create(const char *op, kiln_device *dev, kiln_dtype dtype,
-                                kiln_module **m)
+static kiln_status check_create(const char *op, kiln_device *dev, kiln_dtype dtype, kiln_module **m)
 {
     if (!m)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: m is NULL", op);
@@ -69,8 +68,7 @@ static kiln_status check_create(const char *op, kiln_device *dev, kiln_dtype dty
     return KILN_OK;
 }
 
-static kiln_status check_dims(const char *op, const char *a, int64_t va, const char *b,
-                              int64_t vb)
+static kiln_status check_dims(const char *op, const char *a, int64_t va, const char *b, int64_t vb)
 {
     if (va >= 1 && vb >= 1)
         return KILN_OK;
@@ -114,7 +112,8 @@ kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in, i
     if (s != KILN_OK)
         return s;
     int64_t ws[2] = {out, in};
-    double bound = init == KILN_INIT_XAVIER ? sqrt(6.0 / (double)(in + out)) : 1.0 / sqrt((double)in);
+    double bound =
+        init == KILN_INIT_XAVIER ? sqrt(6.0 / (double)(in + out)) : 1.0 / sqrt((double)in);
     if (init == KILN_INIT_HE)
         s = kiln_rand_normal(dev, dtype, 2, ws, seed, 0.0, sqrt(2.0 / (double)in), &l->weight);
     else
@@ -143,8 +142,8 @@ kiln_status kiln_layer_norm_create(kiln_device *dev, kiln_dtype dtype, int64_t d
     if (s == KILN_OK)
         s = check_dims(op, "dim", dim, "dim", dim);
     if (s == KILN_OK && !(eps >= 0 && isfinite(eps)))
-        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: eps is %g; it must be finite and >= 0",
-                        op, eps);
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: eps is %g; it must be finite and >= 0", op,
+                        eps);
     kiln_module *l = NULL;
     if (s == KILN_OK)
         s = new_module(LAYER_NORM, op, &l);
@@ -242,8 +241,8 @@ kiln_status kiln_sequential_create(kiln_module *const *mods, int n, kiln_module 
             s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: mods[%d] is NULL", op, i);
         for (int j = 0; s == KILN_OK && j < i; j++)
             if (mods[j] == mods[i])
-                s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: mods[%d] is mods[%d] again", op,
-                                i, j);
+                s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: mods[%d] is mods[%d] again", op, i,
+                                j);
         if (s == KILN_OK && mods[i]->owned)
             s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
                             "%s: mods[%d] already belongs to another sequential", op, i);

@@ -457,12 +457,15 @@ START_TEST(test_fd_index)
     gradcheck("index_select 3-D", f_index, &c3, 1, x3);
     /* gather: the index as large as x, then shorter outside the axis (padded back) */
     const opctx gathers[] = {
-        {.op = 1, .axis = 0, .perm = {5, 4}}, {.op = 1, .axis = 1, .perm = {3, 6}},
-        {.op = 1, .axis = 1, .perm = {2, 3}}, {.op = 1, .axis = 0, .perm = {2, 2}},
+        {.op = 1, .axis = 0, .perm = {5, 4}},
+        {.op = 1, .axis = 1, .perm = {3, 6}},
+        {.op = 1, .axis = 1, .perm = {2, 3}},
+        {.op = 1, .axis = 0, .perm = {2, 2}},
     };
     for (size_t k = 0; k < sizeof gathers / sizeof *gathers; k++)
         gradcheck("gather", f_index, &gathers[k], 1, x2);
-    const opctx g3[] = {{.op = 1, .axis = 2, .perm = {3, 4, 3}}, {.op = 1, .axis = 1, .perm = {2, 5, 1}}};
+    const opctx g3[] = {{.op = 1, .axis = 2, .perm = {3, 4, 3}},
+                        {.op = 1, .axis = 1, .perm = {2, 5, 1}}};
     for (size_t k = 0; k < sizeof g3 / sizeof *g3; k++)
         gradcheck("gather 3-D", f_index, &g3[k], 1, x3);
 }

@@ -268,9 +268,10 @@ kiln_status kiln__index_add(const kiln_tensor *g, int axis, const kiln_tensor *i
         s = kiln__builtin_kernel(g->dev, "index", defs, "kiln_index_add", op, &k);
         size_t global[2] = {(size_t)inner, (size_t)outer}, local[2];
         kiln__fixed_ndrange(k ? k->wg_size : 1, 2, global, local);
-        kiln_arg args[] = {kiln_arg_tensor(g),  kiln_arg_tensor(idx), kiln_arg_tensor(t),
-                           kiln_arg_i64(outer), kiln_arg_i64(n),      kiln_arg_i64(inner),
-                           kiln_arg_i64(m),     kiln_arg_i32(per_element ? 1 : 0)};
+        kiln_arg args[] = {kiln_arg_tensor(g), kiln_arg_tensor(idx),
+                           kiln_arg_tensor(t), kiln_arg_i64(outer),
+                           kiln_arg_i64(n),    kiln_arg_i64(inner),
+                           kiln_arg_i64(m),    kiln_arg_i32(per_element ? 1 : 0)};
         if (s == KILN_OK)
             s = kiln__kernel_launch(g->dev, k, op, 2, global, local, 8, args);
     }

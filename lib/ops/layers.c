@@ -20,8 +20,8 @@ static kiln_status drop(kiln_status s, int n, kiln_tensor **ts)
 /* x, the required y, and the optional tensors (NULL entries allowed) valid, on one device and
  * of x's floating dtype. */
 static kiln_status check_args(const char *op, const kiln_tensor *x, int n,
-                              const kiln_tensor *const *ts, const char *const *names,
-                              int required, kiln_tensor **y)
+                              const kiln_tensor *const *ts, const char *const *names, int required,
+                              kiln_tensor **y)
 {
     if (!y)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: y is NULL", op);
@@ -40,14 +40,15 @@ static kiln_status check_args(const char *op, const kiln_tensor *x, int n,
 }
 
 /* A 1-D t of length len, or KILN_ERR_SHAPE_MISMATCH. */
-static kiln_status check_vector(const char *op, const char *name, const kiln_tensor *t,
-                                int64_t len, const char *what)
+static kiln_status check_vector(const char *op, const char *name, const kiln_tensor *t, int64_t len,
+                                const char *what)
 {
     if (!t || (t->ndim == 1 && t->shape[0] == len))
         return KILN_OK;
     char sh[160];
-    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: %s has shape %s; it must be [%" PRId64 "] (%s)",
-                       op, name, kiln__shape_str(sh, sizeof sh, t->ndim, t->shape), len, what);
+    return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                       "%s: %s has shape %s; it must be [%" PRId64 "] (%s)", op, name,
+                       kiln__shape_str(sh, sizeof sh, t->ndim, t->shape), len, what);
 }
 
 kiln_status kiln_linear(const kiln_tensor *x, const kiln_tensor *weight, const kiln_tensor *bias,
@@ -63,8 +64,7 @@ kiln_status kiln_linear(const kiln_tensor *x, const kiln_tensor *weight, const k
                            op, kiln_dtype_name(x->dtype));
     if (weight->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != weight->shape[1])
         return kiln__shape_mismatch(op, "x", x->ndim, x->shape, "weight", weight->ndim,
-                                    weight->shape,
-                                    "; weight must be [out, in] and x [..., in]");
+                                    weight->shape, "; weight must be [out, in] and x [..., in]");
     s = check_vector(op, "bias", bias, weight->shape[0], "out, weight's first dimension");
     if (s != KILN_OK || x->ndim >= KILN_MAX_DIMS)
         return s != KILN_OK ? s
@@ -107,8 +107,8 @@ kiln_status kiln_layer_norm(const kiln_tensor *x, const kiln_tensor *weight,
     if (s == KILN_OK)
         s = check_vector(op, "bias", bias, dim, "x's last dimension");
     if (s == KILN_OK && !(eps >= 0 && isfinite(eps)))
-        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: eps is %g; it must be finite and >= 0",
-                        op, eps);
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: eps is %g; it must be finite and >= 0", op,
+                        eps);
     if (s != KILN_OK)
         return s;
     /* (x - mean) / sqrt(mean((x - mean)^2) + eps), then * weight + bias */
