@@ -607,13 +607,35 @@ typedef enum kiln_binary_op {
 
 /* The _out forms of the elementwise ops (binary, scalar, add ... div, where, unary, unary
  * backward, cast) may write in place: out may be (a view of) an input of the result's shape,
- * since each element is read before it is written by the same work-item. */
+ * since each element is read before it is written by the same work-item.
+ *
+ * dtype promotion (PyTorch's rules for kiln's dtypes): operands of different dtypes compute in
+ * the promoted dtype, floating beating integer and, within a category, the wider winning:
+ *
+ *           u8   i32  i64  f16  f32  f64
+ *     u8    u8   i32  i64  f16  f32  f64
+ *     i32   i32  i32  i64  f16  f32  f64
+ *     i64   i64  i64  i64  f16  f32  f64
+ *     f16   f16  f16  f16  f16  f32  f64
+ *     f32   f32  f32  f32  f32  f32  f64
+ *     f64   f64  f64  f64  f64  f64  f64
+ *
+ * The result has the promoted dtype, except comparisons (EQ ... GE), which give u8; an _out
+ * form's out must have that dtype (else KILN_ERR_DTYPE_MISMATCH). The other operand is cast
+ * first (kiln_cast's conversion, so f16 + i64 rounds the integers to f16), and the gradient of a
+ * floating operand flows back through the cast in its own dtype. The scalar forms keep the
+ * tensor's dtype, as PyTorch does for a Python scalar of the tensor's category: a floating
+ * tensor with any scalar, an integer tensor with an integer scalar (kiln_binary_scalar's double
+ * holding an integer value, or the _i64 forms). An integer tensor with a double that is not an
+ * integer (a fraction, NaN or an infinity) computes in f32, PyTorch's default dtype: i32 + 2.5
+ * is an f32 tensor (before 1.0 the scalar was truncated to 2). */
 KILN_API kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                                  kiln_tensor **out);
 KILN_API kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                                      kiln_tensor *out);
-/* a op scalar; the scalar converts to a's compute type (f32 for f16; truncated toward zero
- * for integers, and one that does not fit is KILN_ERR_INVALID_ARGUMENT). The _i64 forms take an
+/* a op scalar; the scalar converts to a's compute type (f32 for f16; for an integer tensor an
+ * integer-valued scalar that does not fit is KILN_ERR_INVALID_ARGUMENT, and any other makes the
+ * op compute in f32, see above). The _i64 forms take an
  * exact 64-bit integer scalar (rounded to nearest for floating dtypes). */
 KILN_API kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
                                         kiln_tensor **out);
