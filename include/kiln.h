@@ -330,7 +330,9 @@ KILN_API kiln_tensor *kiln_tensor_retain(kiln_tensor *t);
  * last 256 released tensors marked dead, so such a second release (or any later use) of a
  * recently released handle is recognised: the release is ignored and reported through
  * kiln_last_error() and KILN_LOG=error; other calls fail with KILN_ERR_INVALID_ARGUMENT.
- * Beyond that window it is undefined behaviour, as in free(). */
+ * Beyond that window it is undefined behaviour, as in free(). Inside a scope (see "Scopes for
+ * temporaries") the release of a tensor the scope owns releases the scope's reference: the
+ * tensor leaves the scope, which will not release it again. */
 KILN_API void kiln_tensor_release(kiln_tensor *t);
 
 /* Accessors. NULL tensors give NULL / -1 / 0. kiln_tensor_shape returns a pointer into t. */
@@ -605,13 +607,35 @@ typedef enum kiln_binary_op {
 
 /* The _out forms of the elementwise ops (binary, scalar, add ... div, where, unary, unary
  * backward, cast) may write in place: out may be (a view of) an input of the result's shape,
- * since each element is read before it is written by the same work-item. */
+ * since each element is read before it is written by the same work-item.
+ *
+ * dtype promotion (PyTorch's rules for kiln's dtypes): operands of different dtypes compute in
+ * the promoted dtype, floating beating integer and, within a category, the wider winning:
+ *
+ *           u8   i32  i64  f16  f32  f64
+ *     u8    u8   i32  i64  f16  f32  f64
+ *     i32   i32  i32  i64  f16  f32  f64
+ *     i64   i64  i64  i64  f16  f32  f64
+ *     f16   f16  f16  f16  f16  f32  f64
+ *     f32   f32  f32  f32  f32  f32  f64
+ *     f64   f64  f64  f64  f64  f64  f64
+ *
+ * The result has the promoted dtype, except comparisons (EQ ... GE), which give u8; an _out
+ * form's out must have that dtype (else KILN_ERR_DTYPE_MISMATCH). The other operand is cast
+ * first (kiln_cast's conversion, so f16 + i64 rounds the integers to f16), and the gradient of a
+ * floating operand flows back through the cast in its own dtype. The scalar forms keep the
+ * tensor's dtype, as PyTorch does for a Python scalar of the tensor's category: a floating
+ * tensor with any scalar, an integer tensor with an integer scalar (kiln_binary_scalar's double
+ * holding an integer value, or the _i64 forms). An integer tensor with a double that is not an
+ * integer (a fraction, NaN or an infinity) computes in f32, PyTorch's default dtype: i32 + 2.5
+ * is an f32 tensor (before 1.0 the scalar was truncated to 2). */
 KILN_API kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                                  kiln_tensor **out);
 KILN_API kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                                      kiln_tensor *out);
-/* a op scalar; the scalar converts to a's compute type (f32 for f16; truncated toward zero
- * for integers, and one that does not fit is KILN_ERR_INVALID_ARGUMENT). The _i64 forms take an
+/* a op scalar; the scalar converts to a's compute type (f32 for f16; for an integer tensor an
+ * integer-valued scalar that does not fit is KILN_ERR_INVALID_ARGUMENT, and any other makes the
+ * op compute in f32, see above). The _i64 forms take an
  * exact 64-bit integer scalar (rounded to nearest for floating dtypes). */
 KILN_API kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
                                         kiln_tensor **out);
@@ -1004,7 +1028,48 @@ KILN_API void kiln_module_free(kiln_module *m);
 
 /* ------------------------------------------------------------------------------------------
  * Scopes for temporaries
+ *
+ * A scope owns every tensor the calling thread creates while it is the thread's innermost scope:
+ * the results of every allocating op, creation, kiln_tensor_to (onto the tensor's own device it
+ * then returns a new handle sharing the memory rather than t retained), clone, reshape and other
+ * views, kiln_load's... kiln_scope_end releases the creation reference of each one that was not
+ * kept or released, so a training step needs no per-temporary release:
+ *
+ *     kiln_scope *sc;
+ *     kiln_scope_begin(&sc);
+ *     kiln_matmul(x, w, &h); ... kiln_cross_entropy(logits, labels, &loss, NULL);
+ *     kiln_backward(loss, NULL, 0);
+ *     kiln_sgd_step(w, kiln_tensor_grad(w), NULL, lr, 0, 0);
+ *     kiln_scope_keep(sc, loss);   (keep one: the caller now owns it)
+ *     kiln_scope_end(sc);          (h, logits and every other temporary released)
+ *
+ * Only creation references are owned: a tensor retained by someone else (kiln_tensor_retain, a
+ * kiln_params list, the graph of a tensor that lives on) survives the scope end and is freed at
+ * its last release. What kiln keeps itself is never owned by a scope: a leaf's gradient (made
+ * by kiln_backward), a kiln_checkpoint's tensors, an optimizer's state, a layer's weights.
+ * Tensors may be released inside the scope as usual (on any thread): kiln_tensor_release of an
+ * owned tensor releases the scope's reference and takes it out of the scope. If you retained
+ * an owned tensor and then release it once, the reference left is yours.
+ *
+ * Scopes nest per thread; a scope is ended on the thread that began it. kiln_scope_end of a
+ * scope that is not the innermost logs a KILN_ERR_STATE error and ends the scopes begun inside
+ * it first (innermost first), then this one; of a scope not open on this thread (another
+ * thread's, or a forged handle), it logs the error and does nothing. NULL is a no-op. The scope
+ * handle is invalid after its end.
  * ---------------------------------------------------------------------------------------- */
+
+typedef struct kiln_scope kiln_scope;
+
+/* Push a new scope on the calling thread's stack. */
+KILN_API kiln_status kiln_scope_begin(kiln_scope **out);
+
+/* Take t out of scope: into the enclosing scope of the thread if there is one, else the caller
+ * owns its creation reference (releases it). KILN_ERR_INVALID_ARGUMENT when t does not belong
+ * to scope (created outside it or in an inner scope, or already kept or released). */
+KILN_API kiln_status kiln_scope_keep(kiln_scope *scope, kiln_tensor *t);
+
+/* Release every tensor scope still owns and pop it (see above for a non-innermost scope). */
+KILN_API void kiln_scope_end(kiln_scope *scope);
 
 #ifdef __cplusplus
 }

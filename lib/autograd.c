@@ -13,6 +13,7 @@
 #include "alloc.h"
 #include "autograd_node.h"
 #include "dtype.h"
+#include "scope.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -112,7 +113,7 @@ void kiln__ag_tensor_dead(kiln_tensor *t)
         kiln__ag_node *nd = dying;
         dying = nd->next;
         for (int i = 0; i < nd->n; i++)
-            kiln_tensor_release(nd->in[i].t);
+            kiln__tensor_drop(nd->in[i].t);
         free(nd);
     }
     draining = false;
@@ -366,6 +367,7 @@ static kiln_status commit(plan *p)
             s = new_grad(p->leaves[i], &fresh[i]);
     for (size_t i = 0; i < p->nleaves; i++) {
         if (s == KILN_OK && fresh[i]) {
+            kiln__scope_forget(fresh[i]); /* the leaf keeps it past the user's scope */
             kiln_tensor_release(p->leaves[i]->grad);
             p->leaves[i]->grad = fresh[i];
         } else {
@@ -403,7 +405,7 @@ static void free_graph(plan *p, kiln_tensor **drop)
     }
     p->nnodes = 0;
     for (size_t i = 0; i < n; i++)
-        kiln_tensor_release(drop[i]);
+        kiln__tensor_drop(drop[i]);
 }
 
 /* Room for every input of the plan's nodes, allocated before any work so that freeing the
@@ -471,6 +473,9 @@ kiln_status kiln_backward(kiln_tensor *loss, const kiln_tensor *grad, kiln_backw
     if (s != KILN_OK)
         return s;
     plan p = {0};
+    /* Scopes suspended: what backward creates is its own (the gradients are kept by the leaves),
+     * and its releases of the user's tensors (the graph's saved inputs) only drop references. */
+    bool prev_scope = kiln__scope_suspend();
     bool prev = kiln_set_grad_enabled(false);
     kiln_tensor *seed = NULL, **drop = NULL;
     kiln_tensor_retain(loss); /* freeing the graph must not free the root under us */
@@ -498,5 +503,6 @@ kiln_status kiln_backward(kiln_tensor *loss, const kiln_tensor *grad, kiln_backw
     plan_clear(&p);
     kiln_tensor_release(loss);
     kiln_set_grad_enabled(prev);
+    kiln__scope_resume(prev_scope);
     return in_backward(s);
 }

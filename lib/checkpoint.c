@@ -22,6 +22,7 @@
 #include "alloc.h"
 #include "dtype.h"
 #include "registry.h"
+#include "scope.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -538,7 +539,7 @@ void kiln_checkpoint_free(kiln_checkpoint *ck)
         return;
     for (int i = 0; ck->names && ck->tensors && i < ck->n; i++) {
         free(ck->names[i]);
-        kiln_tensor_release(ck->tensors[i]);
+        kiln__tensor_drop(ck->tensors[i]);
     }
     free(ck->names);
     free(ck->tensors);
@@ -574,7 +575,8 @@ kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out)
         s = kiln_tensor_from_host(dev, e->dtype, e->ndim, e->shape, data + e->begin,
                                   &ck->tensors[i]);
         if (s == KILN_OK) {
-            ck->names[i] = e->name; /* taken over from the entry */
+            kiln__scope_forget(ck->tensors[i]); /* the checkpoint owns it, not a scope */
+            ck->names[i] = e->name;             /* taken over from the entry */
             e->name = NULL;
             ck->n = i + 1;
         }

@@ -6,6 +6,7 @@
 #include "params.h"
 
 #include "alloc.h"
+#include "scope.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -100,7 +101,7 @@ void kiln_params_free(kiln_params *p)
         return;
     for (int i = 0; i < p->n; i++) {
         free(p->names[i]);
-        kiln_tensor_release(p->tensors[i]);
+        kiln__tensor_drop(p->tensors[i]); /* retained: a scope's reference stays */
     }
     free(p->names);
     free(p->tensors);

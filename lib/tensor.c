@@ -14,6 +14,7 @@
 #include "memory.h"
 #include "queue.h"
 #include "registry.h"
+#include "scope.h"
 #include "staging.h"
 #include "status.h"
 
@@ -28,6 +29,13 @@ char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
     if (n < size)
         snprintf(buf + n, size - n, "]");
     return buf;
+}
+
+static atomic_int_fast64_t live_headers; /* kiln__tensor_live */
+
+int64_t kiln__tensor_live(void)
+{
+    return (int64_t)atomic_load(&live_headers);
 }
 
 /* Released headers are not freed at once but kept, marked dead, among the last
@@ -190,6 +198,9 @@ static kiln_tensor *header_new(kiln_device *dev, kiln_dtype dtype, int ndim, con
     t->numel = numel;
     t->nbytes = nbytes;
     t->storage = st;
+    atomic_init(&t->scope, NULL);
+    atomic_fetch_add(&live_headers, 1);
+    kiln__scope_adopt(t);
     return t;
 }
 
@@ -397,6 +408,8 @@ kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor *
         s = kiln__check_device(dev, op);
     if (s != KILN_OK)
         return s;
+    if (dev == t->dev && kiln__scope_active()) /* a new handle, for the scope to release */
+        return kiln_tensor_reshape(t, t->ndim, t->shape, out);
     if (dev == t->dev) {
         *out = kiln_tensor_retain((kiln_tensor *)t);
         return KILN_OK;
@@ -554,25 +567,45 @@ kiln_tensor *kiln_tensor_retain(kiln_tensor *t)
     return t;
 }
 
-void kiln_tensor_release(kiln_tensor *t)
+/* Whether t is a live handle; reports (and the caller ignores) anything else. */
+static bool release_ok(kiln_tensor *t, const char *op)
 {
-    if (!t)
-        return;
-    if (t->magic != KILN__TENSOR_MAGIC) {
-        /* A bug in the caller; report it rather than corrupt the heap. */
-        kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_release: %p %s; ignored", (void *)t,
-                    t->magic == KILN__TENSOR_DEAD ? "was already released"
-                                                  : "is not a tensor handle");
-        kiln__log_last_error(KILN_LOG_ERROR);
-        return;
-    }
+    if (t->magic == KILN__TENSOR_MAGIC)
+        return true;
+    /* A bug in the caller; report it rather than corrupt the heap. */
+    kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %p %s; ignored", op, (void *)t,
+                t->magic == KILN__TENSOR_DEAD ? "was already released" : "is not a tensor handle");
+    kiln__log_last_error(KILN_LOG_ERROR);
+    return false;
+}
+
+static void unref(kiln_tensor *t)
+{
     if (atomic_fetch_sub(&t->refs, 1) > 1)
         return;
+    kiln__scope_forget(t);
+    atomic_fetch_sub(&live_headers, 1);
     kiln__ag_tensor_dead(t);
     t->magic = KILN__TENSOR_DEAD;
     storage_release(t->storage);
     t->storage = NULL;
     bury(t);
+}
+
+void kiln_tensor_release(kiln_tensor *t)
+{
+    if (!t || !release_ok(t, "kiln_tensor_release"))
+        return;
+    /* The release of a scoped tensor is that of the scope's (creation) reference. */
+    if (!kiln__scope_suspended())
+        kiln__scope_forget(t);
+    unref(t);
+}
+
+void kiln__tensor_drop(kiln_tensor *t)
+{
+    if (t && release_ok(t, "kiln_tensor_release"))
+        unref(t);
 }
 
 kiln_device *kiln_tensor_device(const kiln_tensor *t)

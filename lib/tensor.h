@@ -41,6 +41,9 @@ struct kiln_tensor {
     struct kiln__ag_node *node;
     kiln_tensor *ag_acc;
     bool ag_listed;
+    /* scopes (lib/scope.c): the scope holding the creation reference, under scope.c's lock */
+    _Atomic(struct kiln_scope *) scope;
+    kiln_tensor *scope_prev, *scope_next;
 };
 
 /* Record an in-place write into t's storage (every view of it sees the new version). */

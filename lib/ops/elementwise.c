@@ -9,6 +9,7 @@
 #include "launch.h"
 #include "optables.h"
 #include "program.h"
+#include "promote.h"
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
@@ -143,10 +144,14 @@ static kiln_status binary(const char *fn, kiln_binary_op op, const kiln_tensor *
 kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                         kiln_tensor **out)
 {
+    kiln_tensor *tmp = NULL; /* a promoted operand (promote.c) */
     kiln_status s = check_out_ptr("kiln_binary", out);
+    s = s != KILN_OK ? s : kiln__promote_pair("kiln_binary", &a, &b, &tmp);
     s = s != KILN_OK ? s : binary("kiln_binary", op, a, b, NULL, out);
-    return kiln__ag_record(s, "kiln_binary", KILN__AG_BINARY, &(kiln__ag_args){.op = (int)op}, 2,
-                           (const kiln_tensor *[]){a, b}, out);
+    s = kiln__ag_record(s, "kiln_binary", KILN__AG_BINARY, &(kiln__ag_args){.op = (int)op}, 2,
+                        (const kiln_tensor *[]){a, b}, out);
+    kiln_tensor_release(tmp);
+    return s;
 }
 
 kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
@@ -154,7 +159,11 @@ kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_
 {
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_binary_out: out is NULL");
-    return binary("kiln_binary_out", op, a, b, out, NULL);
+    kiln_tensor *tmp;
+    kiln_status s = kiln__promote_pair("kiln_binary_out", &a, &b, &tmp);
+    s = s != KILN_OK ? s : binary("kiln_binary_out", op, a, b, out, NULL);
+    kiln_tensor_release(tmp);
+    return s;
 }
 
 static kiln_status check_given(const char *fn, const kiln_tensor *given)
@@ -167,15 +176,23 @@ static kiln_status check_given(const char *fn, const kiln_tensor *given)
 #define KILN__BINARY_WRAPPER(fn, OP)                                                               \
     kiln_status fn(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out)                  \
     {                                                                                              \
+        kiln_tensor *tmp = NULL;                                                                   \
         kiln_status s = check_out_ptr(#fn, out);                                                   \
+        s = s != KILN_OK ? s : kiln__promote_pair(#fn, &a, &b, &tmp);                              \
         s = s != KILN_OK ? s : binary(#fn, OP, a, b, NULL, out);                                   \
-        return kiln__ag_record(s, #fn, KILN__AG_BINARY, &(kiln__ag_args){.op = OP}, 2,             \
-                               (const kiln_tensor *[]){a, b}, out);                                \
+        s = kiln__ag_record(s, #fn, KILN__AG_BINARY, &(kiln__ag_args){.op = OP}, 2,                \
+                            (const kiln_tensor *[]){a, b}, out);                                   \
+        kiln_tensor_release(tmp);                                                                  \
+        return s;                                                                                  \
     }                                                                                              \
     kiln_status fn##_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out)             \
     {                                                                                              \
+        kiln_tensor *tmp = NULL;                                                                   \
         kiln_status s = check_given(#fn "_out", out);                                              \
-        return s != KILN_OK ? s : binary(#fn "_out", OP, a, b, out, NULL);                         \
+        s = s != KILN_OK ? s : kiln__promote_pair(#fn "_out", &a, &b, &tmp);                       \
+        s = s != KILN_OK ? s : binary(#fn "_out", OP, a, b, out, NULL);                            \
+        kiln_tensor_release(tmp);                                                                  \
+        return s;                                                                                  \
     }
 KILN__BINARY_WRAPPER(kiln_add, KILN_BINARY_ADD)
 KILN__BINARY_WRAPPER(kiln_sub, KILN_BINARY_SUB)
@@ -216,18 +233,26 @@ kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double s
                                kiln_tensor **out)
 {
     const char *fn = "kiln_binary_scalar";
+    kiln_tensor *tmp = NULL;
     kiln_status s = check_out_ptr(fn, out);
+    s = s != KILN_OK ? s : kiln__promote_scalar(fn, &a, scalar, &tmp);
     s = s != KILN_OK ? s : binary_scalar(fn, op, a, (kiln__scalar){.f = scalar}, NULL, out);
-    return kiln__ag_record(s, fn, KILN__AG_SCALAR,
-                           &(kiln__ag_args){.op = (int)op, .scalar = scalar}, 1, &a, out);
+    s = kiln__ag_record(s, fn, KILN__AG_SCALAR, &(kiln__ag_args){.op = (int)op, .scalar = scalar},
+                        1, &a, out);
+    kiln_tensor_release(tmp);
+    return s;
 }
 
 kiln_status kiln_binary_scalar_out(kiln_binary_op op, const kiln_tensor *a, double scalar,
                                    kiln_tensor *out)
 {
     const char *fn = "kiln_binary_scalar_out";
+    kiln_tensor *tmp = NULL;
     kiln_status s = check_given(fn, out);
-    return s != KILN_OK ? s : binary_scalar(fn, op, a, (kiln__scalar){.f = scalar}, out, NULL);
+    s = s != KILN_OK ? s : kiln__promote_scalar(fn, &a, scalar, &tmp);
+    s = s != KILN_OK ? s : binary_scalar(fn, op, a, (kiln__scalar){.f = scalar}, out, NULL);
+    kiln_tensor_release(tmp);
+    return s;
 }
 
 kiln_status kiln_binary_scalar_i64(kiln_binary_op op, const kiln_tensor *a, int64_t scalar,
