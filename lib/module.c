@@ -250,7 +250,7 @@ kiln_status kiln_sequential_create(kiln_module *const *mods, int n, kiln_module 
     kiln_module *q = NULL;
     if (s == KILN_OK)
         s = new_module(SEQUENTIAL, op, &q);
-    if (s == KILN_OK && !(q->mods = kiln__calloc((size_t)n, sizeof *q->mods))) {
+    if (s == KILN_OK && !(q->mods = kiln__calloc((size_t)n, sizeof(kiln_module *)))) {
         s = kiln__host_oom(op);
         free(q);
     }
