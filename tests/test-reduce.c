@@ -194,6 +194,13 @@ START_TEST(test_vector_and_chunked_paths)
     static const int64_t cols[] = {37, 263}, cols3[] = {2, 1000, 19}, rows[] = {5, 1237},
                          all[] = {70001}, tall[] = {8209, 9}, wide[] = {3, 16411},
                          blocks[] = {131, 512};
+    /* Column blocks narrowed to give each compute unit one (CPU_MIN_WIDTH 64, widths rounded
+     * up to 8): two blocks of 104 and 96, of 72 and 58 (a scalar tail), too few columns to
+     * narrow (100, one block: rows split if long enough), three blocks made four (of 176 and
+     * 172) for two compute units, several rows of one block. */
+    static const int64_t narrow[] = {77, 200}, narrow_tail[] = {33, 130}, one_block[] = {5, 100},
+                         split_block[] = {700, 100}, three_blocks[] = {40, 700},
+                         rows_of_block[] = {3, 600, 70};
     static const int64_t small_cols[] = {1029, 35}, small_rows[] = {5, 300}, small3[] = {2, 77, 9};
     for (int i = 0; i < ndevs; i++) {
         kiln_device *dev = devs[i];
@@ -216,6 +223,12 @@ START_TEST(test_vector_and_chunked_paths)
             check_case(dev, op, dt, 2, tall, 0, true);
             check_case(dev, op, dt, 2, wide, 1, false);
             check_case(dev, op, dt, 2, blocks, 0, false);
+            check_case(dev, op, dt, 2, narrow, 0, false);
+            check_case(dev, op, dt, 2, narrow_tail, 0, true);
+            check_case(dev, op, dt, 2, one_block, 0, false);
+            check_case(dev, op, dt, 2, split_block, 0, false);
+            check_case(dev, op, dt, 2, three_blocks, 0, false);
+            check_case(dev, op, dt, 3, rows_of_block, 1, false);
         }
     }
 }

@@ -4,8 +4,8 @@
  *   kiln_reduce_combine  one work-item per result over its partials, writes out (slot O)
  *   kiln_reduce_rows     one work-item per result and chunk of its row (GPUs: neighbouring
  *                        work-items read neighbouring columns)
- *   kiln_reduce_cols     one work-item per 16 neighbouring results and chunk of rows, in vectors
- *                        of 8 (CPUs, inner > 1)
+ *   kiln_reduce_cols     one work-item per block of up to 256 neighbouring results and chunk of
+ *                        rows, in vectors of 8 (CPUs, inner > 1)
  *   kiln_reduce_vrows    one work-item per chunk of a contiguous row, in vectors of 8 (CPUs,
  *                        inner == 1)
  *   The last three write out (slot O) when nchunks == 1, else partials for the combine step.
@@ -338,8 +338,9 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
 #define KILN_COL_BLOCKS(x, p, inner, j, j1, m, mv, s, c, idx, is_min) ((void)0)
 #endif
 
-/* Launched over [ceil(inner / KILN_COLS), nchunks, outer] (capped: KILN_FOR loops; padded),
- * inner > 1: the work-item folds rows j0 .. j1 of KILN_COLS neighbouring columns, streaming
+/* Launched over [ceil(inner / width), nchunks, outer] (capped: KILN_FOR loops; padded),
+ * inner > 1, width <= KILN_COLS (a multiple of 8 unless it is inner): the work-item folds rows
+ * j0 .. j1 of `width` neighbouring columns, streaming
  * each row's stretch in memory order (a work-item per result would walk a column, a cache line
  * per element; a narrow block strides a page per row) into accumulators in private memory,
  * vectors of 8 where the block has them, the last columns (m not a multiple of 8) one by one.
@@ -348,13 +349,13 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
 #define KILN_COLS_KERNEL(name, OUT_T, RESULT)                                                   \
     kernel void name(global const KILN_T *x, global OUT_T *out, global KILN_ACC *ps,            \
                      global KILN_ACC *pc, global long *pi, long outer, long n, long inner,      \
-                     long chunk, long nchunks, int is_min, int mean)                            \
+                     long width, long chunk, long nchunks, int is_min, int mean)                \
     {                                                                                           \
         KILN_FOR(o, 2, outer) {                                                                 \
             KILN_FOR(g, 1, nchunks) {                                                           \
-                KILN_FOR(q, 0, (inner + KILN_COLS - 1) / KILN_COLS) {                           \
-                    long i0 = q * KILN_COLS, j0 = g * chunk, j1 = min(n, j0 + chunk);           \
-                    int m = (int)min((long)KILN_COLS, inner - i0), mv = m / 8 * 8;              \
+                KILN_FOR(q, 0, (inner + width - 1) / width) {                                   \
+                    long i0 = q * width, j0 = g * chunk, j1 = min(n, j0 + chunk);               \
+                    int m = (int)min(width, inner - i0), mv = m / 8 * 8;                        \
                     long p = o * n * inner + i0;                                                \
                     KILN_ACC s[KILN_COLS], c[KILN_COLS];                                        \
                     long idx[KILN_COLS];                                                        \

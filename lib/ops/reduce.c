@@ -22,10 +22,16 @@
 #define GPU_MIN_CHUNK 32
 /* CPUs: rows split into chunks of at least CPU_MIN_CHUNK elements per work-item until there are
  * CPU_ITEMS_PER_CU work-items per compute unit, if the reduction reads CPU_MIN_SPLIT elements or
- * more (below that the combine step's launch costs more than it saves). */
+ * more (below that the combine step's launch costs more than it saves). Other axes: column
+ * blocks narrowed down to CPU_MIN_WIDTH columns to give every compute unit one first, so that
+ * rows are split (a second launch) only where there are too few columns for that. */
 #define CPU_ITEMS_PER_CU 8
 #define CPU_MIN_CHUNK 4096
 #define CPU_MIN_SPLIT 65536
+#define CPU_MIN_WIDTH 64
+/* ... except from this many elements read on, where the combine's launch is small beside the
+ * reduction and splitting rows lets every core stream its own stretch of whole pages. */
+#define CPU_SPLIT_BIG ((int64_t)1 << 21)
 /* Work-group reduction: elements per work-item per chunk, and at most this many groups. */
 #define WG_ITEMS 32
 #define WG_MAX_GROUPS 4096
@@ -237,11 +243,11 @@ done:
 }
 
 /* One work-item per result or per block of results (kernel base name `base`), each over a
- * chunk of its row: rows, cols or vrows (reduce.cl), launched over `global`; with several
- * chunks, then the combine step. */
+ * chunk of its row: rows, cols (blocks of `width` columns; 0 for the others) or vrows
+ * (reduce.cl), launched over `global`; with several chunks, then the combine step. */
 static kiln_status launch_chunked(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
                                   kiln_tensor *y, const reduce_plan *p, const char *base, int dims,
-                                  size_t *global, partials *pt)
+                                  size_t *global, int64_t width, partials *pt)
 {
     kiln__kernel *k;
     char name[64];
@@ -254,7 +260,7 @@ static kiln_status launch_chunked(kiln_device *dev, kiln_reduce_op op, const kil
     /* With one chunk the kernels never touch the partials: pass y there. */
     const kiln_tensor *ps = pt->nchunks > 1 ? pt->ps : y, *pc = pt->nchunks > 1 ? pt->pc : y,
                       *pi = pt->nchunks > 1 ? pt->pi : y;
-    kiln_arg args[12];
+    kiln_arg args[13];
     int nargs = 0;
     args[nargs++] = kiln_arg_tensor(x);
     args[nargs++] = kiln_arg_tensor(y);
@@ -265,6 +271,8 @@ static kiln_status launch_chunked(kiln_device *dev, kiln_reduce_op op, const kil
     args[nargs++] = kiln_arg_i64(p->n);
     if (dims == 3) /* rows and cols take inner; vrows runs with inner == 1 */
         args[nargs++] = kiln_arg_i64(p->inner);
+    if (width > 0)
+        args[nargs++] = kiln_arg_i64(width);
     args[nargs++] = kiln_arg_i64(pt->chunk);
     args[nargs++] = kiln_arg_i64(pt->nchunks);
     args[nargs++] = kiln_arg_i32(op == KILN_REDUCE_MIN);
@@ -280,8 +288,24 @@ static kiln_status launch_chunked(kiln_device *dev, kiln_reduce_op op, const kil
     return s;
 }
 
-/* CPUs: contiguous rows in vectors along the row (vrows), other axes in vectors across 16
- * neighbouring results (cols); rows split into chunks where there are few results. */
+/* CPUs, inner > 1: the number of column blocks, at least ceil(inner / COLS); more, down to
+ * CPU_MIN_WIDTH columns, until there is a block per compute unit, rounded up to a multiple of
+ * the compute units for a single row of blocks (blocks of one size finish together). */
+static int64_t cpu_col_blocks(const reduce_plan *p, int64_t cus)
+{
+    int64_t blocks = (p->inner + COLS - 1) / COLS, most = p->inner / CPU_MIN_WIDTH;
+    if (p->outer * blocks < cus) {
+        int64_t want = (cus + p->outer - 1) / p->outer;
+        blocks = want < most ? want : (most > blocks ? most : blocks);
+    }
+    if (p->outer == 1 && blocks % cus != 0 && (blocks / cus + 1) * cus <= most)
+        blocks = (blocks / cus + 1) * cus;
+    return blocks;
+}
+
+/* CPUs: contiguous rows in vectors along the row (vrows), other axes in vectors across blocks
+ * of up to COLS neighbouring results (cols); rows split into chunks where there are too few
+ * results (or column blocks) to give every compute unit work. */
 static kiln_status launch_cpu(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
                               kiln_tensor *y, const reduce_plan *p)
 {
@@ -291,14 +315,20 @@ static kiln_status launch_cpu(kiln_device *dev, kiln_reduce_op op, const kiln_te
     if (p->inner == 1) {
         split_rows(p, p->outer, CPU_ITEMS_PER_CU * cus, CPU_MIN_CHUNK, CPU_MIN_SPLIT, &pt);
         size_t global[2] = {(size_t)pt.nchunks, (size_t)p->outer};
-        s = launch_chunked(dev, op, x, y, p, "kiln_reduce_vrows", 2, global, &pt);
+        s = launch_chunked(dev, op, x, y, p, "kiln_reduce_vrows", 2, global, 0, &pt);
     } else {
-        int64_t blocks = (p->inner + COLS - 1) / COLS;
-        int64_t width = p->inner < COLS ? p->inner : COLS;
-        split_rows(p, p->outer * blocks, CPU_ITEMS_PER_CU * cus, CPU_MIN_CHUNK / width,
-                   CPU_MIN_SPLIT, &pt);
+        /* width: a multiple of 8 (whole vectors) unless the block is all of inner */
+        int64_t blocks = cpu_col_blocks(p, cus);
+        int64_t width = ((p->inner + blocks - 1) / blocks + 7) / 8 * 8;
+        width = width < p->inner ? width : p->inner;
+        blocks = (p->inner + width - 1) / width;
+        if (p->outer * blocks < cus || p->n * p->outputs >= CPU_SPLIT_BIG)
+            split_rows(p, p->outer * blocks, CPU_ITEMS_PER_CU * cus, CPU_MIN_CHUNK / width,
+                       CPU_MIN_SPLIT, &pt);
+        else
+            split_rows(p, 1, 1, 1, 0, &pt); /* one chunk */
         size_t global[3] = {(size_t)blocks, (size_t)pt.nchunks, (size_t)p->outer};
-        s = launch_chunked(dev, op, x, y, p, "kiln_reduce_cols", 3, global, &pt);
+        s = launch_chunked(dev, op, x, y, p, "kiln_reduce_cols", 3, global, width, &pt);
     }
     partials_release(&pt);
     return s;
@@ -315,7 +345,7 @@ static kiln_status launch_gpu(kiln_device *dev, kiln_reduce_op op, const kiln_te
     partials pt = {0};
     split_rows(p, p->outputs, GPU_MIN_ITEMS, GPU_MIN_CHUNK, 0, &pt);
     size_t global[3] = {(size_t)p->inner, (size_t)pt.nchunks, (size_t)p->outer};
-    kiln_status s = launch_chunked(dev, op, x, y, p, "kiln_reduce_rows", 3, global, &pt);
+    kiln_status s = launch_chunked(dev, op, x, y, p, "kiln_reduce_rows", 3, global, 0, &pt);
     partials_release(&pt);
     return s;
 }

@@ -59,6 +59,14 @@ void bench_note(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(prin
 /* Stop with a message on a failed kiln call: prints kiln_last_error() and returns 1. */
 int bench_fail(const char *what, kiln_status s);
 
+/* PyTorch rows (torch.c): runs tools/bench/torch_ref.py SECTION-ARGS; `row` gets each result
+ * line "<what> a b c value" and returns 0 when it reported a row. Returns the number of rows;
+ * where Python or torch is missing, a note says so and no row is made. */
+typedef int (*bench_torch_row)(void *user, long a, long b, long c, double value,
+                               const char *version, int threads);
+int bench_torch(bench_ctx *ctx, const char *section, const char *args, bench_torch_row row,
+                void *user);
+
 /* Sections, each in its own file. */
 int bench_transfer(bench_ctx *ctx);
 int bench_startup(bench_ctx *ctx);

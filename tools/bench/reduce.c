@@ -70,7 +70,16 @@ static void loop_once(rd *r, int axis)
     }
 }
 
-static int measure(bench_ctx *ctx, rd *r, int axis, int iters)
+/* kiln's samples of one case, kept for the PyTorch row; the best samples for the closing note
+ * (on a shared machine the median moves with the load, the best far less). */
+typedef struct rd_case {
+    long rows, cols;
+    int axis, samples;
+    double k[64];
+    double best_ratio;
+} rd_case;
+
+static int measure(bench_ctx *ctx, rd *r, int axis, int iters, rd_case *rc)
 {
     double k[64], base[64];
     int samples = ctx->repeats > 64 ? 64 : ctx->repeats;
@@ -104,9 +113,42 @@ static int measure(bench_ctx *ctx, rd *r, int axis, int iters)
 #else
     const char *baseline = "C loop (1 thread)";
 #endif
+    *rc = (rd_case){.rows = r->rows, .cols = r->cols, .axis = axis, .samples = samples};
+    for (int i = 0; i < samples; i++)
+        rc->k[i] = k[i];
     bench_result_set(&res, name, "GB/s", true, baseline, k, base, samples);
     bench_report(ctx, &res);
+    rc->best_ratio = k[samples - 1] / base[samples - 1]; /* sorted by bench_result_set */
     return 0;
+}
+
+typedef struct torch_rows {
+    bench_ctx *ctx;
+    rd_case *cases;
+    int ncases;
+} torch_rows;
+
+static int torch_row(void *user, long rows, long cols, long axis, double gbs, const char *version,
+                     int threads)
+{
+    torch_rows *t = user;
+    static char baseline[64];
+    snprintf(baseline, sizeof baseline, "PyTorch %s, %d thr", version, threads);
+    for (int i = 0; i < t->ncases; i++) {
+        rd_case *c = &t->cases[i];
+        if (c->rows != rows || c->cols != cols || c->axis != axis)
+            continue;
+        double base[64];
+        for (int j = 0; j < c->samples; j++)
+            base[j] = gbs;
+        bench_result res;
+        char name[96];
+        snprintf(name, sizeof name, "sum axis %d of [%ld, %ld] f32", c->axis, c->rows, c->cols);
+        bench_result_set(&res, name, "GB/s", true, baseline, c->k, base, c->samples);
+        bench_report(t->ctx, &res);
+        return 0;
+    }
+    return 1;
 }
 
 static int setup(rd *r, bench_ctx *ctx)
@@ -148,7 +190,8 @@ static void teardown(rd *r)
 int bench_reduce(bench_ctx *ctx)
 {
     static const long shapes[][2] = {{1024, 512}, {4096, 1024}};
-    int nshapes = ctx->quick ? 1 : 2, rc = 0;
+    int nshapes = ctx->quick ? 1 : 2, rc = 0, ncases = 0;
+    rd_case cases[4];
     for (int i = 0; i < nshapes && rc == 0; i++) {
         rd r = {.rows = shapes[i][0], .cols = shapes[i][1], .dev = ctx->dev};
         rc = setup(&r, ctx);
@@ -158,7 +201,8 @@ int bench_reduce(bench_ctx *ctx)
         int iters = (int)(((long)16 << 20) / (r.rows * r.cols));
         iters = ctx->quick ? 2 : iters < 4 ? 4 : iters;
         for (int axis = 0; axis <= 1 && rc == 0; axis++)
-            rc = measure(ctx, &r, axis, iters);
+            if ((rc = measure(ctx, &r, axis, iters, &cases[ncases])) == 0)
+                ncases++;
         teardown(&r);
     }
 #ifdef _OPENMP
@@ -170,5 +214,21 @@ int bench_reduce(bench_ctx *ctx)
     bench_note(ctx, "reduce: baseline is a single-threaded C loop over host memory (built "
                     "without OpenMP)");
 #endif
+    char best[256];
+    int len = snprintf(best, sizeof best, "reduce: ratio of best samples (kiln/baseline):");
+    for (int i = 0; i < ncases && len < (int)sizeof best; i++)
+        len += snprintf(best + len, sizeof best - (size_t)len, " axis %d [%ld, %ld] %.3g;",
+                        cases[i].axis, cases[i].rows, cases[i].cols, cases[i].best_ratio);
+    if (ncases > 0)
+        bench_note(ctx, "%s", best);
+    if (rc == 0 && ncases > 0) {
+        char args[256];
+        len = snprintf(args, sizeof args, "reduce %d", ctx->repeats);
+        for (int i = 0; i < ncases; i++)
+            len += snprintf(args + len, sizeof args - (size_t)len, " %ld %ld %d", cases[i].rows,
+                            cases[i].cols, cases[i].axis);
+        torch_rows t = {.ctx = ctx, .cases = cases, .ncases = ncases};
+        bench_torch(ctx, "reduce", args, torch_row, &t);
+    }
     return rc;
 }

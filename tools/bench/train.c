@@ -114,7 +114,14 @@ static float host_step(host_mlp *n, const float *x, const float *y, int step)
     return loss;
 }
 
-static int bench_one(bench_ctx *ctx, int batch, int hidden)
+/* kiln's samples at one size, kept for the PyTorch row; the ratio of the best samples. */
+typedef struct train_case {
+    int batch, hidden, samples;
+    double k[64];
+    double best_ratio;
+} train_case;
+
+static int bench_one(bench_ctx *ctx, int batch, int hidden, train_case *tc)
 {
     int steps = ctx->quick ? 5 : 20;
     size_t nx = (size_t)batch * NFEAT;
@@ -175,8 +182,13 @@ static int bench_one(bench_ctx *ctx, int batch, int hidden)
     char name[96];
     snprintf(name, sizeof name, "step batch %d, %d-%d-1", batch, NFEAT, hidden);
     bench_result r;
+    *tc = (train_case){.batch = batch, .hidden = hidden};
+    tc->samples = ctx->repeats < 64 ? ctx->repeats : 64;
+    for (int i = 0; i < tc->samples; i++)
+        tc->k[i] = tk[i];
     bench_result_set(&r, name, "ms", false, "plain C step", tk, tb, ctx->repeats);
     bench_report(ctx, &r);
+    tc->best_ratio = tb[0] / tk[0]; /* sorted by bench_result_set */
     rc = 0;
 done:
     kiln_tensor_release(tx);
@@ -189,13 +201,46 @@ done:
     return rc;
 }
 
+typedef struct torch_rows {
+    bench_ctx *ctx;
+    train_case *cases;
+    int ncases;
+} torch_rows;
+
+static int torch_row(void *user, long batch, long hidden, long unused, double ms,
+                     const char *version, int threads)
+{
+    torch_rows *t = user;
+    static char baseline[64];
+    (void)unused;
+    snprintf(baseline, sizeof baseline, "PyTorch %s, %d thr", version, threads);
+    for (int i = 0; i < t->ncases; i++) {
+        train_case *c = &t->cases[i];
+        if (c->batch != batch || c->hidden != hidden)
+            continue;
+        double base[64];
+        for (int j = 0; j < c->samples; j++)
+            base[j] = ms;
+        bench_result r;
+        char name[96];
+        snprintf(name, sizeof name, "step batch %d, %d-%d-1", c->batch, NFEAT, c->hidden);
+        bench_result_set(&r, name, "ms", false, baseline, c->k, base, c->samples);
+        bench_report(t->ctx, &r);
+        return 0;
+    }
+    return 1;
+}
+
 int bench_train(bench_ctx *ctx)
 {
     static const int sizes[][2] = {{64, 32}, {256, 128}, {1024, 512}};
-    int n = ctx->quick ? 2 : 3, rc = 0;
+    int n = ctx->quick ? 2 : 3, rc = 0, ncases = 0;
+    train_case cases[3];
     for (int i = 0; i < n; i++) {
         bench_progress(ctx, "train: batch %d, hidden %d", sizes[i][0], sizes[i][1]);
-        rc |= bench_one(ctx, sizes[i][0], sizes[i][1]);
+        int r = bench_one(ctx, sizes[i][0], sizes[i][1], &cases[ncases]);
+        ncases += r == 0;
+        rc |= r;
     }
     bench_note(ctx, "train: baseline is the same forward, backward and Adam step in plain C%s",
 #ifdef KILN_HAVE_CBLAS
@@ -204,5 +249,21 @@ int bench_train(bench_ctx *ctx)
                " loops"
 #endif
     );
+    char note[256], args[128];
+    int len = snprintf(note, sizeof note, "train: ratio of best samples (baseline/kiln time):");
+    int alen = snprintf(args, sizeof args, "train %d %d", ctx->repeats, ctx->quick ? 5 : 20);
+    for (int i = 0; i < ncases; i++) {
+        if (len < (int)sizeof note)
+            len += snprintf(note + len, sizeof note - (size_t)len, " %d/%d %.3g;", cases[i].batch,
+                            cases[i].hidden, cases[i].best_ratio);
+        if (alen < (int)sizeof args)
+            alen += snprintf(args + alen, sizeof args - (size_t)alen, " %d %d", cases[i].batch,
+                             cases[i].hidden);
+    }
+    if (ncases > 0) {
+        bench_note(ctx, "%s", note);
+        torch_rows t = {.ctx = ctx, .cases = cases, .ncases = ncases};
+        bench_torch(ctx, "train", args, torch_row, &t);
+    }
     return rc;
 }
