@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "params.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -92,14 +93,19 @@ kiln_tensor *kiln_params_find(const kiln_params *p, const char *name)
     return i >= 0 ? p->tensors[i] : NULL;
 }
 
+void kiln__params_truncate(kiln_params *p, int n)
+{
+    for (; p->n > n; p->n--) {
+        free(p->names[p->n - 1]);
+        kiln_tensor_release(p->tensors[p->n - 1]);
+    }
+}
+
 void kiln_params_free(kiln_params *p)
 {
     if (!p)
         return;
-    for (int i = 0; i < p->n; i++) {
-        free(p->names[i]);
-        kiln_tensor_release(p->tensors[i]);
-    }
+    kiln__params_truncate(p, 0);
     free(p->names);
     free(p->tensors);
     free(p);
