@@ -956,7 +956,73 @@ KILN_API kiln_status kiln_params_load(const kiln_params *p, const char *path);
 
 /* ------------------------------------------------------------------------------------------
  * Optimizers
+ *
+ * PyTorch's torch.optim over a parameter list. An optimizer copies the list's tensors when it
+ * is created (it retains them: the kiln_params may be freed afterwards) and keeps its state
+ * (momentum buffers, Adam's moments and step counts) on each parameter's own device, allocated
+ * at a parameter's first step; parameters may live on different devices. Every parameter must be
+ * an f32 or f64 leaf, listed once (two entries sharing memory are KILN_ERR_INVALID_ARGUMENT);
+ * one that does not require grad is allowed and, like every parameter without a gradient at a
+ * step, skipped (PyTorch's frozen parameters). Hyperparameters must be finite: lr,
+ * momentum and weight_decay >= 0, 0 <= beta1, beta2 < 1, eps > 0 (else
+ * KILN_ERR_INVALID_ARGUMENT naming the value). An optimizer is used by one thread at a time.
  * ---------------------------------------------------------------------------------------- */
+
+typedef struct kiln_optimizer kiln_optimizer;
+
+/* SGD (torch.optim.SGD without dampening or Nesterov): d = grad + weight_decay * p;
+ * buf = momentum * buf + d (buf starts at d; none when momentum is 0); p -= lr * buf. */
+KILN_API kiln_status kiln_sgd_create(const kiln_params *params, double lr, double momentum,
+                                     double weight_decay, kiln_optimizer **out);
+/* Adam (torch.optim.Adam; weight decay is L2: grad += weight_decay * p before the moments):
+ * m = beta1 m + (1 - beta1) grad, v = beta2 v + (1 - beta2) grad^2, step t counted per
+ * parameter from 1, p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps). */
+KILN_API kiln_status kiln_adam_create(const kiln_params *params, double lr, double beta1,
+                                      double beta2, double eps, double weight_decay,
+                                      kiln_optimizer **out);
+/* AdamW (torch.optim.AdamW): Adam with decoupled weight decay, p *= 1 - lr * weight_decay
+ * before the update, the gradient left alone. */
+KILN_API kiln_status kiln_adamw_create(const kiln_params *params, double lr, double beta1,
+                                       double beta2, double eps, double weight_decay,
+                                       kiln_optimizer **out);
+/* One update of every parameter that has a gradient (kiln_tensor_grad), in place, with grad
+ * mode off; parameters without one are skipped (their Adam step count does not advance).
+ * Asynchronous: nothing is read back, except once after kiln_optimizer_state's step tensors
+ * were written (a load), to learn the step counts. State is allocated for every parameter
+ * before any is updated, so out of memory there changes nothing; a driver error in the middle
+ * leaves the parameters before it updated. Bumps the version counters of the parameters and
+ * state (a graph that still needs a parameter's old value fails its backward). */
+KILN_API kiln_status kiln_optimizer_step(kiln_optimizer *opt);
+/* Drop the gradient of every parameter (kiln_tensor_zero_grad: PyTorch's set_to_none). */
+KILN_API kiln_status kiln_optimizer_zero_grad(kiln_optimizer *opt);
+/* The learning rate (NaN for NULL), and a new one for the next steps (a schedule). */
+KILN_API double kiln_optimizer_lr(const kiln_optimizer *opt);
+KILN_API kiln_status kiln_optimizer_set_lr(kiln_optimizer *opt, double lr);
+/* Release the optimizer, its references to the parameters and its state (tensors a
+ * kiln_params list holds stay valid). NULL is a no-op. */
+KILN_API void kiln_optimizer_free(kiln_optimizer *opt);
+/* The optimizer's state, for checkpoints (PyTorch's optimizer.state_dict()): adds to the list
+ * `state` the live state tensors of every parameter, named after the parameter's name in the
+ * list the optimizer was created from: SGD with momentum "<name>.momentum_buffer"; Adam and
+ * AdamW "<name>.exp_avg", "<name>.exp_avg_sq" and "<name>.step" (i64 [1], the parameter's step
+ * count); SGD without momentum has no state and adds nothing. State not allocated yet is
+ * allocated now (zeros, step 0: the same as a fresh start). kiln_params_save(state) then writes
+ * the state as it is at that moment, and kiln_params_load(state) restores it: the next
+ * kiln_optimizer_step reads the loaded step counts back (once) and continues exactly as the
+ * optimizer that saved it would have. state may be the model's checkpoint list (one file for
+ * both), but not a list an optimizer is created from. A name the list already holds is
+ * KILN_ERR_INVALID_ARGUMENT, and a failure adds nothing. The learning rate and other
+ * hyperparameters are not state: create the optimizer with the same ones. */
+KILN_API kiln_status kiln_optimizer_state(kiln_optimizer *opt, kiln_params *state);
+
+/* kiln_tensor_zero_grad of every tensor of the list. */
+KILN_API kiln_status kiln_params_zero_grad(const kiln_params *p);
+/* PyTorch's clip_grad_norm_: the L2 norm of all the list's gradients together (tensors without
+ * a gradient count as zero); when it is above max_norm (finite, >= 0), every gradient is
+ * multiplied in place by max_norm / (norm + 1e-6). A NaN or infinite norm multiplies them by
+ * NaN or 0, as PyTorch does (check *total_norm). *total_norm (optional, may be NULL) is the norm
+ * before clipping. Reads the per-tensor norms back: blocks until the gradients are computed. */
+KILN_API kiln_status kiln_clip_grad_norm(const kiln_params *p, double max_norm, double *total_norm);
 
 /* ------------------------------------------------------------------------------------------
  * Layers

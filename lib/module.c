@@ -318,8 +318,9 @@ kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, kiln_tenso
     case DROPOUT:
         if (!m->training) {
             s = kiln__check_handle(x, op, "x");
+            /* A new handle on x's memory (a retained x would be released twice by a scope). */
             if (s == KILN_OK)
-                *y = kiln_tensor_retain((kiln_tensor *)x);
+                s = kiln_tensor_reshape(x, kiln_tensor_ndim(x), kiln_tensor_shape(x), y);
             return s;
         }
         s = kiln_dropout(x, m->p, m->seed + m->calls, y);
@@ -330,11 +331,12 @@ kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, kiln_tenso
     case SEQUENTIAL: {
         if ((s = kiln__check_handle(x, op, "x")) != KILN_OK)
             return s;
-        kiln_tensor *cur = kiln_tensor_retain((kiln_tensor *)x);
+        kiln_tensor *cur = (kiln_tensor *)x; /* borrowed; the layers' results are ours */
         for (int i = 0; s == KILN_OK && i < m->n; i++) {
             kiln_tensor *next = NULL;
             s = kiln_module_forward(m->mods[i], cur, &next);
-            kiln_tensor_release(cur);
+            if (cur != x)
+                kiln_tensor_release(cur);
             cur = next;
         }
         if (s == KILN_OK)

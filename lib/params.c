@@ -99,10 +99,7 @@ void kiln_params_free(kiln_params *p)
 {
     if (!p)
         return;
-    for (int i = 0; i < p->n; i++) {
-        free(p->names[i]);
-        kiln__tensor_drop(p->tensors[i]); /* retained: a scope's reference stays */
-    }
+    kiln__params_truncate(p, 0);
     free(p->names);
     free(p->tensors);
     free(p);
@@ -150,6 +147,6 @@ void kiln__params_truncate(kiln_params *p, int n)
     while (p->n > n) {
         p->n--;
         free(p->names[p->n]);
-        kiln_tensor_release(p->tensors[p->n]);
+        kiln__tensor_drop(p->tensors[p->n]); /* retained: a scope's reference stays */
     }
 }
