@@ -213,11 +213,14 @@ static kiln_status plan(job *j)
 /* Map or read every tensor into the buckets. */
 static kiln_status prepare(job *j)
 {
+    /* The root of a broadcast only reads: its tensors keep their version (autograd). */
+    kiln_map_flags flags =
+        j->mode == MODE_BROADCAST && j->rank == j->root ? KILN_MAP_READ : KILN_MAP_READ_WRITE;
     for (int i = 0; i < j->n; i++) {
         item *it = &j->items[i];
         if (it->nbytes == 0 || !unified(it->t))
             continue;
-        kiln_status s = kiln_tensor_map(it->t, KILN_MAP_READ_WRITE, &it->mapped);
+        kiln_status s = kiln_tensor_map(it->t, flags, &it->mapped);
         if (s != KILN_OK)
             return s;
     }

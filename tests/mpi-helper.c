@@ -8,7 +8,7 @@
  *   mpi-helper mismatch  rank 0 passes a different list: KILN_ERR_SHAPE_MISMATCH everywhere
  *   mpi-helper die       the last rank exits without MPI_Finalize while the others all-reduce
  *
- * The device is KILN_TEST_MPI_DEVICE (default "cpu"). */
+ * The device is KILN_TEST_MPI_DEVICE (default "cpu"); KILN_TEST_MPI_SMALL=1 takes small sizes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +116,10 @@ static void test_values(void)
 {
     const kiln_dtype dts[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_U8};
     /* Sizes: empty, tiny, odd, around the 1 MiB direct threshold (f32), 3 MiB. */
-    const int64_t ns[] = {0, 1, 1001, 65536, 262144, 786432};
+    const int64_t ns_full[] = {0, 1, 1001, 65536, 262144, 786432},
+                  ns_small[] = {0, 1, 3, 100, 1001, 5000};
+    /* KILN_TEST_MPI_SMALL: small sizes for slow devices (Oclgrind). */
+    const int64_t *ns = getenv("KILN_TEST_MPI_SMALL") ? ns_small : ns_full;
     enum { ND = 5, NS = 6, NT = ND * NS };
     for (int mean = 0; mean < 2; mean++) {
         kiln_tensor *ts[NT];
@@ -159,7 +162,7 @@ static void test_values(void)
      * sum(w * c_rank): d/dw = c_rank, whose mean over ranks is known. */
     kiln_params *p = NULL;
     EXPECT(kiln_params_create(&p) == KILN_OK, "params_create");
-    int64_t shapes[3] = {3, 5000, 300000};
+    int64_t shapes[3] = {3, 5000, getenv("KILN_TEST_MPI_SMALL") ? 700 : 300000};
     for (int i = 0; i < 3; i++) {
         kiln_tensor *w = NULL;
         char name[8];
