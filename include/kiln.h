@@ -91,6 +91,16 @@ KILN_API const char *kiln_status_text(kiln_status s);
  * valid until this thread's next failing kiln call. Successful calls leave it unchanged. */
 KILN_API const char *kiln_last_error(void);
 
+/* Set this thread's kiln_last_error() message (printf-style) and return s: for libraries built
+ * on kiln (libkiln-mpi) whose calls report through kiln's statuses and messages. */
+#if defined(__GNUC__)
+#define KILN__PRINTF_FORMAT(a, b) __attribute__((format(printf, a, b)))
+#else
+#define KILN__PRINTF_FORMAT(a, b)
+#endif
+KILN_API kiln_status kiln_set_last_error(kiln_status s, const char *fmt, ...)
+    KILN__PRINTF_FORMAT(2, 3);
+
 /* ------------------------------------------------------------------------------------------
  * Devices
  *

@@ -67,6 +67,16 @@ kiln_status(kiln__error)(kiln_status s, const char *fmt, ...)
     return s;
 }
 
+kiln_status kiln_set_last_error(kiln_status s, const char *fmt, ...)
+{
+    char tmp[KILN__ERRBUF];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    return kiln__error(s, "%s", tmp);
+}
+
 kiln_status(kiln__host_oom)(const char *op)
 {
     snprintf(last_error, sizeof last_error, "%s: out of host memory", op);

@@ -1,10 +1,10 @@
 #!/bin/sh
 # check-format.sh [--fix] - check (or, with --fix, apply) the formatting of every C source and
-# header in lib/, include/, tools/, examples/, tests/ and fuzz/ with clang-format and the repository's
-# .clang-format. Fails, naming the lines, when a file is not formatted.
+# header in lib/, include/, tools/, examples/, tests/, fuzz/ and mpi/ with clang-format and the
+# repository's .clang-format. Fails, naming the lines, when a file is not formatted.
 set -eu
 cd "$(dirname "$0")/.."
-FILES=$(find lib include tools examples tests fuzz -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \) | sort)
+FILES=$(find lib include tools examples tests fuzz mpi -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \) | sort)
 if [ "${1:-}" = --fix ]; then
     # shellcheck disable=SC2086
     clang-format -i $FILES

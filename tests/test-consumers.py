@@ -17,7 +17,8 @@ import tempfile
 
 src = os.path.abspath(sys.argv[1])
 passed = failed = 0
-PUBLIC_HEADERS = {'kiln.h', 'kiln_cl.h', 'kiln_version.h'}
+# kiln_mpi.h: libkiln-mpi's header, installed when Open MPI was found (meson option mpi).
+PUBLIC_HEADERS = {'kiln.h', 'kiln_cl.h', 'kiln_version.h', 'kiln_mpi.h'}
 
 PROGRAM = r'''
 #include <stdio.h>
@@ -125,7 +126,17 @@ def installed(d):
     flags = pkg_config(env, 'kiln', d)
     libdir = sh(['pkg-config', '--variable=libdir', 'kiln'], env=env).strip()
     headers = {os.path.basename(h) for h in glob.glob(f'{d}/prefix/include/*.h')}
-    assert headers == PUBLIC_HEADERS, f'installed headers: {sorted(headers)}'
+    mpi_pc = glob.glob(f'{d}/prefix/**/pkgconfig/kiln-mpi.pc', recursive=True)
+    want = PUBLIC_HEADERS if mpi_pc else PUBLIC_HEADERS - {'kiln_mpi.h'}
+    assert headers == want, f'installed headers: {sorted(headers)}'
+    if mpi_pc:
+        # libkiln-mpi links through its own .pc (kiln and Open MPI's flags come with it).
+        mpi_prog = f'{d}/mpiprog.c'
+        with open(mpi_prog, 'w') as f:
+            f.write('#include <kiln_mpi.h>\nint main(void) { return kiln_mpi_allreduce('
+                    'MPI_COMM_WORLD, NULL, 0, KILN_MPI_SUM) == KILN_OK ? 1 : 0; }\n')
+        sh(['cc'] + CFLAGS + [mpi_prog, '-o', f'{d}/mpiprog'] + pkg_config(env, 'kiln-mpi', d)
+           + [f'-Wl,-rpath,{libdir}'])
     prog = write_program(d)
     for name, extra in (('myprog', []), ('myprog-cl', ['-DCONSUMER_CL'])):
         sh(['cc'] + CFLAGS + extra + [prog, '-o', f'{d}/{name}'] + flags +

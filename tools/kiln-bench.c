@@ -19,6 +19,10 @@ static const bench_section sections[] = {
     {"matmul", "matmul n=256..2048 vs cblas_sgemm, and each matmul path", bench_matmul},
     {"train", "time per training step of the example MLP at a few sizes", bench_train},
     {"checkpoint", "kiln_save/kiln_load of 1 GiB vs write()+fsync/read()", bench_checkpoint},
+#ifdef KILN_HAVE_MPI
+    {"allreduce", "kiln_mpi_allreduce of 1..256 MiB vs MPI_Allreduce (under mpirun)",
+     bench_allreduce},
+#endif
 };
 #define NSECTIONS ((int)(sizeof sections / sizeof sections[0]))
 
@@ -90,6 +94,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* Under mpirun only rank 0 prints (kiln-bench allreduce). */
+    const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (mpi_rank && strcmp(mpi_rank, "0") != 0 && !freopen("/dev/null", "w", stdout))
+        return 1;
     kiln_status s = kiln_device_get(ctx.spec, &ctx.dev);
     if (s != KILN_OK) {
         fprintf(stderr, "kiln-bench: %s\n", kiln_last_error());

@@ -76,5 +76,6 @@ int bench_reduce(bench_ctx *ctx);
 int bench_matmul(bench_ctx *ctx);
 int bench_train(bench_ctx *ctx);
 int bench_checkpoint(bench_ctx *ctx);
+int bench_allreduce(bench_ctx *ctx); /* with libkiln-mpi only (KILN_HAVE_MPI) */
 
 #endif
