@@ -3,7 +3,7 @@
  * Input: 8 bytes of data length (little-endian, taken modulo 2^40), then the JSON header.
  * Properties: no crash or sanitizer report; a failure leaves *entries NULL and a printable
  * message naming the file; a success gives entries whose names are non-empty, unique and not
- * "__metadata__", whose dtypes are kiln's, whose shapes have 1 to KILN_MAX_DIMS non-negative
+ * "__metadata__", whose dtypes are kiln's, whose shapes have 0 to KILN_MAX_DIMS non-negative
  * sizes, each holding exactly end - begin bytes, and whose ranges tile [0, data length) in
  * order. */
 #include <stdlib.h>
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int i = 0; i < n; i++) {
             const kiln__st_entry *e = &es[i];
             if (!e->name || !*e->name || strcmp(e->name, "__metadata__") == 0 || e->begin != at ||
-                e->end < e->begin || e->ndim < 1 || e->ndim > KILN_MAX_DIMS ||
+                e->end < e->begin || e->ndim < 0 || e->ndim > KILN_MAX_DIMS ||
                 kiln_dtype_size(e->dtype) == 0)
                 abort();
             uint64_t numel = 1;

@@ -230,7 +230,12 @@ KILN_API kiln_status kiln_device_set_memory_limit(kiln_device *dev, uint64_t byt
  * Tensors
  *
  * A tensor is contiguous row-major memory on exactly one device, with a dtype and a shape of
- * 1 to KILN_MAX_DIMS dimensions (0-size dimensions are allowed and give empty tensors). Tensors
+ * 0 to KILN_MAX_DIMS dimensions (0-size dimensions are allowed and give empty tensors). A 0-d
+ * tensor (ndim 0, shape [], one element; the shape pointer may be NULL and is not read) is a
+ * scalar as in PyTorch: it reshapes to and from any one-element shape, broadcasts with any shape
+ * as a size-1 tensor would, and every elementwise op takes it (the result is 0-d when every
+ * input is); a reduction of it is 0-d too (axis KILN_ALL_AXES, 0 or -1). Existing results keep
+ * their shapes: reductions of other tensors over all axes and the losses stay [1]. Tensors
  * are refcounted: every function that gives out a tensor gives one reference, released with
  * kiln_tensor_release. Work is asynchronous on the device's in-order queue; reads wait for it.
  * Tensor functions are thread-safe, but writing one tensor from two threads at once is a race
@@ -308,8 +313,9 @@ KILN_API kiln_status kiln_tensor_item_i64(const kiln_tensor *t, int64_t *value);
  * decimals (scientific when a value is below 1e-4 or from 1e8), tensors of more than 1000
  * elements summarised to their first and last three entries per dimension, then shape, dtype
  * and device: "tensor([[1.0000, 2.0000], [3.0000, 4.0000]], shape=[2, 2], dtype=f32,
- * device=cpu:0)" (rows on lines of their own). Reads the tensor (blocks). Like snprintf, at most
- * size bytes including the terminating NUL go to buf, and *length (optional) is the whole
+ * device=cpu:0)" (rows on lines of their own); a 0-d tensor prints its value alone:
+ * "tensor(3.5000, shape=[], dtype=f32, device=cpu:0)". Reads the tensor (blocks). Like snprintf, at
+ * most size bytes including the terminating NUL go to buf, and *length (optional) is the whole
  * text's length: call with buf NULL and size 0 to learn it. kiln_tensor_print writes the text
  * and a newline to stdout. */
 KILN_API kiln_status kiln_tensor_format(const kiln_tensor *t, char *buf, size_t size,
@@ -396,8 +402,9 @@ typedef struct kiln_checkpoint kiln_checkpoint;
  * KILN_ERR_UNSUPPORTED), shapes of at most KILN_MAX_DIMS dimensions, offsets that hold exactly
  * each tensor's bytes and tile the data without gap or overlap; a file that fails gets
  * KILN_ERR_INVALID_ARGUMENT with the reason, a missing or unreadable one KILN_ERR_IO. A scalar
- * (shape []) loads as [1]. The data is memory-mapped and copied to the device once: the file must
- * not be truncated while this runs. */
+ * (shape []) loads as a 0-d tensor (before 1.0: as [1]), and a 0-d tensor saves as shape []. The
+ * data is memory-mapped and copied to the device once: the file must not be truncated while this
+ * runs. */
 KILN_API kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out);
 /* The checkpoint's tensors, in file order, and their names. The tensors are owned by the
  * checkpoint: retain one (kiln_tensor_retain) to keep it past kiln_checkpoint_free. NULL for an

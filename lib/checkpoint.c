@@ -120,7 +120,7 @@ static kiln_status parse_entry(const char *key, json_t *v, const char *what, kil
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: %s: tensor \"%s\" has %zu dimensions; kiln takes at most %d", op,
                            what, name, nd, KILN_MAX_DIMS);
-    e->ndim = nd ? (int)nd : 1; /* a scalar loads as [1] */
+    e->ndim = (int)nd; /* shape [] is a 0-d tensor */
     e->shape[0] = 1;
     uint64_t numel = 1;
     for (size_t d = 0; d < nd; d++) {

@@ -196,6 +196,8 @@ kiln_status kiln_tensor_format(const kiln_tensor *t, char *buf, size_t size, siz
     put(&o, "tensor(");
     if (t->numel == 0)
         put(&o, "[]");
+    else if (t->ndim == 0) /* a 0-d tensor: the value alone, as PyTorch prints it */
+        put_element(&o, &w, 0);
     else
         put_dim(&o, &w, 0, 0, (int)strlen("tensor("));
     char sh[160];

@@ -121,11 +121,11 @@ kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, 
     if (!size)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d; use one of %s", op,
                            (int)dtype, kiln__dtype_list());
-    if (ndim < 1 || ndim > KILN_MAX_DIMS)
+    if (ndim < 0 || ndim > KILN_MAX_DIMS)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: ndim is %d; tensors have 1 to %d dimensions", op, ndim,
+                           "%s: ndim is %d; tensors have 0 to %d dimensions", op, ndim,
                            KILN_MAX_DIMS);
-    if (!shape)
+    if (!shape && ndim > 0)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: shape is NULL", op);
     char buf[256];
     int64_t n = 1;
@@ -194,7 +194,8 @@ static kiln_tensor *header_new(kiln_device *dev, kiln_dtype dtype, int ndim, con
     t->dev = dev;
     t->dtype = dtype;
     t->ndim = ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    if (ndim > 0) /* a 0-d tensor's shape may be NULL */
+        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     t->numel = numel;
     t->nbytes = nbytes;
     t->storage = st;
@@ -532,9 +533,9 @@ kiln_status kiln_tensor_reshape(const kiln_tensor *t, int ndim, const int64_t *s
     kiln_status s = kiln__check_handle(t, op, "tensor");
     if (s != KILN_OK)
         return s;
-    if (ndim < 1 || ndim > KILN_MAX_DIMS || !shape)
+    if (ndim < 0 || ndim > KILN_MAX_DIMS || (!shape && ndim > 0))
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: ndim is %d and shape %s; give 1 to %d dimensions", op, ndim,
+                           "%s: ndim is %d and shape %s; give 0 to %d dimensions", op, ndim,
                            shape ? "is set" : "is NULL", KILN_MAX_DIMS);
     int64_t resolved[KILN_MAX_DIMS], numel;
     size_t nbytes;

@@ -439,7 +439,7 @@ START_TEST(test_errors)
                  "does not fit");
     ASSERT_FAILS(kiln_full(dev, KILN_I32, 1, &n, NAN, &t), KILN_ERR_INVALID_ARGUMENT, "i32");
     ASSERT_FAILS(kiln_ones(dev, (kiln_dtype)9, 1, &n, &t), KILN_ERR_INVALID_ARGUMENT, "kiln_ones");
-    ASSERT_FAILS(kiln_ones(dev, KILN_F32, 0, &n, &t), KILN_ERR_INVALID_ARGUMENT, "kiln_ones");
+    ASSERT_FAILS(kiln_ones(dev, KILN_F32, -1, &n, &t), KILN_ERR_INVALID_ARGUMENT, "kiln_ones");
     ASSERT_FAILS(kiln_fill(NULL, 1), KILN_ERR_INVALID_ARGUMENT, "kiln_fill");
     ASSERT_FAILS(kiln_arange(dev, KILN_F32, 0, 10, 0, &t), KILN_ERR_INVALID_ARGUMENT, "zero");
     ASSERT_FAILS(kiln_arange(dev, KILN_F32, 0, 10, -1, &t), KILN_ERR_INVALID_ARGUMENT,

@@ -436,7 +436,7 @@ START_TEST(test_errors)
                  KILN_ERR_INVALID_ARGUMENT, "finite");
     ASSERT_FAILS(kiln_rand_normal(dev, KILN_F32, 1, &n, 1, 0, -1, &t), KILN_ERR_INVALID_ARGUMENT,
                  "negative");
-    ASSERT_FAILS(kiln_rand_normal(dev, KILN_F32, 0, &n, 1, 0, 1, &t), KILN_ERR_INVALID_ARGUMENT,
+    ASSERT_FAILS(kiln_rand_normal(dev, KILN_F32, -1, &n, 1, 0, 1, &t), KILN_ERR_INVALID_ARGUMENT,
                  "kiln_rand_normal");
     ck_assert_ptr_null(t);
 }

@@ -5,8 +5,8 @@ Makes (or reuses) a virtual environment at VENV with `safetensors` and `numpy` f
 runs itself inside it: writes a file with numpy arrays of every dtype kiln has (a scalar and an
 empty array among them) through safetensors, has HELPER (tests/checkpoint-helper.c) load it with
 kiln and save every tensor back with one of kiln's own, and reads that file with safetensors:
-every array must come back with its dtype and exact values (a scalar as shape [1]), and kiln's
-arange must be 0..9. Exits 77 (skipped) when the packages cannot be installed (no network)."""
+every array must come back with its dtype, shape (a scalar as shape [], a 0-d tensor in kiln)
+and exact values, and kiln's arange must be 0..9. Exits 77 (skipped) when the packages cannot be installed (no network)."""
 import os
 import subprocess
 import sys
@@ -58,7 +58,7 @@ with tempfile.TemporaryDirectory() as d:
     bad = []
     for name, a in arrays.items():
         b = back.get(name)
-        want_shape = a.shape if a.shape else (1,)
+        want_shape = a.shape
         if b is None or b.dtype != a.dtype or b.shape != want_shape or \
                 a.tobytes() != b.tobytes():
             bad.append(f'{name}: {a.dtype} {a.shape} came back as '

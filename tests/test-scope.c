@@ -269,6 +269,16 @@ START_TEST(test_release_inside)
     kiln_tensor_release(b);
     kiln_tensor_release(r);
     ck_assert_int_eq(kiln__tensor_live(), live0);
+    /* Releasing a graph by hand drops its references to the inputs, which stay the scope's. */
+    ASSERT_OK(kiln_scope_begin(&sc));
+    kiln_tensor *x = ones(3), *y;
+    ASSERT_OK(kiln_tensor_set_requires_grad(x, true));
+    ASSERT_OK(kiln_mul(x, x, &y)); /* the node holds x twice */
+    kiln_tensor_release(y);
+    ck_assert_int_eq(kiln__tensor_live(), live0 + 1);
+    ck_assert_float_eq(first(x), 1.0f);
+    kiln_scope_end(sc);
+    ck_assert_int_eq(kiln__tensor_live(), live0);
     /* A double release after the scope released it is reported, not a crash. */
     ASSERT_OK(kiln_scope_begin(&sc));
     kiln_tensor *c = ones(1);

@@ -626,9 +626,9 @@ START_TEST(test_bad_shapes)
 {
     kiln_tensor *t = (kiln_tensor *)1;
     const int64_t shape[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-    ck_assert_int_eq(kiln_tensor_empty(dev0, KILN_F32, 0, shape, &t), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kiln_tensor_empty(dev0, KILN_F32, -1, shape, &t), KILN_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_null(t);
-    ck_assert_str_contains(kiln_last_error(), "kiln_tensor_empty: ndim is 0");
+    ck_assert_str_contains(kiln_last_error(), "kiln_tensor_empty: ndim is -1"); /* 0 is 0-d */
     ck_assert_int_eq(kiln_tensor_empty(dev0, KILN_F32, 9, shape, &t), KILN_ERR_INVALID_ARGUMENT);
     ck_assert_str_contains(kiln_last_error(), "ndim is 9");
     ck_assert_int_eq(kiln_tensor_empty(dev0, KILN_F32, -1, shape, &t), KILN_ERR_INVALID_ARGUMENT);
@@ -738,7 +738,7 @@ START_TEST(test_bad_tensors)
     ck_assert_str_contains(kiln_last_error(), "(6 elements)");
     const int64_t bad4[2] = {-2, -2};
     ck_assert_int_eq(kiln_tensor_reshape(t, 2, bad4, &v), KILN_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(kiln_tensor_reshape(t, 0, bad3, &v), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kiln_tensor_reshape(t, -1, bad3, &v), KILN_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_null(v);
     /* copy rules */
     const int64_t five[1] = {5};
@@ -817,7 +817,7 @@ START_TEST(test_out_null_on_failure)
     const struct {
         int ndim;
         const int64_t *shape;
-    } shapes[] = {{0, s4}, {9, s4}, {1, NULL}, {2, neg}, {3, huge}};
+    } shapes[] = {{-1, s4}, {9, s4}, {1, NULL}, {2, neg}, {3, huge}};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         int n = shapes[i].ndim;
         const int64_t *sh = shapes[i].shape;

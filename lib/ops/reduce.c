@@ -65,6 +65,12 @@ static kiln_status make_plan(const kiln_tensor *x, int axis, bool keepdim, reduc
 {
     p->outer = 1;
     p->inner = 1;
+    if (x->ndim == 0 && (axis == KILN_ALL_AXES || axis == 0 || axis == -1)) {
+        p->n = 1; /* a 0-d tensor reduces to a 0-d tensor (axis 0 or -1 allowed, as in PyTorch) */
+        p->ndim = 0;
+        p->outputs = 1;
+        return KILN_OK;
+    }
     if (axis == KILN_ALL_AXES) {
         p->n = x->numel;
         p->ndim = keepdim ? x->ndim : 1;
