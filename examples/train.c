@@ -1,6 +1,9 @@
 /* train.c - train a small MLP regressor with kiln on any device: predict a programmer's salary
  * from years of experience, age, education level, languages known and remote work, generated
- * from a known formula plus noise.
+ * from a known formula plus noise. The step is the PyTorch tutorial's: forward, loss,
+ * zero_grad, backward, optimizer step (autograd, a Sequential of Linear layers and Adam), inside
+ * a scope that releases the step's temporaries. (examples/mlp.c is the same model with its
+ * backward pass written by hand, for kiln-bench train.)
  *
  * Usage: train [--device SPEC] [--epochs N] [--batch N] [--hidden N] [--samples N] [--lr X]
  *              [--seed N]
@@ -13,7 +16,6 @@
 #include <time.h>
 
 #include "kiln.h"
-#include "mlp.h"
 
 #define NFEAT 5
 
@@ -175,16 +177,19 @@ static int parse(int argc, char **argv, options *o)
     return -1;
 }
 
-/* Root-mean-square error in k$ on a dataset, evaluated in one batch. */
-static kiln_status evaluate(mlp *m, kiln_device *dev, const dataset *d, double *rmse)
+/* Root-mean-square error in k$ on a dataset, evaluated in one batch with grad mode off. */
+static kiln_status evaluate(kiln_module *model, kiln_device *dev, const dataset *d, double *rmse)
 {
+    bool prev = kiln_set_grad_enabled(false);
+    kiln_scope *scope;
+    kiln_status s = kiln_scope_begin(&scope);
     int64_t xs[2] = {d->n, NFEAT};
-    kiln_tensor *x = NULL, *z1 = NULL, *h = NULL, *pred = NULL;
     float *out = malloc(sizeof(float) * (size_t)d->n);
-    kiln_status s =
-        out ? kiln_tensor_from_host(dev, KILN_F32, 2, xs, d->x, &x) : KILN_ERR_OUT_OF_MEMORY;
+    kiln_tensor *x, *pred;
     if (s == KILN_OK)
-        s = mlp_forward(m, x, &z1, &h, &pred);
+        s = out ? kiln_tensor_from_host(dev, KILN_F32, 2, xs, d->x, &x) : KILN_ERR_OUT_OF_MEMORY;
+    if (s == KILN_OK)
+        s = kiln_module_forward(model, x, &pred);
     if (s == KILN_OK)
         s = kiln_tensor_read(pred, out, sizeof(float) * (size_t)d->n);
     if (s == KILN_OK) {
@@ -193,11 +198,9 @@ static kiln_status evaluate(mlp *m, kiln_device *dev, const dataset *d, double *
             se += pow((double)(out[i] - d->y[i]) * ystd, 2);
         *rmse = sqrt(se / d->n);
     }
-    kiln_tensor_release(x);
-    kiln_tensor_release(z1);
-    kiln_tensor_release(h);
-    kiln_tensor_release(pred);
     free(out);
+    kiln_scope_end(scope);
+    kiln_set_grad_enabled(prev);
     return s;
 }
 
@@ -219,6 +222,24 @@ static kiln_status print_fingerprint(const kiln_tensor *w1, options o)
     return s;
 }
 
+/* model = Sequential(Linear(5, hidden), ReLU(), Linear(hidden, 1)), He-initialised. */
+static kiln_status make_model(kiln_device *dev, options o, kiln_module **model)
+{
+    kiln_module *layers[3] = {NULL, NULL, NULL};
+    kiln_status s =
+        kiln_linear_create(dev, KILN_F32, NFEAT, o.hidden, true, KILN_INIT_HE, o.seed, &layers[0]);
+    if (s == KILN_OK)
+        s = kiln_activation_create(KILN_UNARY_RELU, &layers[1]);
+    if (s == KILN_OK)
+        s = kiln_linear_create(dev, KILN_F32, o.hidden, 1, true, KILN_INIT_HE, o.seed + 1,
+                               &layers[2]);
+    if (s == KILN_OK)
+        return kiln_sequential_create(layers, 3, model); /* owns the layers, also on failure */
+    for (int i = 0; i < 3; i++)
+        kiln_module_free(layers[i]);
+    return s;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -226,45 +247,52 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     rc = 1;
+    dataset train = {0}, test = {0};
+    kiln_module *model = NULL;
+    kiln_params *params = NULL;
+    kiln_optimizer *opt = NULL;
+    kiln_scope *step = NULL;
     kiln_device *dev;
-    if (check(kiln_device_get(o.device, &dev), "kiln_device_get"))
-        return 1;
+    TRY(kiln_device_get(o.device, &dev));
     printf("device: %s (%s)\n", kiln_device_spec(dev), kiln_device_name(dev));
 
-    dataset train = {0}, test = {0};
     make_data(&train, &test, o.samples, o.seed);
     if (o.batch > train.n)
         o.batch = train.n;
     printf("data: %d training and %d held-out samples, %d features; model %d-%d-1, batch %d\n",
            train.n, test.n, NFEAT, NFEAT, o.hidden, o.batch);
 
-    mlp m = {0};
-    int64_t xs[2] = {o.batch, NFEAT}, ys[2] = {o.batch, 1};
-    kiln_tensor *x = NULL, *y = NULL, *loss = NULL;
-    TRY(mlp_init(&m, dev, NFEAT, o.hidden, o.seed));
-    TRY(print_fingerprint(m.p[0], o));
-    TRY(kiln_tensor_empty(dev, KILN_F32, 2, xs, &x));
-    TRY(kiln_tensor_empty(dev, KILN_F32, 2, ys, &y));
+    TRY(make_model(dev, o, &model));
+    TRY(kiln_params_create(&params));
+    TRY(kiln_module_params(model, "", params));
+    TRY(print_fingerprint(kiln_params_find(params, "0.weight"), o));
+    TRY(kiln_adam_create(params, o.lr, 0.9, 0.999, 1e-8, 0.0, &opt));
 
     double base = 0;
     for (int i = 0; i < test.n; i++)
         base += pow(test.y[i] * ystd, 2);
     printf("baseline (predict the mean): held-out RMSE %.2f k$\n", sqrt(base / test.n));
 
-    int64_t step = 0;
     int nbatch = train.n / o.batch;
     double total_time = 0, first_epoch = 0;
     for (int epoch = 1; epoch <= o.epochs; epoch++) {
         double t0 = now(), sum = 0;
         for (int b = 0; b < nbatch; b++) {
-            size_t off = (size_t)b * o.batch;
-            TRY(kiln_tensor_write(x, train.x + off * NFEAT, sizeof(float) * o.batch * NFEAT));
-            TRY(kiln_tensor_write(y, train.y + off, sizeof(float) * o.batch));
-            TRY(mlp_train_step(&m, x, y, ++step, o.lr, &loss));
-            float l;
-            TRY(kiln_tensor_read(loss, &l, sizeof l));
-            kiln_tensor_release(loss);
-            loss = NULL;
+            int64_t xs[2] = {o.batch, NFEAT}, ys[2] = {o.batch, 1};
+            size_t off = (size_t)b * (size_t)o.batch;
+            kiln_tensor *x, *y, *pred, *loss;
+            double l;
+            TRY(kiln_scope_begin(&step)); /* the step's tensors are released at scope_end */
+            TRY(kiln_tensor_from_host(dev, KILN_F32, 2, xs, train.x + off * NFEAT, &x));
+            TRY(kiln_tensor_from_host(dev, KILN_F32, 2, ys, train.y + off, &y));
+            TRY(kiln_module_forward(model, x, &pred));
+            TRY(kiln_mse_loss(pred, y, &loss, NULL));
+            TRY(kiln_optimizer_zero_grad(opt));
+            TRY(kiln_backward(loss, NULL, 0));
+            TRY(kiln_optimizer_step(opt));
+            TRY(kiln_tensor_item(loss, &l));
+            kiln_scope_end(step);
+            step = NULL;
             sum += l;
         }
         TRY(kiln_device_synchronize(dev));
@@ -273,10 +301,10 @@ int main(int argc, char **argv)
             first_epoch = dt; /* includes building the kernels (or loading them from cache) */
         else
             total_time += dt;
-        printf("epoch %3d  loss %.4f  (%.1f ms)\n", epoch, sum / nbatch, dt * 1e3);
+        printf("epoch %3d  loss %.6f  (%.1f ms)\n", epoch, sum / nbatch, dt * 1e3);
     }
     double rmse = 0;
-    TRY(evaluate(&m, dev, &test, &rmse));
+    TRY(evaluate(model, dev, &test, &rmse));
     printf("held-out RMSE: %.2f k$ (noise level 5.00 k$)\n", rmse);
     if (o.epochs > 1)
         printf("time per epoch: %.1f ms (%.3f ms per step); first epoch %.1f ms, with kernel "
@@ -285,10 +313,10 @@ int main(int argc, char **argv)
                first_epoch * 1e3);
     rc = 0;
 fail:
-    kiln_tensor_release(loss);
-    kiln_tensor_release(x);
-    kiln_tensor_release(y);
-    mlp_free(&m);
+    kiln_scope_end(step);
+    kiln_optimizer_free(opt);
+    kiln_params_free(params);
+    kiln_module_free(model);
     free(train.x);
     free(train.y);
     free(test.x);
