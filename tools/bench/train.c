@@ -1,6 +1,8 @@
 /* train.c - kiln-bench train: time per training step of the example MLP (examples/mlp.c) on a
  * kiln device, beside the same step written as plain C over host arrays (with cblas_sgemm for
- * the products where kiln was built with CBLAS, naive loops otherwise). */
+ * the products where kiln was built with CBLAS, naive loops otherwise); and the same model
+ * trained through autograd (Linear modules, kiln_backward, the Adam optimizer, a scope per step)
+ * beside the hand-written kiln step. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,8 +120,60 @@ static float host_step(host_mlp *n, const float *x, const float *y, int step)
 typedef struct train_case {
     int batch, hidden, samples;
     double k[64];
-    double best_ratio;
+    double best_ratio, autograd_ratio;
 } train_case;
+
+/* The example MLP through autograd: Sequential(Linear, ReLU, Linear), Adam over its params. */
+typedef struct auto_mlp {
+    kiln_module *model;
+    kiln_params *params;
+    kiln_optimizer *opt;
+} auto_mlp;
+
+static void auto_free(auto_mlp *a)
+{
+    kiln_optimizer_free(a->opt);
+    kiln_params_free(a->params);
+    kiln_module_free(a->model);
+}
+
+static kiln_status auto_init(auto_mlp *a, kiln_device *dev, int hidden)
+{
+    kiln_module *layers[3] = {NULL, NULL, NULL};
+    kiln_status s =
+        kiln_linear_create(dev, KILN_F32, NFEAT, hidden, true, KILN_INIT_HE, 1, &layers[0]);
+    if (s == KILN_OK)
+        s = kiln_activation_create(KILN_UNARY_RELU, &layers[1]);
+    if (s == KILN_OK)
+        s = kiln_linear_create(dev, KILN_F32, hidden, 1, true, KILN_INIT_HE, 2, &layers[2]);
+    if (s != KILN_OK) {
+        for (int i = 0; i < 3; i++)
+            kiln_module_free(layers[i]);
+        return s;
+    }
+    if ((s = kiln_sequential_create(layers, 3, &a->model)) == KILN_OK &&
+        (s = kiln_params_create(&a->params)) == KILN_OK &&
+        (s = kiln_module_params(a->model, "", a->params)) == KILN_OK)
+        s = kiln_adam_create(a->params, 1e-3, 0.9, 0.999, 1e-8, 0.0, &a->opt);
+    return s;
+}
+
+/* forward, loss, zero_grad, backward, step: the step of examples/train.c. */
+static kiln_status auto_step(auto_mlp *a, const kiln_tensor *x, const kiln_tensor *y)
+{
+    kiln_scope *scope;
+    kiln_tensor *pred, *loss;
+    kiln_status s = kiln_scope_begin(&scope);
+    if (s != KILN_OK)
+        return s;
+    if ((s = kiln_module_forward(a->model, x, &pred)) == KILN_OK &&
+        (s = kiln_mse_loss(pred, y, &loss, NULL)) == KILN_OK &&
+        (s = kiln_optimizer_zero_grad(a->opt)) == KILN_OK &&
+        (s = kiln_backward(loss, NULL, 0)) == KILN_OK)
+        s = kiln_optimizer_step(a->opt);
+    kiln_scope_end(scope);
+    return s;
+}
 
 static int bench_one(bench_ctx *ctx, int batch, int hidden, train_case *tc)
 {
@@ -132,12 +186,17 @@ static int bench_one(bench_ctx *ctx, int batch, int hidden, train_case *tc)
         y[i] = x[(size_t)i * NFEAT] * 0.5f + 0.25f;
 
     mlp m = {0};
+    auto_mlp am = {0};
     kiln_tensor *tx = NULL, *ty = NULL, *loss = NULL;
     int64_t xs[2] = {batch, NFEAT}, ys[2] = {batch, 1};
     int rc = 1;
     double *tk = calloc((size_t)ctx->repeats, sizeof(double));
     double *tb = calloc((size_t)ctx->repeats, sizeof(double));
+    double *ta = calloc((size_t)ctx->repeats, sizeof(double));
+    double *th = calloc((size_t)ctx->repeats, sizeof(double));
     kiln_status s = mlp_init(&m, ctx->dev, NFEAT, hidden, 1);
+    if (s == KILN_OK)
+        s = auto_init(&am, ctx->dev, hidden);
     if (s == KILN_OK)
         s = kiln_tensor_from_host(ctx->dev, KILN_F32, 2, xs, x, &tx);
     if (s == KILN_OK)
@@ -147,6 +206,8 @@ static int bench_one(bench_ctx *ctx, int batch, int hidden, train_case *tc)
         s = mlp_train_step(&m, tx, ty, i, 1e-3, &loss);
         kiln_tensor_release(loss);
         loss = NULL;
+        if (s == KILN_OK)
+            s = auto_step(&am, tx, ty);
     }
     if (s == KILN_OK)
         s = kiln_device_synchronize(ctx->dev);
@@ -173,6 +234,14 @@ static int bench_one(bench_ctx *ctx, int batch, int hidden, train_case *tc)
             sink += host_step(&hm, x, y, i + 1);
         (void)sink; /* only there so the compiler keeps the host steps */
         tb[r] = (bench_now() - t0) / steps * 1e3;
+        /* The autograd step beside the hand-written one, timed back to back. */
+        th[r] = tk[r];
+        t0 = bench_now();
+        for (int i = 0; i < steps && s == KILN_OK; i++)
+            s = auto_step(&am, tx, ty);
+        if (s == KILN_OK)
+            s = kiln_device_synchronize(ctx->dev);
+        ta[r] = (bench_now() - t0) / steps * 1e3;
     }
     host_free(&hm);
     if (s != KILN_OK) {
@@ -189,13 +258,20 @@ static int bench_one(bench_ctx *ctx, int batch, int hidden, train_case *tc)
     bench_result_set(&r, name, "ms", false, "plain C step", tk, tb, ctx->repeats);
     bench_report(ctx, &r);
     tc->best_ratio = tb[0] / tk[0]; /* sorted by bench_result_set */
+    snprintf(name, sizeof name, "autograd step batch %d, %d-%d-1", batch, NFEAT, hidden);
+    bench_result_set(&r, name, "ms", false, "hand-written kiln step", ta, th, ctx->repeats);
+    bench_report(ctx, &r);
+    tc->autograd_ratio = th[0] / ta[0];
     rc = 0;
 done:
     kiln_tensor_release(tx);
     kiln_tensor_release(ty);
     mlp_free(&m);
+    auto_free(&am);
     free(tk);
     free(tb);
+    free(ta);
+    free(th);
     free(x);
     free(y);
     return rc;
@@ -261,6 +337,13 @@ int bench_train(bench_ctx *ctx)
                              cases[i].hidden);
     }
     if (ncases > 0) {
+        bench_note(ctx, "%s", note);
+        len = snprintf(note, sizeof note,
+                       "train: autograd step vs hand-written kiln step (best samples, goal >= "
+                       "0.9):");
+        for (int i = 0; i < ncases && len < (int)sizeof note; i++)
+            len += snprintf(note + len, sizeof note - (size_t)len, " %d/%d %.3g;", cases[i].batch,
+                            cases[i].hidden, cases[i].autograd_ratio);
         bench_note(ctx, "%s", note);
         torch_rows t = {.ctx = ctx, .cases = cases, .ncases = ncases};
         bench_torch(ctx, "train", args, torch_row, &t);
