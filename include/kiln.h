@@ -1086,7 +1086,8 @@ KILN_API kiln_status kiln_layer_norm_create(kiln_device *dev, kiln_dtype dtype, 
 KILN_API kiln_status kiln_embedding_create(kiln_device *dev, kiln_dtype dtype, int64_t count,
                                            int64_t dim, uint64_t seed, kiln_module **m);
 /* While training (the default), forward call k (from 0) is kiln_dropout(x, p, seed + k): a new
- * mask each call. When not training, forward gives x itself (a new reference). */
+ * mask each call. When not training, forward gives x's values: a new handle on x's memory (a view,
+ * like kiln_tensor_reshape to x's shape). */
 KILN_API kiln_status kiln_dropout_create(double p, uint64_t seed, kiln_module **m);
 /* forward is kiln_unary(op, x): KILN_UNARY_RELU, GELU, TANH, SIGMOID, or any other unary op. */
 KILN_API kiln_status kiln_activation_create(kiln_unary_op op, kiln_module **m);
