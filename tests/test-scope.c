@@ -431,6 +431,57 @@ START_TEST(test_kiln_keeps)
 }
 END_TEST
 
+/* Modules and an optimizer in scopes: a step through a Sequential (with a dropout in eval mode,
+ * which returns a new handle on its input) leaves nothing behind but the leaves' gradients, and a
+ * model and optimizer made inside a scope outlive it. */
+START_TEST(test_modules_optimizer)
+{
+    int64_t live0 = kiln__tensor_live();
+    kiln_scope *sc;
+    ASSERT_OK(kiln_scope_begin(&sc));
+    kiln_module *layers[4] = {NULL, NULL, NULL, NULL}, *model;
+    ASSERT_OK(kiln_linear_create(dev, KILN_F32, D, H, true, KILN_INIT_HE, 7, &layers[0]));
+    ASSERT_OK(kiln_dropout_create(0.5, 1, &layers[1]));
+    ASSERT_OK(kiln_activation_create(KILN_UNARY_RELU, &layers[2]));
+    ASSERT_OK(kiln_linear_create(dev, KILN_F32, H, C, true, KILN_INIT_HE, 8, &layers[3]));
+    ASSERT_OK(kiln_sequential_create(layers, 4, &model));
+    kiln_module_set_training(model, false);
+    kiln_params *ps;
+    ASSERT_OK(kiln_params_create(&ps));
+    ASSERT_OK(kiln_module_params(model, "", ps));
+    kiln_optimizer *opt;
+    ASSERT_OK(kiln_adam_create(ps, 1e-2, 0.9, 0.999, 1e-8, 0.0, &opt));
+    kiln_scope_end(sc); /* the model, the list and the optimizer are not the scope's */
+    int64_t live1 = kiln__tensor_live();
+    ck_assert_int_eq(live1, live0 + 4); /* two weights, two biases */
+    double first_loss = 0, loss_v = 0;
+    for (int step = 0; step < 20; step++) {
+        ASSERT_OK(kiln_scope_begin(&sc));
+        kiln_tensor *x, *y, *logits, *loss;
+        batch(step % 4, &x, &y);
+        ASSERT_OK(kiln_module_forward(model, x, &logits));
+        ASSERT_OK(kiln_cross_entropy(logits, y, &loss, NULL));
+        ASSERT_OK(kiln_optimizer_zero_grad(opt));
+        ASSERT_OK(kiln_backward(loss, NULL, 0));
+        ASSERT_OK(kiln_optimizer_step(opt));
+        ASSERT_OK(kiln_tensor_item(loss, &loss_v));
+        kiln_scope_end(sc);
+        if (step == 0)
+            first_loss = loss_v;
+        /* The gradients (4) and Adam's state (2 moments and a step count per parameter, made at
+         * the first step) are all that stays. */
+        if (step == 0)
+            live1 = kiln__tensor_live();
+        ck_assert_int_eq(kiln__tensor_live(), live1);
+    }
+    ck_assert_double_lt(loss_v, first_loss);
+    kiln_optimizer_free(opt);
+    kiln_params_free(ps);
+    kiln_module_free(model);
+    ck_assert_int_eq(kiln__tensor_live(), live0);
+}
+END_TEST
+
 Suite *scope_suite(void)
 {
     Suite *s = suite_create("scope");
@@ -443,6 +494,7 @@ Suite *scope_suite(void)
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_end_not_innermost);
     tcase_add_test(tc, test_kiln_keeps);
+    tcase_add_test(tc, test_modules_optimizer);
     suite_add_tcase(s, tc);
     return s;
 }
