@@ -17,7 +17,13 @@
 #include "status.h"
 #include "tensor.h"
 
-static _Thread_local bool grad_off; /* kiln_set_grad_enabled(false) on this thread */
+static _Thread_local bool grad_off;                /* kiln_set_grad_enabled(false) on this thread */
+static _Thread_local const kiln_tensor *unit_seed; /* see kiln__ag_unit_seed */
+
+bool kiln__ag_unit_seed(const kiln_tensor *g)
+{
+    return g && g == unit_seed;
+}
 static atomic_uint_fast64_t next_seq = 1;
 
 bool kiln_set_grad_enabled(bool enabled)
@@ -492,8 +498,11 @@ kiln_status kiln_backward(kiln_tensor *loss, const kiln_tensor *grad, kiln_backw
         else
             s = kiln_ones(loss->dev, loss->dtype, loss->ndim, loss->shape, &seed);
     }
-    if (s == KILN_OK)
+    if (s == KILN_OK) {
+        unit_seed = !grad && !(flags & KILN_BACKWARD_RETAIN_GRAPH) ? seed : NULL;
         s = run_nodes(&p, seed, loss);
+        unit_seed = NULL;
+    }
     if (s == KILN_OK)
         s = commit(&p);
     kiln_tensor_release(seed);

@@ -346,14 +346,24 @@ static void loss_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *
 {
     const kiln_tensor *x = nd->in[0].t, *y = nd->in[1].t;
     kiln_tensor *l = NULL, *d = NULL, *gx = NULL, *gy = NULL;
-    if (nd->kind == KILN__AG_CROSS_ENTROPY) {
+    if (nd->n == 3) { /* d loss / d x, saved by the forward (kiln_mse_loss, kiln_cross_entropy) */
+        d = kiln_tensor_retain(nd->in[2].t);
+        keep(sc, d);
+    } else if (nd->kind == KILN__AG_CROSS_ENTROPY) {
         RUN(sc, l, kiln_cross_entropy(x, y, &l, &d));
         keep(sc, d);
     } else {
         RUN(sc, l, kiln_mse_loss(x, y, &l, &d));
         keep(sc, d);
     }
-    RUN(sc, gx, kiln_mul(d, g, &gx));
+    /* The loss's own backward with the implicit gradient 1: d is the gradient (the graph, and
+     * with it the node's reference to d, goes with this backward). */
+    if (nd->n == 3 && kiln__ag_unit_seed(g)) {
+        gx = kiln_tensor_retain(d);
+        keep(sc, gx);
+    } else {
+        RUN(sc, gx, kiln_mul(d, g, &gx));
+    }
     if (nd->kind == KILN__AG_MSE && y->requires_grad)
         RUN(sc, gy, kiln_unary(KILN_UNARY_NEG, gx, &gy));
     give(sc, nd, 0, gx, grads);

@@ -692,6 +692,60 @@ START_TEST(test_accumulate_retain_free)
 }
 END_TEST
 
+/* The losses keep d loss / d input from the forward: a backward with the implicit gradient 1
+ * hands it out as it is (the same values as the loss's own gradient output), a retained graph
+ * or an upstream gradient multiplies it. */
+static void assert_values(const kiln_tensor *t, const double *want, int n)
+{
+    double *g = download(t);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fabs(g[i] - want[i]) <= 1e-6 * fabs(want[i]), "[%d]: %.9g, want %.9g", i,
+                      g[i], want[i]);
+    free(g);
+}
+
+START_TEST(test_loss_saved_gradient)
+{
+    int64_t n = 3;
+    kiln_tensor *x = leaf3(), *t = upload(dev, KILN_F32, 1, &n, (const double[]){0, 0, 0});
+    kiln_tensor *l = NULL, *l3 = NULL;
+    ASSERT_OK(kiln_mse_loss(x, t, &l, NULL)); /* d/dx = 2 x / 3 */
+    ASSERT_OK(kiln_backward(l, NULL, KILN_BACKWARD_RETAIN_GRAPH));
+    assert_values(kiln_tensor_grad(x), (const double[]){2.0 / 3, 4.0 / 3, 2.0}, 3);
+    ASSERT_OK(kiln_backward(l, NULL, 0));
+    assert_values(kiln_tensor_grad(x), (const double[]){4.0 / 3, 8.0 / 3, 4.0}, 3);
+    ASSERT_OK(kiln_tensor_zero_grad(x));
+    kiln_tensor_release(l);
+    ASSERT_OK(kiln_mse_loss(x, t, &l, NULL));
+    ASSERT_OK(kiln_binary_scalar(KILN_BINARY_MUL, l, 3.0, &l3));
+    ASSERT_OK(kiln_backward(l3, NULL, 0));
+    assert_values(kiln_tensor_grad(x), (const double[]){2.0, 4.0, 6.0}, 3);
+    kiln_tensor_release(l3);
+    kiln_tensor_release(l);
+    kiln_tensor_release(t);
+    kiln_tensor_release(x);
+
+    /* cross-entropy: the gradient of a backward from the loss is the op's own gradient output */
+    int64_t ls[2] = {2, 3}, two = 2;
+    const double lv[6] = {0.5, -1.0, 2.0, 0.25, 0.0, -0.75};
+    kiln_tensor *logits = upload(dev, KILN_F32, 2, ls, lv), *ref_l = NULL, *ref_g = NULL;
+    kiln_tensor *labels = NULL;
+    ASSERT_OK(kiln_tensor_from_host(dev, KILN_I32, 1, &two, (const int32_t[]){2, 0}, &labels));
+    ASSERT_OK(kiln_cross_entropy(logits, labels, &ref_l, &ref_g));
+    ASSERT_OK(kiln_tensor_set_requires_grad(logits, true));
+    ASSERT_OK(kiln_cross_entropy(logits, labels, &l, NULL));
+    ASSERT_OK(kiln_backward(l, NULL, 0));
+    double *want = download(ref_g);
+    assert_values(kiln_tensor_grad(logits), want, 6);
+    free(want);
+    kiln_tensor_release(l);
+    kiln_tensor_release(ref_l);
+    kiln_tensor_release(ref_g);
+    kiln_tensor_release(labels);
+    kiln_tensor_release(logits);
+}
+END_TEST
+
 static void *grad_mode_of_thread(void *arg)
 {
     *(bool *)arg = kiln_grad_enabled();
@@ -1051,6 +1105,7 @@ Suite *autograd_suite(void)
     tcase_add_unchecked_fixture(te, setup, teardown);
     tcase_set_timeout(te, 600);
     tcase_add_test(te, test_accumulate_retain_free);
+    tcase_add_test(te, test_loss_saved_gradient);
     tcase_add_test(te, test_grad_mode);
     tcase_add_test(te, test_version_counter);
     tcase_add_test(te, test_errors);

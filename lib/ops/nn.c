@@ -306,6 +306,23 @@ static kiln_status cross_entropy(const char *op, const kiln_tensor *logits,
     return finish_loss(terms, s, loss);
 }
 
+/* The allocating forms of the losses: when the loss will be recorded by autograd and the caller
+ * did not ask for the gradient, the kernel writes it anyway (it costs a store per element) and
+ * the node keeps it, so that the backward needs no second pass over the inputs. */
+static kiln_status loss_recorded(const char *op, loss_fn fn, kiln__ag_kind kind,
+                                 const kiln_tensor *x, const kiln_tensor *y, kiln_tensor **loss,
+                                 kiln_tensor **grad)
+{
+    bool save = !grad && kiln_grad_enabled() &&
+                (kiln_tensor_requires_grad(x) || kiln_tensor_requires_grad(y));
+    kiln_tensor *d = NULL;
+    kiln_status s = loss_new(op, fn, x, y, loss, save ? &d : grad);
+    kiln_status r =
+        kiln__ag_record(s, op, kind, NULL, save ? 3 : 2, (const kiln_tensor *[]){x, y, d}, loss);
+    kiln_tensor_release(d); /* the node's reference is the last */
+    return r;
+}
+
 kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *labels,
                                kiln_tensor **loss, kiln_tensor **grad)
 {
@@ -313,9 +330,9 @@ kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *lab
     kiln_status s = start_loss(op, loss, grad);
     if (s == KILN_OK)
         s = check_ce(logits, labels, op);
-    s = s != KILN_OK ? s : loss_new(op, cross_entropy, logits, labels, loss, grad);
-    return kiln__ag_record(s, op, KILN__AG_CROSS_ENTROPY, NULL, 2,
-                           (const kiln_tensor *[]){logits, labels}, loss);
+    return s != KILN_OK ? s
+                        : loss_recorded(op, cross_entropy, KILN__AG_CROSS_ENTROPY, logits, labels,
+                                        loss, grad);
 }
 
 kiln_status kiln_cross_entropy_out(const kiln_tensor *logits, const kiln_tensor *labels,
@@ -372,9 +389,7 @@ kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, ki
     kiln_status s = start_loss(op, loss, grad);
     if (s == KILN_OK)
         s = check_mse(pred, target, op);
-    s = s != KILN_OK ? s : loss_new(op, mse_loss, pred, target, loss, grad);
-    return kiln__ag_record(s, op, KILN__AG_MSE, NULL, 2, (const kiln_tensor *[]){pred, target},
-                           loss);
+    return s != KILN_OK ? s : loss_recorded(op, mse_loss, KILN__AG_MSE, pred, target, loss, grad);
 }
 
 kiln_status kiln_mse_loss_out(const kiln_tensor *pred, const kiln_tensor *target, kiln_tensor *loss,
