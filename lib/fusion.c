@@ -76,7 +76,7 @@ bool kiln__fusion_enabled(void)
     int on = atomic_load(&enabled);
     if (on < 0) {
         const char *env = getenv("KILN_FUSION");
-        on = !(env && strcmp(env, "0") == 0);
+        on = env && strcmp(env, "1") == 0; /* off by default: see README.md, "Fusion" */
         atomic_store(&enabled, on);
     }
     return on != 0;
@@ -463,7 +463,7 @@ static int generate(const graph *g, sbuf *b, kiln_arg *args, int64_t *strides, k
         struct kiln__lazy *z = lazy_of(g->node[m]);
         if (z->kind != KILN__F_SCALAR)
             continue;
-        sb_add(b, ", %s c%d", kiln__dtype_cl_compute_type(z->in_dtype), m);
+        sb_add(b, ", %s k%d", kiln__dtype_cl_compute_type(z->in_dtype), m);
         args[na++] = kiln__arg_scalar(z->in_dtype, z->scalar);
     }
     sb_add(b, ")\n{\n    KILN_FOR(i, 0, n) {\n");
@@ -511,7 +511,7 @@ static int generate(const graph *g, sbuf *b, kiln_arg *args, int64_t *strides, k
                    v[1]);
             break;
         case KILN__F_SCALAR:
-            sb_add(b, "kf_%s_b_%s(%s, c%d);\n", dn, kiln__binary_name((kiln_binary_op)z->op), v[0],
+            sb_add(b, "kf_%s_b_%s(%s, k%d);\n", dn, kiln__binary_name((kiln_binary_op)z->op), v[0],
                    m);
             break;
         case KILN__F_UNARY:
