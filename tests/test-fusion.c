@@ -490,7 +490,11 @@ Suite *fusion_suite(void)
     tcase_add_unchecked_fixture(tc, setup, teardown_devices);
     tcase_set_timeout(tc, 1200);
     if (!getenv("KILN_TEST_FUSION_CHILD")) {
-        tcase_add_test(tc, test_every_op_and_dtype);
+        TCase *ops = tcase_create("every op");
+        tcase_add_unchecked_fixture(ops, setup, teardown_devices);
+        tcase_set_timeout(ops, 1200);
+        tcase_add_test(ops, test_every_op_and_dtype);
+        suite_add_tcase(s, ops);
         tcase_add_test(tc, test_chain_depths);
         tcase_add_test(tc, test_release_before_eval);
         tcase_add_test(tc, test_write_after_pending_read);
