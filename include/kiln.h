@@ -327,6 +327,16 @@ KILN_API kiln_status kiln_tensor_print(const kiln_tensor *t);
  * own device, *out is a new reference to t itself (no copy), as in PyTorch. */
 KILN_API kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor **out);
 
+/* Evaluate t now if it is pending. Elementwise ops (binary, scalar, where, unary and its
+ * backward, cast, clamp) return pending tensors whose value is computed later, by one fused
+ * kernel per chain of such ops, when something needs it: a host read or map, any other op
+ * (matmul, reductions, shape ops, ...), a user kernel launch, kiln_tensor_to, kiln_tensor_cl_mem,
+ * a write into a tensor the chain reads, a chain too long for one kernel, or this call. An
+ * error of the evaluation (KILN_ERR_OUT_OF_MEMORY included) is reported by the call that forced
+ * it, naming the chain of ops; the tensor then stays pending. KILN_FUSION=0 in the environment
+ * makes every op compute at once (see README.md, "Fusion"). A no-op for other tensors. */
+KILN_API kiln_status kiln_tensor_eval(const kiln_tensor *t);
+
 /* A deep copy of t on its own device. */
 KILN_API kiln_status kiln_tensor_clone(const kiln_tensor *t, kiln_tensor **out);
 

@@ -647,10 +647,12 @@ static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *sr
     s = kiln__program_compile(dev, text, len, NULL, options, op, out);
     if (s == KILN_ERR_BUILD_FAILED) {
         char *msg = dup_string(kiln_last_error()); /* it holds the compiler's log */
+        bool generated = src->name == src->text;   /* kiln__generated_kernel */
         s = kiln__error(KILN_ERR_BUILD_FAILED,
-                        "%s: built-in kernel source %s.cl (%s) failed to build on %s; this is a "
+                        "%s: %s%s (%s) failed to build on %s; this is a "
                         "kiln bug, please report it with this message: %s",
-                        op, src->name, defines, dev->info.spec, msg ? msg : "");
+                        op, generated ? "the generated fused kernel" : "built-in kernel source ",
+                        generated ? "" : src->name, defines, dev->info.spec, msg ? msg : "");
         free(msg);
     }
     kiln__log_release();
@@ -736,6 +738,30 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
     pthread_mutex_lock(&ps->lock);
     builtin_entry *e = NULL;
     s = builtin_entry_get(dev, ps, src, defines ? defines : "", op, &e);
+    if (s == KILN_OK)
+        s = list_kernel(dev, e->program, &e->kernels, kernel, false, op, out);
+    pthread_mutex_unlock(&ps->lock);
+    return s;
+}
+
+kiln_status kiln__generated_kernel(kiln_device *dev, const char *text, const char *kernel,
+                                   const char *op, kiln__kernel **out, bool *hit)
+{
+    *out = NULL;
+    *hit = false;
+    kiln_status s = kiln__device_open(dev, op);
+    struct kiln__programs *ps = NULL;
+    if (s == KILN_OK)
+        s = programs_of(dev, op, &ps);
+    if (s != KILN_OK)
+        return s;
+    /* The text is its own key: a source named by its text (build_builtin's messages know). */
+    kiln__kernel_source src = {text, text, strlen(text)};
+    pthread_mutex_lock(&ps->lock);
+    for (builtin_entry *e = ps->entries; e && !*hit; e = e->next)
+        *hit = !e->building && strcmp(e->source, text) == 0 && e->defines[0] == '\0';
+    builtin_entry *e = NULL;
+    s = builtin_entry_get(dev, ps, &src, "", op, &e);
     if (s == KILN_OK)
         s = list_kernel(dev, e->program, &e->kernels, kernel, false, op, out);
     pthread_mutex_unlock(&ps->lock);

@@ -4,6 +4,7 @@
 #define KILN_PROGRAM_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "kiln_cl.h"
 
@@ -39,6 +40,12 @@ typedef struct kiln__kernel {
  * once build once. The kernel is owned by the device; op names the caller in messages. */
 kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const char *defines,
                                  const char *kernel, const char *op, kiln__kernel **out);
+
+/* A kernel of a program generated at run time (lib/fusion.c): text (NUL-terminated) is built
+ * after the prelude like a built-in source, through the on-disk cache, once per device, and kept
+ * for the life of the device like a built-in program; *hit says whether it was built before. */
+kiln_status kiln__generated_kernel(kiln_device *dev, const char *text, const char *kernel,
+                                   const char *op, kiln__kernel **out, bool *hit);
 
 /* Release dev's built-in programs and kernels (kiln__registry_reset; tests). Valid only while no
  * other thread uses dev. */

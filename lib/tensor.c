@@ -11,6 +11,7 @@
 #include "autograd.h"
 #include "clcall.h"
 #include "dtype.h"
+#include "fusion.h"
 #include "memory.h"
 #include "queue.h"
 #include "registry.h"
@@ -68,7 +69,8 @@ kiln_status kiln__check_handle(const kiln_tensor *t, const char *op, const char 
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: %s (%p) is not a tensor handle from kiln (forged or corrupted)", op,
                            argname, (const void *)t);
-    return kiln__device_check_lost(t->dev, op); /* a lost device is never used again */
+    kiln_status s = kiln__device_check_lost(t->dev, op); /* a lost device is never used again */
+    return s == KILN_OK ? kiln__fusion_force(t, op) : s;
 }
 
 kiln_status(kiln__check_tensor)(const kiln_tensor *t, const char *op, const char *argname)
@@ -160,6 +162,7 @@ static kiln__storage *storage_new(kiln_device *dev, cl_mem mem, size_t bytes, si
     atomic_init(&st->refs, 1);
     atomic_init(&st->mapped, 0);
     atomic_init(&st->version, 0u);
+    atomic_init(&st->readers, 0);
     st->dev = dev;
     st->mem = mem;
     st->bytes = bytes;
@@ -230,6 +233,25 @@ kiln_status kiln__tensor_new(kiln_device *dev, kiln_dtype dtype, int ndim, const
             storage_release(st);
         else
             kiln__mem_free(dev, mem, nbytes, capacity);
+        return kiln__host_oom(op);
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+kiln_status kiln__tensor_new_pending(kiln_device *dev, kiln_dtype dtype, int ndim,
+                                     const int64_t *shape, const char *op, kiln_tensor **out)
+{
+    *out = NULL;
+    int64_t numel;
+    size_t nbytes;
+    kiln_status s = kiln__check_shape(ndim, shape, dtype, op, &numel, &nbytes);
+    if (s != KILN_OK)
+        return s;
+    kiln__storage *st = storage_new(dev, NULL, nbytes, 0, true);
+    kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st) : NULL;
+    if (!t) {
+        free(st);
         return kiln__host_oom(op);
     }
     *out = t;
@@ -587,6 +609,7 @@ static void unref(kiln_tensor *t)
     kiln__scope_forget(t);
     atomic_fetch_sub(&live_headers, 1);
     kiln__ag_tensor_dead(t);
+    kiln__fusion_dead(t);
     t->magic = KILN__TENSOR_DEAD;
     storage_release(t->storage);
     t->storage = NULL;
@@ -706,7 +729,9 @@ kiln_status kiln_tensor_unmap(kiln_tensor *t)
 
 cl_mem kiln_tensor_cl_mem(const kiln_tensor *t)
 {
-    return tensor_valid(t) ? t->storage->mem : NULL;
+    if (!tensor_valid(t) || kiln__fusion_force(t, "kiln_tensor_cl_mem") != KILN_OK)
+        return NULL; /* the caller may write the buffer: pending readers are evaluated first */
+    return t->storage->mem;
 }
 
 size_t kiln_tensor_cl_offset(const kiln_tensor *t)

@@ -20,6 +20,7 @@ typedef struct kiln__storage {
     atomic_int mapped; /* a kiln_tensor_map is outstanding */
     void *map_ptr;
     atomic_uint version; /* bumped by every in-place write (autograd's saved-tensor check) */
+    atomic_int readers;  /* pending expressions (lib/fusion.c) that read this storage */
 } kiln__storage;
 
 struct kiln__ag_node;
@@ -44,6 +45,9 @@ struct kiln_tensor {
     /* scopes (lib/scope.c): the scope holding the creation reference, under scope.c's lock */
     _Atomic(struct kiln_scope *) scope;
     kiln_tensor *scope_prev, *scope_next;
+    /* lib/fusion.c: the expression of a pending tensor, whose storage has no buffer yet; NULL
+     * once it holds its value (or never was pending). */
+    _Atomic(struct kiln__lazy *) lazy;
 };
 
 /* Record an in-place write into t's storage (every view of it sees the new version). */
@@ -93,6 +97,10 @@ kiln_status kiln__check_shape(int ndim, const int64_t *shape, kiln_dtype dtype, 
 
 /* "[2, 3, 4]" into buf (truncated to size); returns buf. For messages. */
 char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
+
+/* A pending tensor (lib/fusion.c): the header and a storage without a buffer. */
+kiln_status kiln__tensor_new_pending(kiln_device *dev, kiln_dtype dtype, int ndim,
+                                     const int64_t *shape, const char *op, kiln_tensor **out);
 
 /* A new tensor of the given shape on dev (like kiln_tensor_empty, with op in messages). */
 kiln_status kiln__tensor_new(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,

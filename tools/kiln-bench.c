@@ -16,6 +16,8 @@ static const bench_section sections[] = {
     {"elementwise", "add/mul/relu on 16 Mi f32 vs a C loop over host memory", bench_elementwise},
     {"reduce", "sum over axis 0 and 1 of [4096, 1024] and [1024, 512] f32 vs a C loop",
      bench_reduce},
+    {"fusion", "a 20-op chain, relu(a*b+c) and 100 dependent ops, fused, vs hand-fused/C loops",
+     bench_fusion},
     {"matmul", "matmul n=256..2048 vs cblas_sgemm, and each matmul path", bench_matmul},
     {"train", "time per training step of the example MLP at a few sizes", bench_train},
     {"checkpoint", "kiln_save/kiln_load of 1 GiB vs write()+fsync/read()", bench_checkpoint},

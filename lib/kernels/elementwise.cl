@@ -21,6 +21,7 @@
 /* An op's kernel line: OP_<name>(x, y) in the compute type KILN_TC. Kind ARITH needs one for
  * floating programs and one for integer programs (wrapping through KILN_UT), FLOAT one for
  * floating programs, COMPARE one for all (a truth value, stored as a u8 0/1). */
+/* @fusion-begin: lib/fusion.c copies the text up to @fusion-end into generated kernels. */
 #ifdef KILN_IS_FLOAT
 #define OP_add(x, y) ((x) + (y))
 #define OP_sub(x, y) ((x) - (y))
@@ -60,6 +61,7 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
 #define OP_ge(x, y) ((x) >= (y))
 
 #define STORE_U8(p, i, v) ((p)[(i)] = (uchar)((v) ? 1 : 0))
+/* @fusion-end */
 
 /* Broadcast index arithmetic: the result index i is split into 8 coordinates, innermost
  * (s7) first; once the rest is 0 every outer coordinate is 0 too. The remainder is written as
@@ -163,6 +165,7 @@ kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global 
 /* ---- unary operators and their derivatives ---------------------------------------------- */
 /* An op's kernel lines: U_<name>(x) and its derivative UB_<name>(x, g) = g * op'(x) for
  * floating programs; kind ANY also U_<name>(x) for integer programs (wrapping, no derivative). */
+/* @fusion-begin: lib/fusion.c copies the text up to @fusion-end into generated kernels. */
 #define ONE ((KILN_TC)1)
 #define ZERO ((KILN_TC)0)
 /* Fractional constants: a plain literal is a double, which a device without fp64 may warn
@@ -246,6 +249,7 @@ KILN_TC kiln_gelu_d(KILN_TC x)
 #define U_abs(x) (x)
 #endif
 #endif
+/* @fusion-end */
 
 #define DEF_UNARY(UF, KU)                                                                     \
     kernel void KU(global const KILN_T *x, global KILN_T *out, long n)                        \
@@ -284,6 +288,7 @@ KILN_UNARY_OP_MAP(DEF_UNARY_X)
  * from floating, truncate toward zero and saturate, NaN -> 0 as the spec says for _sat
  * (tested explicitly: Oclgrind gives MIN); from integers, wrap. To floating: convert in the
  * target's compute type (a floating source goes to vstore_half as it is: one rounding). */
+/* @fusion-begin: lib/fusion.c copies the text up to @fusion-end into generated kernels. */
 #ifdef KILN_IS_FLOAT
 #define TO_INT(ty, v) (isnan(v) ? (ty)0 : convert_##ty##_sat_rtz(v))
 #define TO_FLOAT(ty, v) (v)
@@ -293,6 +298,7 @@ KILN_UNARY_OP_MAP(DEF_UNARY_X)
 #endif
 #define CAST_VALUE_1(cl, clc, v) TO_FLOAT(clc, v)
 #define CAST_VALUE_0(cl, clc, v) TO_INT(cl, v)
+/* @fusion-end */
 
 #define DEF_CAST(KC, STORE, OUTT, VALUE)                                                      \
     kernel void KC(global const KILN_T *x, global OUTT *out, long n)                          \

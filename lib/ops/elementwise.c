@@ -6,6 +6,7 @@
 
 #include "autograd.h"
 #include "common.h"
+#include "fusion.h"
 #include "launch.h"
 #include "optables.h"
 #include "program.h"
@@ -50,7 +51,27 @@ static kiln_status result(const char *op, kiln_device *dev, kiln_dtype dtype, in
 static kiln_status check_args(const char *op, int n, int required, const kiln_tensor *const *ts,
                               kiln_device **dev)
 {
-    return kiln__check_tensors(op, n, required, ts, NULL, dev);
+    /* Inputs may stay pending (fusion.c); out is written, so what is pending on it is not. */
+    const kiln_tensor *given = required == n ? ts[n - 1] : NULL;
+    kiln__fusion_defer(true);
+    kiln_status s = kiln__check_tensors(op, n, required, ts, NULL, dev);
+    kiln__fusion_defer(false);
+    return s == KILN_OK && given ? kiln__check_tensor(given, op, "out") : s;
+}
+
+/* With fusion on, the op as a pending result (or evaluated into given): true, s set. */
+static bool fused(const char *fn, kiln_device *dev, const kiln__fop *op, kiln_tensor *given,
+                  kiln_tensor **out, kiln_status *s)
+{
+    int64_t numel = 1;
+    for (int i = 0; i < op->ndim; i++)
+        numel *= op->shape[i];
+    if (!kiln__fusion_enabled() || numel == 0)
+        return false;
+    if (given && (*s = kiln__check_out(fn, given, dev, op->dtype, op->ndim, op->shape)) != KILN_OK)
+        return true;
+    *s = kiln__fuse(fn, dev, op, given, given ? NULL : out);
+    return true;
 }
 
 static kiln_status check_out_ptr(const char *op, kiln_tensor **out)
@@ -121,9 +142,12 @@ static kiln_status binary(const char *fn, kiln_binary_op op, const kiln_tensor *
     kiln__bcast bc;
     if ((s = kiln__broadcast(fn, 2, (const kiln_tensor *[]){a, b}, &bc)) != KILN_OK)
         return s;
+    kiln_dtype rt = kiln__binary_is_compare(op) ? KILN_U8 : a->dtype;
+    kiln__fop fo = {KILN__F_BINARY, (int)op, a->dtype, rt, bc.ndim, bc.shape, 2, {a, b}, {0}};
+    if (fused(fn, dev, &fo, given, out, &s))
+        return s;
     kiln_tensor *res = NULL;
-    s = result(fn, dev, kiln__binary_is_compare(op) ? KILN_U8 : a->dtype, bc.ndim, bc.shape, given,
-               &res);
+    s = result(fn, dev, rt, bc.ndim, bc.shape, given, &res);
     if (s != KILN_OK || bc.numel == 0)
         return kiln__finish(s, res, given, out);
     /* Same shape: flat. Up to 2 collapsed dims (a bias row or column): a 2-D range. Else the
@@ -216,9 +240,12 @@ static kiln_status binary_scalar(const char *fn, kiln_binary_op op, const kiln_t
                            "with kiln_cast()",
                            fn, kiln__scalar_str(v, sizeof v, scalar), kiln_dtype_name(a->dtype));
     }
+    kiln_dtype rt = kiln__binary_is_compare(op) ? KILN_U8 : a->dtype;
+    kiln__fop fo = {KILN__F_SCALAR, (int)op, a->dtype, rt, a->ndim, a->shape, 1, {a}, scalar};
+    if (fused(fn, dev, &fo, given, out, &s))
+        return s;
     kiln_tensor *res = NULL;
-    s = result(fn, dev, kiln__binary_is_compare(op) ? KILN_U8 : a->dtype, a->ndim, a->shape, given,
-               &res);
+    s = result(fn, dev, rt, a->ndim, a->shape, given, &res);
     if (s != KILN_OK || a->numel == 0)
         return kiln__finish(s, res, given, out);
     char name[64];
@@ -297,6 +324,9 @@ static kiln_status where(const char *fn, const kiln_tensor *cond, const kiln_ten
     kiln__bcast bc;
     if ((s = kiln__broadcast(fn, 3, ts, &bc)) != KILN_OK)
         return s;
+    kiln__fop fo = {KILN__F_WHERE, 0, a->dtype, a->dtype, bc.ndim, bc.shape, 3, {cond, a, b}, {0}};
+    if (fused(fn, dev, &fo, given, out, &s))
+        return s;
     kiln_tensor *res = NULL;
     s = result(fn, dev, a->dtype, bc.ndim, bc.shape, given, &res);
     if (s != KILN_OK || bc.numel == 0)
@@ -347,6 +377,9 @@ static kiln_status unary(const char *fn, kiln_unary_op op, const kiln_tensor *x,
     if ((s = kiln__check_dtype_on(dev, x->dtype, fn)) != KILN_OK ||
         (s = check_unary_op(fn, op, x->dtype, false)) != KILN_OK)
         return s;
+    kiln__fop fo = {KILN__F_UNARY, (int)op, x->dtype, x->dtype, x->ndim, x->shape, 1, {x}, {0}};
+    if (fused(fn, dev, &fo, given, out, &s))
+        return s;
     kiln_tensor *res = NULL;
     s = result(fn, dev, x->dtype, x->ndim, x->shape, given, &res);
     if (s != KILN_OK || x->numel == 0)
@@ -391,6 +424,10 @@ static kiln_status unary_backward(const char *fn, kiln_unary_op op, const kiln_t
     if (!kiln__same_shape(grad_out, x->ndim, x->shape))
         return kiln__shape_mismatch(fn, "x", x->ndim, x->shape, "grad_out", grad_out->ndim,
                                     grad_out->shape, "; they must be equal");
+    kiln__fop fo = {KILN__F_UNARY_BW, (int)op, x->dtype,      x->dtype, x->ndim,
+                    x->shape,         2,       {x, grad_out}, {0}};
+    if (fused(fn, dev, &fo, given, grad_in, &s))
+        return s;
     kiln_tensor *res = NULL;
     s = result(fn, dev, x->dtype, x->ndim, x->shape, given, &res);
     if (s != KILN_OK || x->numel == 0)
@@ -432,6 +469,9 @@ static kiln_status cast(const char *fn, const kiln_tensor *x, kiln_dtype dtype, 
     if ((s = kiln__check_dtype_on(dev, x->dtype, fn)) != KILN_OK ||
         (s = kiln__check_dtype_on(dev, dtype, fn)) != KILN_OK)
         return s;
+    kiln__fop fo = {KILN__F_CAST, 0, x->dtype, dtype, x->ndim, x->shape, 1, {x}, {0}};
+    if (fused(fn, dev, &fo, given, out, &s))
+        return s;
     kiln_tensor *res = NULL;
     s = result(fn, dev, dtype, x->ndim, x->shape, given, &res);
     if (s != KILN_OK || x->numel == 0)
@@ -466,6 +506,17 @@ static kiln_status clamp(const char *fn, const kiln_tensor *x, double lo, double
                            "%s: the bounds [%g, %g] are not an interval; need lo <= hi, neither "
                            "NaN",
                            fn, lo, hi);
+    if (kiln__fusion_enabled()) {
+        /* Both steps pending (the first is never materialised), the second into given. */
+        kiln_tensor *t = NULL, *r = NULL;
+        kiln_status s =
+            binary_scalar(fn, KILN_BINARY_MAXIMUM, x, (kiln__scalar){.f = lo}, NULL, &t);
+        if (s == KILN_OK)
+            s = binary_scalar(fn, KILN_BINARY_MINIMUM, t, (kiln__scalar){.f = hi}, given,
+                              given ? NULL : &r);
+        kiln_tensor_release(t);
+        return kiln__finish(s, given ? given : r, given, out);
+    }
     kiln_tensor *t = given;
     kiln_status s = binary_scalar(fn, KILN_BINARY_MAXIMUM, x, (kiln__scalar){.f = lo}, given,
                                   given ? NULL : &t);

@@ -73,6 +73,7 @@ int bench_startup(bench_ctx *ctx);
 int bench_launch(bench_ctx *ctx);
 int bench_elementwise(bench_ctx *ctx);
 int bench_reduce(bench_ctx *ctx);
+int bench_fusion(bench_ctx *ctx);
 int bench_matmul(bench_ctx *ctx);
 int bench_train(bench_ctx *ctx);
 int bench_checkpoint(bench_ctx *ctx);

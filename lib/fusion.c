@@ -1,0 +1,770 @@
+/* fusion.c - lazy elementwise fusion. An elementwise op, checked by its caller, returns a
+ * pending tensor: a header and a storage without a buffer, whose `lazy` holds the op and its
+ * (retained) inputs. When the value is needed (kiln__fusion_force, from every tensor check but
+ * the elementwise ops' own) the pending tensors it reaches are generated into one OpenCL C
+ * kernel, which reads the materialised leaves and writes only the result.
+ *
+ * The per-op expressions are elementwise.cl's own: the text between its @fusion-begin and
+ * @fusion-end markers is copied once per dtype into the generated source (with that dtype's
+ * defines, its helper functions renamed and every macro undefined after), and each op becomes a
+ * small function over it, so fused and eager kernels compute each op with the same code. Every
+ * value is rounded to its dtype's storage (f16) between ops, as the eager kernels store it.
+ *
+ * One recursive lock serialises building, evaluating and dropping expressions; a kernel's text
+ * is its key (kiln__generated_kernel keeps it per device, through the disk cache). Storage
+ * `readers` counts the expressions that read a storage, so that a write into it (any forcing
+ * check of a tensor on it) evaluates them first. */
+#include "fusion.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "clcall.h"
+#include "dtype.h"
+#include "launch.h"
+#include "memory.h"
+#include "ops/optables.h"
+#include "program.h"
+#include "registry.h"
+#include "status.h"
+#include "tensor.h"
+
+#define MAX_DEPTH 64  /* ops on the longest path of one kernel */
+#define MAX_NODES 128 /* ops in one kernel (a tree count, so shared subtrees count twice) */
+
+struct kiln__lazy {
+    kiln__fkind kind;
+    int op;
+    kiln_dtype in_dtype;
+    kiln__scalar scalar;
+    int nin;
+    kiln_tensor *in[3];
+    int depth, nodes;
+    kiln_tensor *self;
+    struct kiln__lazy *prev, *next; /* every pending expression (flush_readers) */
+};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t lock;
+static struct kiln__lazy *pending;
+static atomic_int enabled = -1;
+static atomic_long generated, reused;
+static _Thread_local int deferred;
+
+static void init_lock(void)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&lock, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+static void lock_all(void)
+{
+    pthread_once(&once, init_lock);
+    pthread_mutex_lock(&lock);
+}
+
+bool kiln__fusion_enabled(void)
+{
+    int on = atomic_load(&enabled);
+    if (on < 0) {
+        const char *env = getenv("KILN_FUSION");
+        on = env && strcmp(env, "1") == 0; /* off by default: see README.md, "Fusion" */
+        atomic_store(&enabled, on);
+    }
+    return on != 0;
+}
+
+bool kiln__fusion_set(bool on)
+{
+    bool was = kiln__fusion_enabled();
+    atomic_store(&enabled, on ? 1 : 0);
+    return was;
+}
+
+void kiln__fusion_defer(bool on)
+{
+    deferred += on ? 1 : -1;
+}
+
+void kiln__fusion_counts(long *gen, long *hit)
+{
+    *gen = atomic_load(&generated);
+    *hit = atomic_load(&reused);
+}
+
+static struct kiln__lazy *lazy_of(const kiln_tensor *t)
+{
+    return atomic_load(&((kiln_tensor *)t)->lazy);
+}
+
+/* ---- dropping an expression ----------------------------------------------------------- */
+
+/* Unlink and free t's expression, releasing its inputs. Lock held. */
+static void drop(kiln_tensor *t)
+{
+    struct kiln__lazy *z = lazy_of(t);
+    if (!z)
+        return;
+    atomic_store(&t->lazy, NULL);
+    if (z->prev)
+        z->prev->next = z->next;
+    else
+        pending = z->next;
+    if (z->next)
+        z->next->prev = z->prev;
+    for (int i = 0; i < z->nin; i++) {
+        atomic_fetch_sub(&z->in[i]->storage->readers, 1);
+        kiln_tensor_release(z->in[i]);
+    }
+    free(z);
+}
+
+void kiln__fusion_dead(kiln_tensor *t)
+{
+    if (!lazy_of(t))
+        return;
+    lock_all();
+    drop(t);
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- a string builder ------------------------------------------------------------------ */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *fmt, ...) KILN__PRINTF(2, 3);
+static void sb_add(sbuf *b, const char *fmt, ...)
+{
+    for (int pass = 0; pass < 2 && !b->oom; pass++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int m = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (m < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->p && b->n + (size_t)m < b->cap) {
+            b->n += (size_t)m;
+            return;
+        }
+        size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)m;
+        char *p = kiln__realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+static void sb_addn(sbuf *b, const char *s, size_t n)
+{
+    sb_add(b, "%.*s", (int)n, s);
+}
+
+/* ---- the graph of one evaluation ------------------------------------------------------- */
+
+enum { MAX_LEAVES = 3 * MAX_NODES };
+
+typedef struct graph {
+    kiln_tensor *root;
+    int nn, nl;
+    kiln_tensor *node[MAX_NODES];  /* pending tensors, inputs before users */
+    kiln_tensor *leaf[MAX_LEAVES]; /* materialised inputs, each once */
+    bool bcast[MAX_LEAVES];        /* leaf indexed by strides (numel differs from root's) */
+    bool any_bcast;
+} graph;
+
+static int index_of(kiln_tensor *const *v, int n, const kiln_tensor *t)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] == t)
+            return i;
+    return -1;
+}
+
+static bool visit(graph *g, kiln_tensor *t)
+{
+    struct kiln__lazy *z = lazy_of(t);
+    if (!z) {
+        if (index_of(g->leaf, g->nl, t) >= 0)
+            return true;
+        if (g->nl == MAX_LEAVES)
+            return false;
+        g->bcast[g->nl] = t->numel != g->root->numel;
+        g->any_bcast = g->any_bcast || g->bcast[g->nl];
+        g->leaf[g->nl++] = t;
+        return true;
+    }
+    if (index_of(g->node, g->nn, t) >= 0)
+        return true;
+    for (int i = 0; i < z->nin; i++)
+        if (!visit(g, z->in[i]))
+            return false;
+    if (g->nn == MAX_NODES)
+        return false;
+    g->node[g->nn++] = t;
+    return true;
+}
+
+/* The op's name in chains ("add", "relu'", "cast_i32"). */
+static const char *op_name(const struct kiln__lazy *z, const kiln_tensor *t, char *buf, size_t n)
+{
+    switch (z->kind) {
+    case KILN__F_BINARY:
+    case KILN__F_SCALAR:
+        return kiln__binary_name((kiln_binary_op)z->op);
+    case KILN__F_UNARY:
+        return kiln__unary_name((kiln_unary_op)z->op);
+    case KILN__F_UNARY_BW:
+        snprintf(buf, n, "%s'", kiln__unary_name((kiln_unary_op)z->op));
+        return buf;
+    case KILN__F_WHERE:
+        return "where";
+    case KILN__F_CAST:
+        snprintf(buf, n, "cast_%s", kiln__dtype_name(t->dtype));
+        return buf;
+    }
+    return "?";
+}
+
+/* The chain as an expression over its leaves, for logs and messages. */
+static void chain_text(sbuf *b, const kiln_tensor *t, int depth)
+{
+    if (b->n > 300 || depth > 24) {
+        sb_add(b, "...");
+        return;
+    }
+    struct kiln__lazy *z = lazy_of(t);
+    if (!z) {
+        char shape[96];
+        sb_add(b, "%s%s", kiln__dtype_name(t->dtype),
+               kiln__shape_str(shape, sizeof shape, t->ndim, t->shape));
+        return;
+    }
+    char name[32];
+    sb_add(b, "%s(", op_name(z, t, name, sizeof name));
+    for (int i = 0; i < z->nin; i++) {
+        if (i)
+            sb_add(b, ", ");
+        chain_text(b, z->in[i], depth + 1);
+    }
+    if (z->kind == KILN__F_SCALAR) {
+        char v[48];
+        sb_add(b, ", %s", kiln__scalar_str(v, sizeof v, z->scalar));
+    }
+    sb_add(b, ")");
+}
+
+/* ---- code generation ------------------------------------------------------------------- */
+
+/* The marked regions of elementwise.cl (the op expressions), concatenated. */
+static const char *op_text(size_t *len)
+{
+    static char *text;
+    static size_t n;
+    if (text) {
+        *len = n;
+        return text;
+    }
+    const char *src = NULL;
+    for (int i = 0; i < kiln__kernel_source_count; i++)
+        if (strcmp(kiln__kernel_sources[i].name, "elementwise") == 0)
+            src = kiln__kernel_sources[i].text;
+    sbuf b = {0};
+    const char *begin = "/* @fusion-begin", *end = "/* @fusion-end */";
+    for (const char *p = src ? strstr(src, begin) : NULL; p; p = strstr(p, begin)) {
+        const char *e = strstr(p, end);
+        if (!e)
+            break;
+        sb_addn(&b, p, (size_t)(e - p));
+        p = e;
+    }
+    if (b.oom || !b.p) {
+        free(b.p);
+        return NULL;
+    }
+    text = b.p; /* kept for the process (lock held by every caller) */
+    n = b.n;
+    *len = n;
+    return text;
+}
+
+/* For every "KILN_TC name(" function (functions) or every "#define NAME" of the op text:
+ * rename ("#define name name_<suffix>", suffix set) or undefine it (suffix NULL). */
+static void each_name(const char *text, size_t len, sbuf *b, bool functions, const char *suffix)
+{
+    const char *want = functions ? "\nKILN_TC " : "\n#define ";
+    size_t wl = strlen(want);
+    for (const char *p = text; (p = strstr(p, want)) && p < text + len; p += wl) {
+        const char *q = p + wl;
+        size_t m = strspn(q, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+        if (m == 0 || (functions && q[m] != '('))
+            continue;
+        if (suffix)
+            sb_add(b, "#define %.*s %.*s_%s\n", (int)m, q, (int)m, q, suffix);
+        else
+            sb_add(b, "#undef %.*s\n", (int)m, q);
+    }
+}
+
+typedef struct wants {
+    uint32_t binary, unary, unary_bw, cast;
+} wants;
+
+static void dtype_block(sbuf *b, kiln_dtype d, const wants *w)
+{
+    size_t len;
+    const char *text = op_text(&len);
+    if (!text) {
+        b->oom = true;
+        return;
+    }
+    const char *dn = kiln__dtype_name(d);
+    char defs[256] = "";
+    kiln__elementwise_defines(defs, sizeof defs, d);
+    sbuf undef = {0};
+    sb_add(b, "/* ---- %s */\n", dn);
+    for (char *tok = defs; *tok;) {
+        size_t m = strcspn(tok, " ");
+        if (m > 2 && strncmp(tok, "-D", 2) == 0) {
+            size_t eq = strcspn(tok, "= ");
+            sb_add(b, "#define %.*s", (int)(eq - 2), tok + 2);
+            if (eq < m)
+                sb_add(b, " %.*s", (int)(m - eq - 1), tok + eq + 1);
+            sb_add(b, "\n");
+            sb_add(&undef, "#undef %.*s\n", (int)(eq - 2), tok + 2);
+        }
+        tok += m;
+        tok += strspn(tok, " ");
+    }
+    each_name(text, len, b, true, dn);
+    each_name(text, len, &undef, true, NULL);
+    each_name(text, len, &undef, false, NULL);
+    sb_addn(b, text, len);
+    bool half = kiln__dtype_is_half(d);
+    const char *open = half ? "kiln_rh((float)(" : "(", *close = half ? "))" : ")";
+    for (int op = 0; op < 32; op++) {
+        const char *name = kiln__binary_name((kiln_binary_op)op);
+        if (!(w->binary >> op & 1u) || !name)
+            continue;
+        if (kiln__binary_is_compare((kiln_binary_op)op))
+            sb_add(b,
+                   "uchar kf_%s_b_%s(KILN_TC x, KILN_TC y) { return (uchar)((OP_%s(x, y)) ? 1 : "
+                   "0); }\n",
+                   dn, name, name);
+        else
+            sb_add(b, "KILN_TC kf_%s_b_%s(KILN_TC x, KILN_TC y) { return %sOP_%s(x, y)%s; }\n", dn,
+                   name, open, name, close);
+    }
+    for (int op = 0; op < 32; op++) {
+        const char *name = kiln__unary_name((kiln_unary_op)op);
+        if (name && (w->unary >> op & 1u))
+            sb_add(b, "KILN_TC kf_%s_u_%s(KILN_TC x) { return %sU_%s(x)%s; }\n", dn, name, open,
+                   name, close);
+        if (name && (w->unary_bw >> op & 1u))
+            sb_add(b, "KILN_TC kf_%s_ub_%s(KILN_TC x, KILN_TC g) { return %sUB_%s(x, g)%s; }\n", dn,
+                   name, open, name, close);
+    }
+    for (int to = 0; to < KILN_DTYPE_COUNT; to++) {
+        if (!(w->cast >> to & 1u))
+            continue;
+        kiln_dtype e = (kiln_dtype)to;
+        const char *en = kiln__dtype_name(e), *cl = kiln__dtype_cl_type(e),
+                   *clc = kiln__dtype_cl_compute_type(e);
+        int fl = kiln__dtype_is_float(e) ? 1 : 0;
+        if (kiln__dtype_is_half(e))
+            sb_add(b,
+                   "float kf_%s_c_%s(KILN_TC x) { ushort h; KILN_STORE_AS_%s((private half *)&h, "
+                   "0, CAST_VALUE_%d(%s, %s, x)); return vload_half(0, (private half *)&h); }\n",
+                   dn, en, en, fl, cl, clc);
+        else
+            sb_add(b, "%s kf_%s_c_%s(KILN_TC x) { return CAST_VALUE_%d(%s, %s, x); }\n", clc, dn,
+                   en, fl, cl, clc);
+    }
+    if (undef.p)
+        sb_add(b, "%s", undef.p);
+    b->oom = b->oom || undef.oom;
+    free(undef.p);
+}
+
+/* The kernel's source for g, and its argument list (args: room for every leaf, the output,
+ * n, the shape, the strides and the scalars). Returns the number of arguments. */
+static int generate(const graph *g, sbuf *b, kiln_arg *args, int64_t *strides, kiln_tensor *dest)
+{
+    const kiln_tensor *root = g->root;
+    int R = root->ndim;
+    wants w[KILN_DTYPE_COUNT] = {{0}};
+    for (int m = 0; m < g->nn; m++) {
+        struct kiln__lazy *z = lazy_of(g->node[m]);
+        wants *x = &w[z->in_dtype];
+        if (z->kind == KILN__F_BINARY || z->kind == KILN__F_SCALAR)
+            x->binary |= 1u << z->op;
+        else if (z->kind == KILN__F_UNARY)
+            x->unary |= 1u << z->op;
+        else if (z->kind == KILN__F_UNARY_BW)
+            x->unary_bw |= 1u << z->op;
+        else if (z->kind == KILN__F_CAST)
+            x->cast |= 1u << g->node[m]->dtype;
+    }
+    sb_add(b,
+           "/* generated by lib/fusion.c */\n"
+           "float kiln_rh(float v)\n{\n    ushort h;\n    vstore_half(v, 0, (private half *)&h);\n"
+           "    return vload_half(0, (private half *)&h);\n}\n");
+    for (int d = 0; d < KILN_DTYPE_COUNT; d++)
+        if (w[d].binary | w[d].unary | w[d].unary_bw | w[d].cast)
+            dtype_block(b, (kiln_dtype)d, &w[d]);
+    int na = 0;
+    sb_add(b, "kernel void kiln_fused(");
+    for (int k = 0; k < g->nl; k++) {
+        sb_add(b, "global const %s *l%d, ", kiln__dtype_cl_type(g->leaf[k]->dtype), k);
+        args[na++] = kiln_arg_tensor(g->leaf[k]);
+    }
+    sb_add(b, "global %s *out, long n", kiln__dtype_cl_type(root->dtype));
+    args[na++] = kiln_arg_tensor(dest);
+    args[na++] = kiln_arg_i64(root->numel);
+    if (g->any_bcast) {
+        for (int j = 0; j < R; j++) {
+            sb_add(b, ", long d%d", j);
+            args[na++] = kiln_arg_i64(root->shape[j]);
+        }
+        int ns = 0;
+        for (int k = 0; k < g->nl; k++) {
+            if (!g->bcast[k])
+                continue;
+            const kiln_tensor *l = g->leaf[k];
+            int64_t s = 1;
+            for (int j = R - 1; j >= 0; j--) {
+                int lj = j - (R - l->ndim);
+                int64_t st = lj < 0 || l->shape[lj] == 1 ? 0 : s;
+                if (lj >= 0)
+                    s *= l->shape[lj];
+                strides[ns] = st;
+                sb_add(b, ", long s%d_%d", k, j);
+                args[na++] = kiln_arg_i64(strides[ns++]);
+            }
+        }
+    }
+    for (int m = 0; m < g->nn; m++) {
+        struct kiln__lazy *z = lazy_of(g->node[m]);
+        if (z->kind != KILN__F_SCALAR)
+            continue;
+        sb_add(b, ", %s k%d", kiln__dtype_cl_compute_type(z->in_dtype), m);
+        args[na++] = kiln__arg_scalar(z->in_dtype, z->scalar);
+    }
+    sb_add(b, ")\n{\n    KILN_FOR(i, 0, n) {\n");
+    if (g->any_bcast) {
+        sb_add(b, "        long r = i, q;\n");
+        for (int j = R - 1; j > 0; j--)
+            sb_add(b, "        q = r / d%d;\n        long c%d = r - q * d%d;\n        r = q;\n", j,
+                   j, j);
+        sb_add(b, "        long c0 = r;\n");
+    }
+    for (int k = 0; k < g->nl; k++) {
+        const kiln_tensor *l = g->leaf[k];
+        sb_add(b, "        %s a%d = ", kiln__dtype_cl_compute_type(l->dtype), k);
+        sbuf idx = {0};
+        if (!g->bcast[k])
+            sb_add(&idx, "i");
+        else
+            for (int j = 0; j < R; j++)
+                sb_add(&idx, "%sc%d * s%d_%d", j ? " + " : "", j, k, j);
+        if (idx.oom || !idx.p)
+            b->oom = true;
+        else if (kiln__dtype_is_half(l->dtype))
+            sb_add(b, "vload_half(%s, l%d);\n", idx.p, k);
+        else
+            sb_add(b, "l%d[%s];\n", k, idx.p);
+        free(idx.p);
+    }
+    for (int m = 0; m < g->nn; m++) {
+        const kiln_tensor *t = g->node[m];
+        struct kiln__lazy *z = lazy_of(t);
+        char v[3][16];
+        for (int i = 0; i < z->nin; i++) {
+            int k = index_of(g->node, g->nn, z->in[i]);
+            if (k >= 0)
+                snprintf(v[i], sizeof v[i], "v%d", k);
+            else
+                snprintf(v[i], sizeof v[i], "a%d", index_of(g->leaf, g->nl, z->in[i]));
+        }
+        const char *dn = kiln__dtype_name(z->in_dtype);
+        sb_add(b, "        %s v%d = ",
+               t->dtype == KILN_U8 ? "uchar" : kiln__dtype_cl_compute_type(t->dtype), m);
+        switch (z->kind) {
+        case KILN__F_BINARY:
+            sb_add(b, "kf_%s_b_%s(%s, %s);\n", dn, kiln__binary_name((kiln_binary_op)z->op), v[0],
+                   v[1]);
+            break;
+        case KILN__F_SCALAR:
+            sb_add(b, "kf_%s_b_%s(%s, k%d);\n", dn, kiln__binary_name((kiln_binary_op)z->op), v[0],
+                   m);
+            break;
+        case KILN__F_UNARY:
+            sb_add(b, "kf_%s_u_%s(%s);\n", dn, kiln__unary_name((kiln_unary_op)z->op), v[0]);
+            break;
+        case KILN__F_UNARY_BW:
+            sb_add(b, "kf_%s_ub_%s(%s, %s);\n", dn, kiln__unary_name((kiln_unary_op)z->op), v[0],
+                   v[1]);
+            break;
+        case KILN__F_WHERE:
+            sb_add(b, "%s ? %s : %s;\n", v[0], v[1], v[2]);
+            break;
+        case KILN__F_CAST:
+            sb_add(b, "kf_%s_c_%s(%s);\n", dn, kiln__dtype_name(t->dtype), v[0]);
+            break;
+        }
+    }
+    if (kiln__dtype_is_half(root->dtype))
+        sb_add(b, "        vstore_half(v%d, i, out);\n", g->nn - 1);
+    else
+        sb_add(b, "        out[i] = v%d;\n", g->nn - 1);
+    sb_add(b, "    }\n}\n");
+    return na;
+}
+
+/* CL_DEVICE_MAX_PARAMETER_SIZE of dev (1024, the spec's least, when the query fails). */
+static size_t param_limit(kiln_device *dev)
+{
+    size_t v = 0;
+    if (kiln__cl.GetDeviceInfo(dev->id, CL_DEVICE_MAX_PARAMETER_SIZE, sizeof v, &v, NULL) !=
+            CL_SUCCESS ||
+        v < 1024)
+        v = 1024;
+    return v;
+}
+
+/* The bytes of g's kernel arguments. */
+static size_t arg_bytes(const graph *g)
+{
+    size_t n = 8 + 8 + (size_t)g->nl * 8;
+    if (g->any_bcast)
+        n += 8 * (size_t)g->root->ndim;
+    for (int k = 0; k < g->nl; k++)
+        n += g->bcast[k] ? 8 * (size_t)g->root->ndim : 0;
+    for (int m = 0; m < g->nn; m++)
+        n += lazy_of(g->node[m])->kind == KILN__F_SCALAR ? 8 : 0;
+    return n;
+}
+
+static kiln_status eval_locked(kiln_tensor *t, kiln_tensor *dest, const char *op);
+
+/* Wrap the error of an evaluation with the chain that failed. */
+static kiln_status chain_error(kiln_status s, const kiln_tensor *t, const char *op)
+{
+    sbuf c = {0};
+    chain_text(&c, t, 0);
+    char *msg = kiln__strdup(kiln_last_error());
+    s = kiln__error(s, "%s: evaluating the pending elementwise chain %s failed: %s", op,
+                    c.p && !c.oom ? c.p : "(?)", msg ? msg : "");
+    free(msg);
+    free(c.p);
+    return s;
+}
+
+static kiln_status run(graph *g, kiln_tensor *dest, const char *op)
+{
+    kiln_tensor *t = g->root;
+    kiln_device *dev = t->dev;
+    size_t nmax = (size_t)g->nl + 3 + 8 + (size_t)g->nl * 8 + (size_t)g->nn;
+    kiln_arg *args = kiln__calloc(nmax, sizeof *args);
+    int64_t *strides = kiln__calloc((size_t)g->nl * 8 + 1, sizeof *strides);
+    sbuf src = {0};
+    kiln_status s = KILN_OK;
+    if (!args || !strides) {
+        s = kiln__host_oom(op);
+        goto done;
+    }
+    int na = generate(g, &src, args, strides, dest ? dest : t);
+    if (src.oom || !src.p) {
+        s = kiln__host_oom(op);
+        goto done;
+    }
+    kiln__kernel *k = NULL;
+    bool hit = false;
+    kiln__log_hold();
+    s = kiln__generated_kernel(dev, src.p, "kiln_fused", op, &k, &hit);
+    kiln__log_release();
+    if (s != KILN_OK)
+        goto done;
+    atomic_fetch_add(hit ? &reused : &generated, 1);
+    if (kiln__log_enabled(KILN_LOG_DEBUG)) {
+        sbuf c = {0};
+        chain_text(&c, t, 0);
+        kiln__log(KILN_LOG_DEBUG, "fusion: %s kernel (%d ops, %d inputs) for %s",
+                  hit ? "cached" : "generated", g->nn, g->nl, c.p ? c.p : "?");
+        free(c.p);
+    }
+    cl_mem mem = NULL;
+    size_t capacity = 0;
+    if (!dest) {
+        s = kiln__mem_alloc(dev, t->nbytes, op, &mem, &capacity);
+        if (s != KILN_OK)
+            goto done;
+        t->storage->mem = mem;
+        t->storage->capacity = capacity;
+    }
+    size_t global = (size_t)t->numel;
+    s = kiln__kernel_launch(dev, k, op, 1, &global, NULL, na, args);
+    if (s != KILN_OK && mem) {
+        t->storage->mem = NULL;
+        t->storage->capacity = 0;
+        kiln__mem_free(dev, mem, t->nbytes, capacity);
+    }
+done:
+    free(src.p);
+    free(args);
+    free(strides);
+    return s;
+}
+
+/* Evaluate pending t into dest (NULL: its own new buffer, then t holds its value). Lock held. */
+static kiln_status eval_locked(kiln_tensor *t, kiln_tensor *dest, const char *op)
+{
+    if (!lazy_of(t))
+        return KILN_OK;
+    size_t limit = param_limit(t->dev);
+    graph *g = kiln__calloc(1, sizeof *g);
+    if (!g)
+        return kiln__host_oom(op);
+    kiln_status s = KILN_OK;
+    for (;;) {
+        memset(g, 0, sizeof *g);
+        g->root = t;
+        bool fits = visit(g, t) && arg_bytes(g) <= limit;
+        if (fits)
+            break;
+        /* Too many arguments for one kernel: evaluate the biggest pending input first. */
+        struct kiln__lazy *z = lazy_of(t);
+        kiln_tensor *big = NULL;
+        for (int i = 0; i < z->nin; i++) {
+            struct kiln__lazy *zi = lazy_of(z->in[i]);
+            if (zi && (!big || zi->nodes > lazy_of(big)->nodes))
+                big = z->in[i];
+        }
+        if (!big)
+            break; /* cannot happen with at most 3 inputs; launch and let the driver say */
+        if ((s = eval_locked(big, NULL, op)) != KILN_OK) {
+            free(g);
+            return s;
+        }
+    }
+    kiln__log_hold();
+    s = run(g, dest, op);
+    if (s != KILN_OK)
+        s = chain_error(s, t, op);
+    kiln__log_release();
+    free(g);
+    if (s == KILN_OK && !dest)
+        drop(t);
+    return s;
+}
+
+/* ---- entry points ---------------------------------------------------------------------- */
+
+kiln_status kiln__fusion_force(const kiln_tensor *ct, const char *op)
+{
+    kiln_tensor *t = (kiln_tensor *)ct;
+    if (deferred || (!lazy_of(t) && atomic_load(&t->storage->readers) == 0))
+        return KILN_OK;
+    lock_all();
+    kiln_status s = eval_locked(t, NULL, op);
+    /* A write into t's storage may follow: evaluate what reads it. */
+    for (struct kiln__lazy *z = pending; s == KILN_OK && z;) {
+        bool reads = false;
+        for (int i = 0; i < z->nin; i++)
+            reads = reads || z->in[i]->storage == t->storage;
+        if (!reads) {
+            z = z->next;
+            continue;
+        }
+        s = eval_locked(z->self, NULL, op);
+        z = pending; /* the list changed */
+    }
+    pthread_mutex_unlock(&lock);
+    return s;
+}
+
+kiln_status kiln__fuse(const char *fn, kiln_device *dev, const kiln__fop *op, kiln_tensor *given,
+                       kiln_tensor **out)
+{
+    lock_all();
+    kiln_status s = KILN_OK;
+    int depth = 0, nodes = 1;
+    for (;;) {
+        depth = 0;
+        nodes = 1;
+        kiln_tensor *big = NULL;
+        for (int i = 0; i < op->nin; i++) {
+            struct kiln__lazy *z = lazy_of(op->in[i]);
+            if (!z)
+                continue;
+            depth = depth > z->depth ? depth : z->depth;
+            nodes += z->nodes;
+            if (!big || z->nodes > lazy_of(big)->nodes)
+                big = (kiln_tensor *)op->in[i];
+        }
+        depth++;
+        if (!big || (depth <= MAX_DEPTH && nodes <= MAX_NODES))
+            break;
+        if ((s = eval_locked(big, NULL, fn)) != KILN_OK)
+            goto done;
+    }
+    kiln_tensor *t = NULL;
+    struct kiln__lazy *z = kiln__calloc(1, sizeof *z);
+    if (!z) {
+        s = kiln__host_oom(fn);
+        goto done;
+    }
+    if ((s = kiln__tensor_new_pending(dev, op->dtype, op->ndim, op->shape, fn, &t)) != KILN_OK) {
+        free(z);
+        goto done;
+    }
+    z->kind = op->kind;
+    z->op = op->op;
+    z->in_dtype = op->in_dtype;
+    z->scalar = op->scalar;
+    z->nin = op->nin;
+    z->depth = depth;
+    z->nodes = nodes;
+    z->self = t;
+    for (int i = 0; i < op->nin; i++) {
+        z->in[i] = kiln_tensor_retain((kiln_tensor *)op->in[i]);
+        atomic_fetch_add(&z->in[i]->storage->readers, 1);
+    }
+    z->next = pending;
+    if (pending)
+        pending->prev = z;
+    pending = z;
+    atomic_store(&t->lazy, z);
+    if (given) {
+        s = eval_locked(t, given, fn);
+        kiln_tensor_release(t);
+        t = NULL;
+    }
+    if (out)
+        *out = t;
+done:
+    pthread_mutex_unlock(&lock);
+    return s;
+}
+
+kiln_status kiln_tensor_eval(const kiln_tensor *t)
+{
+    kiln_status s = kiln__check_handle(t, "kiln_tensor_eval", "tensor");
+    return s;
+}

@@ -1,0 +1,58 @@
+/* fusion.h - lazy elementwise fusion: elementwise ops return pending tensors whose value is an
+ * expression over their inputs, evaluated as one generated kernel when the value is needed.
+ * Internal: not part of the public API (kiln_tensor_eval is the public entry). */
+#ifndef KILN_FUSION_H
+#define KILN_FUSION_H
+
+#include <stdbool.h>
+
+#include "kiln.h"
+#include "ops/common.h"
+
+typedef enum kiln__fkind {
+    KILN__F_BINARY,   /* in[0] op in[1] */
+    KILN__F_SCALAR,   /* in[0] op scalar */
+    KILN__F_UNARY,    /* op(in[0]) */
+    KILN__F_UNARY_BW, /* op'(in[0]) * in[1] */
+    KILN__F_WHERE,    /* in[0] ? in[1] : in[2] */
+    KILN__F_CAST,     /* in[0] converted to the result dtype */
+} kiln__fkind;
+
+/* One elementwise op, checked by its caller: the result's dtype and shape, the inputs. */
+typedef struct kiln__fop {
+    kiln__fkind kind;
+    int op;              /* kiln_binary_op or kiln_unary_op */
+    kiln_dtype in_dtype; /* the dtype it computes in (a where's a and b; a cast's source) */
+    kiln_dtype dtype;    /* the result's */
+    int ndim;
+    const int64_t *shape;
+    int nin;
+    const kiln_tensor *in[3];
+    kiln__scalar scalar;
+} kiln__fop;
+
+/* Whether elementwise ops defer (KILN_FUSION, default on; kiln__fusion_set in tests). */
+bool kiln__fusion_enabled(void);
+/* Test only: turn fusion on or off for every thread; returns the previous setting. */
+bool kiln__fusion_set(bool on);
+
+/* The result of op as a pending tensor in *out (given NULL), or evaluated at once into given.
+ * fn names the caller in messages. */
+kiln_status kiln__fuse(const char *fn, kiln_device *dev, const kiln__fop *op, kiln_tensor *given,
+                       kiln_tensor **out);
+
+/* Before a use of t's storage by anything but a deferred elementwise op: evaluate t if it is
+ * pending, and every pending tensor that reads t's storage (a write may follow). op names the
+ * forcing call. KILN_OK at once when nothing is pending. */
+kiln_status kiln__fusion_force(const kiln_tensor *t, const char *op);
+
+/* While on, on this thread, tensor checks do not force (the elementwise ops' own checks). */
+void kiln__fusion_defer(bool on);
+
+/* The last reference to a pending tensor went: drop its expression. */
+void kiln__fusion_dead(kiln_tensor *t);
+
+/* Test only: kernels generated (cache misses) and reused (hits) since start. */
+void kiln__fusion_counts(long *generated, long *reused);
+
+#endif

@@ -1,0 +1,511 @@
+/* test-fusion.c - lazy elementwise fusion (lib/fusion.c): every op and dtype fused against the
+ * eager kernels (bit for bit), chains of depth 1..64 with broadcasting and mixed dtypes, writes
+ * after a pending read, release before evaluation, out of memory at evaluation, 8 threads, and
+ * generated kernels kept in the disk cache across processes. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kiln.h"
+#include "testutil.h"
+
+/* lib/fusion.h (internal, linked statically into the tests) */
+bool kiln__fusion_set(bool on);
+void kiln__fusion_counts(long *generated, long *reused);
+
+extern char **environ;
+
+static kiln_device *dev;
+
+static void setup(void)
+{
+    setup_devices();
+    dev = test_device();
+}
+
+static long fused_count(void)
+{
+    long g, r;
+    kiln__fusion_counts(&g, &r);
+    return g + r;
+}
+
+static bool usable(kiln_dtype dt)
+{
+    return dt != KILN_F64 || has_fp64(dev);
+}
+
+static bool is_float(kiln_dtype dt)
+{
+    return dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16;
+}
+
+/* A case: builds its result from inputs (all pending-capable calls). */
+typedef kiln_status (*build_fn)(kiln_tensor *const *in, int op, kiln_dtype dt, kiln_tensor **out);
+
+/* Bytes equal, or both NaN for floating dtypes. */
+static void assert_same(const kiln_tensor *f, const kiln_tensor *e, const char *what)
+{
+    ck_assert_int_eq(kiln_tensor_dtype(f), kiln_tensor_dtype(e));
+    ck_assert_int_eq(kiln_tensor_numel(f), kiln_tensor_numel(e));
+    kiln_dtype dt = kiln_tensor_dtype(f);
+    void *a = read_host(f), *b = read_host(e);
+    size_t sz = kiln_dtype_size(dt);
+    for (int64_t i = 0; i < kiln_tensor_numel(f); i++) {
+        if (memcmp((char *)a + i * sz, (char *)b + i * sz, sz) == 0)
+            continue;
+        double x = load_value(dt, a, i), y = load_value(dt, b, i);
+        ck_assert_msg(is_float(dt) && isnan(x) && isnan(y),
+                      "%s (%s) element %lld: fused %.17g, eager %.17g", what, kiln_dtype_name(dt),
+                      (long long)i, x, y);
+    }
+    free(a);
+    free(b);
+}
+
+/* Build with fusion on (the result must be pending: evaluated by the read) and off. */
+static void fused_vs_eager(build_fn f, kiln_tensor *const *in, int op, kiln_dtype dt,
+                           const char *what)
+{
+    kiln_tensor *fr = NULL, *er = NULL;
+    kiln__fusion_set(true);
+    long before = fused_count();
+    kiln_status s = f(in, op, dt, &fr);
+    kiln__fusion_set(false);
+    ck_assert_msg(s == KILN_OK, "%s %d %s: %s", what, op, kiln_dtype_name(dt), kiln_last_error());
+    ASSERT_OK(kiln_tensor_eval(fr));
+    ck_assert_msg(fused_count() > before, "%s: nothing was fused", what);
+    ASSERT_OK(f(in, op, dt, &er));
+    char name[96];
+    snprintf(name, sizeof name, "%s op %d", what, op);
+    assert_same(fr, er, name);
+    kiln_tensor_release(fr);
+    kiln_tensor_release(er);
+}
+
+/* ---- every op and dtype ---------------------------------------------------------------- */
+
+/* op(a, b) broadcast, then op(t, b) again (arith) or where(t, a, b) (compare); the scalar form
+ * last. */
+static kiln_status build_binary(kiln_tensor *const *in, int op, kiln_dtype dt, kiln_tensor **out)
+{
+    (void)dt;
+    kiln_tensor *t = NULL, *u = NULL;
+    kiln_status s = kiln_binary((kiln_binary_op)op, in[0], in[1], &t);
+    if (s == KILN_OK && op >= KILN_BINARY_EQ)
+        s = kiln_where(t, in[0], in[1], &u);
+    else if (s == KILN_OK)
+        s = kiln_binary((kiln_binary_op)op, t, in[1], &u);
+    if (s == KILN_OK)
+        s = kiln_binary_scalar((kiln_binary_op)op, u, 2, out);
+    kiln_tensor_release(t);
+    kiln_tensor_release(u);
+    return s;
+}
+
+/* op(a + b), and its derivative at a with that as the gradient. */
+static kiln_status build_unary(kiln_tensor *const *in, int op, kiln_dtype dt, kiln_tensor **out)
+{
+    kiln_tensor *t = NULL, *u = NULL;
+    kiln_status s = kiln_add(in[0], in[2], &t);
+    if (s == KILN_OK)
+        s = kiln_unary((kiln_unary_op)op, t, &u);
+    if (s == KILN_OK && is_float(dt))
+        s = kiln_unary_backward((kiln_unary_op)op, in[0], u, out);
+    else if (s == KILN_OK)
+        *out = kiln_tensor_retain(u);
+    kiln_tensor_release(t);
+    kiln_tensor_release(u);
+    return s;
+}
+
+/* cast(a * b) to dtype `op`, then added to itself; clamp on floats. */
+static kiln_status build_cast(kiln_tensor *const *in, int op, kiln_dtype dt, kiln_tensor **out)
+{
+    kiln_tensor *t = NULL, *u = NULL;
+    kiln_status s = kiln_mul(in[0], in[1], &t);
+    if (s == KILN_OK)
+        s = kiln_cast(t, (kiln_dtype)op, &u);
+    if (s == KILN_OK && is_float(dt) && is_float((kiln_dtype)op))
+        s = kiln_clamp(u, -3, 4, out);
+    else if (s == KILN_OK)
+        s = kiln_add(u, u, out);
+    kiln_tensor_release(t);
+    kiln_tensor_release(u);
+    return s;
+}
+
+START_TEST(test_every_op_and_dtype)
+{
+    int64_t sa[2] = {5, 7}, sb[1] = {7};
+    int64_t n = sa[0] * sa[1];
+    for (int d = 0; d < KILN_DTYPE_COUNT; d++) {
+        kiln_dtype dt = all_dtypes[d];
+        if (!usable(dt))
+            continue;
+        double lo = dt == KILN_U8 ? 0 : -4, hi = dt == KILN_U8 ? 9 : 4;
+        double *va = malloc((size_t)n * sizeof *va), *vb = malloc(7 * sizeof *vb);
+        for (int64_t i = 0; i < n; i++)
+            va[i] = is_float(dt) ? lo + (hi - lo) * rnd() : floor(lo + (hi - lo) * rnd());
+        for (int i = 0; i < 7; i++)
+            vb[i] = is_float(dt) ? 0.25 + 2 * rnd() : 1 + i;
+        kiln_tensor *in[3] = {upload(dev, dt, 2, sa, va), upload(dev, dt, 1, sb, vb), NULL};
+        in[2] = upload(dev, dt, 2, sa, va);
+        for (int op = 0; op <= KILN_BINARY_GE; op++)
+            if (is_float(dt) || op != KILN_BINARY_POW)
+                fused_vs_eager(build_binary, in, op, dt, "binary");
+        for (int op = 0; op < 32; op++) {
+            kiln_tensor *probe = NULL;
+            kiln_status s = kiln_unary((kiln_unary_op)op, in[0], &probe);
+            kiln_tensor_release(probe);
+            if (s == KILN_OK)
+                fused_vs_eager(build_unary, in, op, dt, "unary");
+        }
+        for (int to = 0; to < KILN_DTYPE_COUNT; to++)
+            if (usable(all_dtypes[to]))
+                fused_vs_eager(build_cast, in, (int)all_dtypes[to], dt, "cast");
+        for (int i = 0; i < 3; i++)
+            kiln_tensor_release(in[i]);
+        free(va);
+        free(vb);
+    }
+}
+END_TEST
+
+/* ---- chains of depth 1..64 ------------------------------------------------------------- */
+
+/* Step k of a chain over x [3, 1, 4] with a row [4], a column [3, 1, 1] and i32 detours. */
+static kiln_status step(kiln_tensor *t, int k, kiln_tensor *row, kiln_tensor *col,
+                        kiln_tensor **out)
+{
+    kiln_tensor *u = NULL, *m = NULL, *ng = NULL;
+    kiln_status s;
+    switch (k % 6) {
+    case 0:
+        return kiln_add(t, row, out);
+    case 1:
+        return kiln_binary_scalar(KILN_BINARY_MUL, t, 0.75, out);
+    case 2:
+        s = kiln_cast(t, KILN_I32, &u);
+        if (s == KILN_OK)
+            s = kiln_cast(u, KILN_F32, &m);
+        if (s == KILN_OK)
+            s = kiln_add(m, t, out);
+        break;
+    case 3:
+        return kiln_unary(KILN_UNARY_TANH, t, out);
+    case 4:
+        s = kiln_binary_scalar(KILN_BINARY_GT, t, 0, &m);
+        if (s == KILN_OK)
+            s = kiln_unary(KILN_UNARY_NEG, t, &ng);
+        if (s == KILN_OK)
+            s = kiln_where(m, t, ng, out);
+        break;
+    default:
+        return kiln_sub(t, col, out);
+    }
+    kiln_tensor_release(u);
+    kiln_tensor_release(m);
+    kiln_tensor_release(ng);
+    return s;
+}
+
+static kiln_tensor *chain(kiln_tensor *x, int depth, kiln_tensor *row, kiln_tensor *col)
+{
+    kiln_tensor *t = kiln_tensor_retain(x);
+    for (int k = 0; k < depth; k++) {
+        kiln_tensor *n = NULL;
+        ASSERT_OK(step(t, k, row, col, &n));
+        kiln_tensor_release(t);
+        t = n;
+    }
+    return t;
+}
+
+START_TEST(test_chain_depths)
+{
+    int64_t sx[3] = {3, 1, 4}, sr[1] = {4}, sc[3] = {3, 1, 1};
+    double vx[12], vr[4], vc[3];
+    for (int i = 0; i < 12; i++)
+        vx[i] = 4 * rnd() - 2;
+    for (int i = 0; i < 4; i++)
+        vr[i] = 2 * rnd() - 1;
+    for (int i = 0; i < 3; i++)
+        vc[i] = rnd();
+    kiln_tensor *x = upload(dev, KILN_F32, 3, sx, vx), *row = upload(dev, KILN_F32, 1, sr, vr),
+                *col = upload(dev, KILN_F32, 3, sc, vc);
+    int stepsize = simulated(dev) ? 9 : 1;
+    for (int depth = 1; depth <= 64; depth += stepsize) {
+        kiln__fusion_set(true);
+        kiln_tensor *f = chain(x, depth, row, col);
+        kiln__fusion_set(false);
+        kiln_tensor *e = chain(x, depth, row, col);
+        char what[32];
+        snprintf(what, sizeof what, "depth %d", depth);
+        assert_same(f, e, what);
+        kiln_tensor_release(f);
+        kiln_tensor_release(e);
+    }
+    kiln_tensor_release(x);
+    kiln_tensor_release(row);
+    kiln_tensor_release(col);
+}
+END_TEST
+
+/* ---- semantics ------------------------------------------------------------------------- */
+
+START_TEST(test_release_before_eval)
+{
+    kiln__fusion_set(true);
+    int64_t n = 6;
+    double va[6] = {1, 2, 3, 4, 5, 6}, vb[6] = {6, 5, 4, 3, 2, 1};
+    kiln_tensor *a = upload(dev, KILN_F32, 1, &n, va), *b = upload(dev, KILN_F32, 1, &n, vb);
+    kiln_tensor *c = NULL, *d = NULL;
+    ASSERT_OK(kiln_mul(a, b, &c));
+    ASSERT_OK(kiln_binary_scalar(KILN_BINARY_SUB, c, 1, &d));
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(c);
+    double *r = download(d);
+    for (int i = 0; i < 6; i++)
+        ck_assert_double_eq(r[i], va[i] * vb[i] - 1);
+    free(r);
+    kiln_tensor_release(d);
+    kiln__fusion_set(false);
+}
+END_TEST
+
+/* A write into an input of a pending tensor evaluates it first: it keeps the old value. */
+START_TEST(test_write_after_pending_read)
+{
+    kiln__fusion_set(true);
+    int64_t n = 4;
+    double va[4] = {1, 2, 3, 4}, vb[4] = {10, 20, 30, 40};
+    kiln_tensor *a = upload(dev, KILN_F32, 1, &n, va), *b = upload(dev, KILN_F32, 1, &n, vb);
+    kiln_tensor *c = NULL, *d = NULL;
+    ASSERT_OK(kiln_add(a, b, &c));
+    float w[4] = {100, 100, 100, 100};
+    ASSERT_OK(kiln_tensor_write(a, w, sizeof w));
+    ASSERT_OK(kiln_mul(a, b, &d));
+    ASSERT_OK(kiln_add_out(b, b, b)); /* in place, into the other input */
+    double *rc = download(c), *rd = download(d), *rb = download(b);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_double_eq(rc[i], va[i] + vb[i]);
+        ck_assert_double_eq(rd[i], 100 * vb[i]);
+        ck_assert_double_eq(rb[i], 2 * vb[i]);
+    }
+    free(rc);
+    free(rd);
+    free(rb);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(c);
+    kiln_tensor_release(d);
+    kiln__fusion_set(false);
+}
+END_TEST
+
+START_TEST(test_oom_at_eval)
+{
+    kiln__fusion_set(true);
+    int64_t n = 1 << 16;
+    kiln_tensor *a = NULL, *b = NULL, *c = NULL;
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, &n, &a));
+    ASSERT_OK(kiln_unary(KILN_UNARY_EXP, a, &b));
+    ASSERT_OK(kiln_binary_scalar(KILN_BINARY_MUL, b, 3, &c));
+    kiln_tensor_release(b);
+    ASSERT_OK(kiln_device_empty_cache(dev));
+    kiln_memory_stats st0, st1;
+    ASSERT_OK(kiln_device_memory_stats(dev, &st0));
+    ASSERT_OK(kiln_device_set_memory_limit(dev, st0.allocated_bytes + 1024));
+    float r[4];
+    kiln_tensor *head = NULL;
+    int64_t four = 4;
+    (void)four;
+    ASSERT_FAILS(kiln_tensor_eval(c), KILN_ERR_OUT_OF_MEMORY, "mul(exp(f32[65536]), 3)");
+    ASSERT_ERROR_HAS("evaluating the pending elementwise chain");
+    ASSERT_OK(kiln_device_memory_stats(dev, &st1));
+    ck_assert_uint_eq(st1.allocated_bytes, st0.allocated_bytes);
+    ASSERT_OK(kiln_device_set_memory_limit(dev, 0));
+    /* still pending, and fine once memory is there */
+    float *all = malloc((size_t)n * sizeof *all);
+    ASSERT_OK(kiln_tensor_read(c, all, (size_t)n * sizeof *all));
+    memcpy(r, all, sizeof r);
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(r[i], 3.0f);
+    free(all);
+    kiln_tensor_release(head);
+    kiln_tensor_release(a);
+    kiln_tensor_release(c);
+    kiln__fusion_set(false);
+}
+END_TEST
+
+/* ---- threads --------------------------------------------------------------------------- */
+
+typedef struct job {
+    kiln_tensor *x, *shared;
+    int id;
+    bool ok;
+} job;
+
+static void *worker(void *arg)
+{
+    job *j = arg;
+    kiln_tensor *t = NULL, *u = NULL;
+    float got[16];
+    j->ok = kiln_binary_scalar(KILN_BINARY_MUL, j->x, j->id, &t) == KILN_OK &&
+            kiln_binary_scalar(KILN_BINARY_ADD, t, 1, &u) == KILN_OK &&
+            kiln_tensor_read(u, got, sizeof got) == KILN_OK;
+    for (int i = 0; j->ok && i < 16; i++)
+        j->ok = got[i] == (float)i * (float)j->id + 1;
+    float s[16];
+    j->ok = j->ok && kiln_tensor_read(j->shared, s, sizeof s) == KILN_OK;
+    for (int i = 0; j->ok && i < 16; i++)
+        j->ok = s[i] == (float)i - 2;
+    kiln_tensor_release(t);
+    kiln_tensor_release(u);
+    return NULL;
+}
+
+START_TEST(test_threads)
+{
+    kiln__fusion_set(true);
+    int64_t n = 16;
+    double v[16];
+    for (int i = 0; i < 16; i++)
+        v[i] = i;
+    kiln_tensor *x = upload(dev, KILN_F32, 1, &n, v), *shared = NULL;
+    ASSERT_OK(kiln_binary_scalar(KILN_BINARY_SUB, x, 2, &shared));
+    long before = fused_count();
+    job jobs[8];
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) {
+        jobs[i] = (job){x, shared, i, false};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, worker, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(jobs[i].ok, "thread %d", i);
+    }
+    /* 8 chains and the shared tensor once */
+    ck_assert_int_eq(fused_count() - before, 9);
+    kiln_tensor_release(x);
+    kiln_tensor_release(shared);
+    kiln__fusion_set(false);
+}
+END_TEST
+
+/* ---- the disk cache across processes --------------------------------------------------- */
+
+/* In a child (KILN_TEST_FUSION_CHILD set): evaluate one chain, print the cache counters. */
+START_TEST(test_cache_child)
+{
+    const char *outp = getenv("KILN_TEST_FUSION_CHILD");
+    if (!outp)
+        return;
+    kiln__fusion_set(true);
+    int64_t n = 8;
+    double v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    kiln_tensor *x = upload(dev, KILN_F32, 1, &n, v), *a = NULL, *b = NULL;
+    kiln_cache_stats c0, c1;
+    ASSERT_OK(kiln_cache_stats_get(&c0));
+    ASSERT_OK(kiln_unary(KILN_UNARY_SIN, x, &a));
+    ASSERT_OK(kiln_unary(KILN_UNARY_COS, a, &b));
+    ASSERT_OK(kiln_tensor_eval(b));
+    ASSERT_OK(kiln_cache_stats_get(&c1));
+    FILE *f = fopen(outp, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%llu %llu\n", (unsigned long long)(c1.hits - c0.hits),
+            (unsigned long long)(c1.misses - c0.misses));
+    fclose(f);
+    kiln_tensor_release(x);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+}
+END_TEST
+
+static void run_child(const char *cachedir, const char *outp, unsigned long long *hits,
+                      unsigned long long *misses)
+{
+    char e1[600], e2[600];
+    snprintf(e1, sizeof e1, "KILN_CACHE_DIR=%s", cachedir);
+    snprintf(e2, sizeof e2, "KILN_TEST_FUSION_CHILD=%s", outp);
+    int ne = 0;
+    while (environ[ne])
+        ne++;
+    char **env = calloc((size_t)ne + 4, sizeof *env);
+    int k = 0;
+    for (int i = 0; i < ne; i++)
+        if (strncmp(environ[i], "KILN_CACHE_DIR=", 15) && strncmp(environ[i], "CK_RUN_", 7))
+            env[k++] = environ[i];
+    env[k++] = e1;
+    env[k++] = e2;
+    env[k++] = "CK_RUN_CASE=cache child";
+    char self[1024];
+    ssize_t m = readlink("/proc/self/exe", self, sizeof self - 1);
+    ck_assert_int_gt(m, 0);
+    self[m] = '\0';
+    char *argv[] = {self, NULL};
+    pid_t pid;
+    ck_assert_int_eq(posix_spawn(&pid, self, NULL, NULL, argv, env), 0);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    free(env);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    FILE *f = fopen(outp, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fscanf(f, "%llu %llu", hits, misses), 2);
+    fclose(f);
+}
+
+START_TEST(test_disk_cache_across_processes)
+{
+    char dir[] = "/tmp/kiln-fusion-cacheXXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char outp[600];
+    snprintf(outp, sizeof outp, "%s/out.txt", dir);
+    unsigned long long h1, m1, h2, m2;
+    run_child(dir, outp, &h1, &m1);
+    run_child(dir, outp, &h2, &m2);
+    /* the first process builds the generated kernel (and maybe the upload's programs) */
+    ck_assert_msg(m1 >= 1, "first process: %llu misses", m1);
+    ck_assert_msg(m2 == 0 && h2 >= 1, "second process: %llu hits, %llu misses", h2, m2);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+Suite *fusion_suite(void)
+{
+    Suite *s = suite_create("fusion");
+    TCase *tc = tcase_create("fusion");
+    tcase_add_unchecked_fixture(tc, setup, teardown_devices);
+    tcase_set_timeout(tc, 1200);
+    if (!getenv("KILN_TEST_FUSION_CHILD")) {
+        TCase *ops = tcase_create("every op");
+        tcase_add_unchecked_fixture(ops, setup, teardown_devices);
+        tcase_set_timeout(ops, 1200);
+        tcase_add_test(ops, test_every_op_and_dtype);
+        suite_add_tcase(s, ops);
+        tcase_add_test(tc, test_chain_depths);
+        tcase_add_test(tc, test_release_before_eval);
+        tcase_add_test(tc, test_write_after_pending_read);
+        tcase_add_test(tc, test_oom_at_eval);
+        tcase_add_test(tc, test_threads);
+        tcase_add_test(tc, test_disk_cache_across_processes);
+    }
+    suite_add_tcase(s, tc);
+    TCase *child = tcase_create("cache child");
+    tcase_add_unchecked_fixture(child, setup, teardown_devices);
+    tcase_add_test(child, test_cache_child);
+    suite_add_tcase(s, child);
+    return s;
+}
