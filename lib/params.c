@@ -39,7 +39,7 @@ static bool grow(kiln_params *p)
     if (!names)
         return false;
     p->names = names;
-    kiln_tensor **tensors = kiln__realloc(p->tensors, (size_t)cap * sizeof *tensors);
+    kiln_tensor **tensors = kiln__realloc(p->tensors, (size_t)cap * sizeof(kiln_tensor *));
     if (!tensors)
         return false;
     p->tensors = tensors;
