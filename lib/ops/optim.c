@@ -2,6 +2,7 @@
  * for checkpoints, and zero_grad and gradient clipping over a kiln_params list. */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -303,14 +304,14 @@ kiln_status kiln_optimizer_state(kiln_optimizer *opt, kiln_params *state)
     size_t longest = 0;
     for (int i = 0; i < opt->n; i++)
         longest = strlen(opt->ps[i].name) > longest ? strlen(opt->ps[i].name) : longest;
-    char *name = kiln__malloc(longest + sizeof ".momentum_buffer"); /* the longest suffix */
+    size_t size = longest + sizeof ".momentum_buffer"; /* the longest suffix */
+    char *name = kiln__malloc(size);
     if (!name)
         return kiln__host_oom(op);
     kiln_status s = KILN_OK;
     for (int i = 0; s == KILN_OK && i < opt->n; i++)
         for (int j = 0; s == KILN_OK && j < nsuf; j++) {
-            strcpy(name, opt->ps[i].name);
-            strcat(name, suffix[j]);
+            snprintf(name, size, "%s%s", opt->ps[i].name, suffix[j]);
             if (kiln_params_find(state, name))
                 s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
                                 "%s: the list already holds a tensor named '%s'", op, name);
@@ -323,8 +324,7 @@ kiln_status kiln_optimizer_state(kiln_optimizer *opt, kiln_params *state)
         opt_param *q = &opt->ps[i];
         kiln_tensor *ts[] = {q->buf, q->sq, q->step};
         for (int j = 0; s == KILN_OK && j < nsuf; j++) {
-            strcpy(name, q->name);
-            strcat(name, suffix[j]);
+            snprintf(name, size, "%s%s", q->name, suffix[j]);
             s = kiln_params_add(state, name, ts[j]);
         }
     }
@@ -340,6 +340,8 @@ static kiln_status adam_update(const kiln_optimizer *o, opt_param *q, const kiln
                                const char *op)
 {
     kiln_tensor *p = q->p;
+    if (!q->buf || !q->sq || !q->step) /* ensure_state made them */
+        return kiln__error(KILN_ERR_STATE, "%s: no Adam state (kiln bug)", op);
     kiln_dtype dt = p->dtype;
     int64_t t = q->t + 1;
     bool decoupled = o->kind == OPT_ADAMW;
@@ -491,7 +493,7 @@ kiln_status kiln_clip_grad_norm(const kiln_params *p, double max_norm, double *t
     int n = kiln_params_count(p);
     kiln_tensor **sums = NULL;
     if (s == KILN_OK && n > 0) {
-        sums = kiln__calloc((size_t)n, sizeof *sums);
+        sums = kiln__calloc((size_t)n, sizeof(kiln_tensor *));
         s = sums ? KILN_OK : kiln__host_oom(op);
     }
     if (s != KILN_OK)
