@@ -473,6 +473,15 @@ static kiln_status check_backward_args(kiln_tensor *loss, const kiln_tensor *gra
     return KILN_OK;
 }
 
+/* Whether loss is a loss op's result whose node hands out the gradient it saved without reading
+ * the seed (see loss_grads): then the seed's value is never read, and needs no fill. */
+static bool unit_loss(const kiln_tensor *loss, kiln_backward_flags flags)
+{
+    const kiln__ag_node *nd = loss->node;
+    return !(flags & KILN_BACKWARD_RETAIN_GRAPH) && nd && nd->n == 3 &&
+           (nd->kind == KILN__AG_MSE || nd->kind == KILN__AG_CROSS_ENTROPY);
+}
+
 kiln_status kiln_backward(kiln_tensor *loss, const kiln_tensor *grad, kiln_backward_flags flags)
 {
     kiln_status s = check_backward_args(loss, grad, flags);
@@ -495,6 +504,8 @@ kiln_status kiln_backward(kiln_tensor *loss, const kiln_tensor *grad, kiln_backw
     if (s == KILN_OK) {
         if (grad)
             seed = kiln_tensor_retain((kiln_tensor *)grad);
+        else if (unit_loss(loss, flags))
+            s = kiln_tensor_empty(loss->dev, loss->dtype, loss->ndim, loss->shape, &seed);
         else
             s = kiln_ones(loss->dev, loss->dtype, loss->ndim, loss->shape, &seed);
     }
