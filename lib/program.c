@@ -649,10 +649,11 @@ static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *sr
         char *msg = dup_string(kiln_last_error()); /* it holds the compiler's log */
         bool generated = src->name == src->text;   /* kiln__generated_kernel */
         s = kiln__error(KILN_ERR_BUILD_FAILED,
-                        "%s: %s%s (%s) failed to build on %s; this is a "
+                        "%s: %s%s%s (%s) failed to build on %s; this is a "
                         "kiln bug, please report it with this message: %s",
                         op, generated ? "the generated fused kernel" : "built-in kernel source ",
-                        generated ? "" : src->name, defines, dev->info.spec, msg ? msg : "");
+                        generated ? "" : src->name, generated ? "" : ".cl", defines, dev->info.spec,
+                        msg ? msg : "");
         free(msg);
     }
     kiln__log_release();
