@@ -31,6 +31,10 @@ typedef struct kiln__fop {
     kiln__scalar scalar;
 } kiln__fop;
 
+/* The eager kernel of op into res: op's inputs and res materialised (elementwise.c). */
+kiln_status kiln__elementwise_run(const char *fn, kiln_device *dev, const kiln__fop *op,
+                                  kiln_tensor *res);
+
 /* Whether elementwise ops defer (KILN_FUSION, default on; kiln__fusion_set in tests). */
 bool kiln__fusion_enabled(void);
 /* Test only: turn fusion on or off for every thread; returns the previous setting. */
@@ -52,7 +56,11 @@ void kiln__fusion_defer(bool on);
 /* The last reference to a pending tensor went: drop its expression. */
 void kiln__fusion_dead(kiln_tensor *t);
 
-/* Test only: kernels generated (cache misses) and reused (hits) since start. */
-void kiln__fusion_counts(long *generated, long *reused);
+/* dev's programs are going: forget the generated kernels kept for it (program.c). */
+void kiln__fusion_forget(const kiln_device *dev);
+
+/* Test only: since start, kernels generated (cache misses) and reused (hits), and chains of
+ * one op run by their eager kernel. */
+void kiln__fusion_counts(long *generated, long *reused, long *single);
 
 #endif

@@ -15,6 +15,7 @@
 #include "argcheck.h"
 #include "clcall.h"
 #include "diskcache.h"
+#include "fusion.h"
 #include "launch.h"
 #include "registry.h"
 #include "status.h"
@@ -785,6 +786,7 @@ void kiln__programs_free(kiln_device *dev)
     struct kiln__programs *ps = dev->programs;
     if (!ps)
         return;
+    kiln__fusion_forget(dev);
     dev->programs = NULL;
     builtin_entry *e = ps->entries;
     while (e) {

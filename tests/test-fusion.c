@@ -17,7 +17,8 @@
 
 /* lib/fusion.h (internal, linked statically into the tests) */
 bool kiln__fusion_set(bool on);
-void kiln__fusion_counts(long *generated, long *reused);
+void kiln__registry_reset(void);
+void kiln__fusion_counts(long *generated, long *reused, long *single);
 
 extern char **environ;
 
@@ -31,9 +32,9 @@ static void setup(void)
 
 static long fused_count(void)
 {
-    long g, r;
-    kiln__fusion_counts(&g, &r);
-    return g + r;
+    long g, r, e;
+    kiln__fusion_counts(&g, &r, &e);
+    return g + r + e;
 }
 
 static bool usable(kiln_dtype dt)
@@ -281,6 +282,50 @@ START_TEST(test_release_before_eval)
 }
 END_TEST
 
+/* A chain of one op runs that op's eager kernel (nothing generated), into a new tensor or an
+ * _out's; a chain of two generates one. */
+START_TEST(test_single_op_runs_eager)
+{
+    kiln__fusion_set(true);
+    int64_t n = 5;
+    double va[5] = {-2, -0.5, 0, 1.5, 3}, vb[5] = {4, 3, 2, 1, 0.25};
+    kiln_tensor *a = upload(dev, KILN_F32, 1, &n, va), *b = upload(dev, KILN_F32, 1, &n, vb);
+    kiln_tensor *c = NULL, *d = NULL, *out = NULL;
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 1, &n, &out));
+    long g0, r0, e0, g1, r1, e1;
+    kiln__fusion_counts(&g0, &r0, &e0);
+    ASSERT_OK(kiln_mul(a, b, &c));
+    ASSERT_OK(kiln_tensor_eval(c));
+    ASSERT_OK(kiln_sub_out(a, b, out));
+    kiln__fusion_counts(&g1, &r1, &e1);
+    ck_assert_int_eq(e1 - e0, 2);
+    ck_assert_int_eq(g1 + r1, g0 + r0);
+    ASSERT_OK(kiln_unary(KILN_UNARY_RELU, c, &d)); /* c is materialised: one op again */
+    ASSERT_OK(kiln_tensor_eval(d));
+    kiln_tensor_release(d);
+    ASSERT_OK(kiln_unary(KILN_UNARY_EXP, a, &d));
+    kiln_tensor *e = NULL;
+    ASSERT_OK(kiln_add(d, b, &e)); /* exp(a) + b: two ops, one generated kernel */
+    ASSERT_OK(kiln_tensor_eval(e));
+    kiln__fusion_counts(&g0, &r0, &e0);
+    ck_assert_int_eq(e0 - e1, 1);
+    ck_assert_int_eq(g0 + r0 - (g1 + r1), 1);
+    double *rc = download(c), *ro = download(out), *re = download(e);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_float_eq((float)rc[i], (float)va[i] * (float)vb[i]);
+        ck_assert_float_eq((float)ro[i], (float)va[i] - (float)vb[i]);
+        ck_assert_float_eq_tol((float)re[i], expf((float)va[i]) + (float)vb[i], 1e-5f * 25);
+    }
+    free(rc);
+    free(ro);
+    free(re);
+    kiln_tensor *all[] = {a, b, c, d, e, out};
+    for (int i = 0; i < 6; i++)
+        kiln_tensor_release(all[i]);
+    kiln__fusion_set(false);
+}
+END_TEST
+
 /* A write into an input of a pending tensor evaluates it first: it keeps the old value. */
 START_TEST(test_write_after_pending_read)
 {
@@ -402,6 +447,40 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* A chain's kernel is kept by the chain's structure per device; a registry reset frees the
+ * devices' programs, so the next evaluation must find the kernel anew (a stale one is freed). */
+static void reset_round(int round)
+{
+    kiln__registry_reset();
+    dev = test_device();
+    int64_t n = 3;
+    double va[3] = {1, 2, 3};
+    kiln_tensor *a = upload(dev, KILN_F32, 1, &n, va), *b = NULL, *c = NULL;
+    long g0, r0, e0, g1, r1, e1;
+    kiln__fusion_counts(&g0, &r0, &e0);
+    ASSERT_OK(kiln_binary_scalar(KILN_BINARY_MUL, a, 3, &b));
+    ASSERT_OK(kiln_binary_scalar(KILN_BINARY_ADD, b, round, &c));
+    double *r = download(c);
+    kiln__fusion_counts(&g1, &r1, &e1);
+    ck_assert_msg(g1 - g0 == 1 && r1 == r0, "round %d: %ld generated, %ld reused", round, g1 - g0,
+                  r1 - r0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_double_eq(r[i], va[i] * 3 + round);
+    free(r);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(c);
+}
+
+START_TEST(test_registry_reset_forgets_kernels)
+{
+    kiln__fusion_set(true);
+    reset_round(1);
+    reset_round(2);
+    kiln__fusion_set(false);
+}
+END_TEST
+
 /* ---- the disk cache across processes --------------------------------------------------- */
 
 /* In a child (KILN_TEST_FUSION_CHILD set): evaluate one chain, print the cache counters. */
@@ -496,6 +575,7 @@ Suite *fusion_suite(void)
         tcase_add_test(ops, test_every_op_and_dtype);
         suite_add_tcase(s, ops);
         tcase_add_test(tc, test_chain_depths);
+        tcase_add_test(tc, test_single_op_runs_eager);
         tcase_add_test(tc, test_release_before_eval);
         tcase_add_test(tc, test_write_after_pending_read);
         tcase_add_test(tc, test_oom_at_eval);
@@ -503,6 +583,11 @@ Suite *fusion_suite(void)
         tcase_add_test(tc, test_disk_cache_across_processes);
     }
     suite_add_tcase(s, tc);
+    if (!getenv("KILN_TEST_FUSION_CHILD")) {
+        TCase *reset = tcase_create("registry reset"); /* its own devices: no fixture */
+        tcase_add_test(reset, test_registry_reset_forgets_kernels);
+        suite_add_tcase(s, reset);
+    }
     TCase *child = tcase_create("cache child");
     tcase_add_unchecked_fixture(child, setup, teardown_devices);
     tcase_add_test(child, test_cache_child);

@@ -125,6 +125,72 @@ static kiln_status launch_2d(kiln_device *dev, kiln__kernel *k, const char *fn,
     return kiln__kernel_launch(dev, k, fn, 2, global, NULL, 9, args);
 }
 
+/* The eager kernel of op into res (materialised, as are op's inputs): the path when fusion is
+ * off, and fusion.c's for a chain of one op (no kernel to generate). */
+kiln_status kiln__elementwise_run(const char *fn, kiln_device *dev, const kiln__fop *fo,
+                                  kiln_tensor *res)
+{
+    const kiln_tensor *a = fo->in[0], *b = fo->in[1];
+    int64_t n = res->numel;
+    char name[64];
+    kiln_status s = KILN_OK;
+    switch (fo->kind) {
+    case KILN__F_BINARY: {
+        kiln_binary_op op = (kiln_binary_op)fo->op;
+        kiln__bcast bc;
+        if ((s = kiln__broadcast(fn, 2, fo->in, &bc)) != KILN_OK)
+            return s;
+        /* Same shape: flat. Up to 2 collapsed dims (a bias row or column): a 2-D range. Else the
+         * general kernel, which divides to find each coordinate. */
+        bool flat = kiln__bcast_flat(&bc), two = !flat && bc.nd <= 2;
+        kiln__binary_kernel(name, sizeof name,
+                            flat  ? KILN__BINARY_FLAT
+                            : two ? KILN__BINARY_2D
+                                  : KILN__BINARY_BCAST,
+                            op);
+        kiln__kernel *k;
+        if ((s = get_kernel(dev, fo->in_dtype, name, fn, &k)) == KILN_OK)
+            s = two ? launch_2d(dev, k, fn, &bc, a, b, res) : launch_1d(dev, k, fn, &bc, a, b, res);
+        return s;
+    }
+    case KILN__F_SCALAR: {
+        kiln_arg args[4] = {kiln_arg_tensor(a), kiln__arg_scalar(fo->in_dtype, fo->scalar),
+                            kiln_arg_tensor(res), kiln_arg_i64(n)};
+        kiln__binary_kernel(name, sizeof name, KILN__BINARY_SCALAR, (kiln_binary_op)fo->op);
+        return launch_n(dev, fo->in_dtype, name, fn, n, 4, args);
+    }
+    case KILN__F_WHERE: {
+        kiln__bcast bc;
+        if ((s = kiln__broadcast(fn, 3, fo->in, &bc)) != KILN_OK)
+            return s;
+        bool flat = kiln__bcast_flat(&bc);
+        kiln_arg args[5 + 4 * KILN_MAX_DIMS] = {kiln_arg_tensor(a), kiln_arg_tensor(b),
+                                                kiln_arg_tensor(fo->in[2]), kiln_arg_tensor(res),
+                                                kiln_arg_i64(n)};
+        int nargs = 5 + (flat ? 0 : kiln__bcast_args(&bc, args + 5));
+        return launch_n(dev, fo->in_dtype, flat ? "kiln_where" : "kiln_where_bb", fn, n, nargs,
+                        args);
+    }
+    case KILN__F_UNARY: {
+        kiln_arg args[3] = {kiln_arg_tensor(a), kiln_arg_tensor(res), kiln_arg_i64(n)};
+        kiln__unary_kernel(name, sizeof name, false, (kiln_unary_op)fo->op);
+        return launch_n(dev, fo->in_dtype, name, fn, n, 3, args);
+    }
+    case KILN__F_UNARY_BW: {
+        kiln_arg args[4] = {kiln_arg_tensor(a), kiln_arg_tensor(b), kiln_arg_tensor(res),
+                            kiln_arg_i64(n)};
+        kiln__unary_kernel(name, sizeof name, true, (kiln_unary_op)fo->op);
+        return launch_n(dev, fo->in_dtype, name, fn, n, 4, args);
+    }
+    case KILN__F_CAST: {
+        kiln_arg args[3] = {kiln_arg_tensor(a), kiln_arg_tensor(res), kiln_arg_i64(n)};
+        kiln__cast_kernel(name, sizeof name, res->dtype);
+        return launch_n(dev, fo->in_dtype, name, fn, n, 3, args);
+    }
+    }
+    return kiln__error(KILN_ERR_STATE, "%s: unknown elementwise op kind %d", fn, (int)fo->kind);
+}
+
 static kiln_status binary(const char *fn, kiln_binary_op op, const kiln_tensor *a,
                           const kiln_tensor *b, kiln_tensor *given, kiln_tensor **out)
 {
@@ -148,20 +214,8 @@ static kiln_status binary(const char *fn, kiln_binary_op op, const kiln_tensor *
         return s;
     kiln_tensor *res = NULL;
     s = result(fn, dev, rt, bc.ndim, bc.shape, given, &res);
-    if (s != KILN_OK || bc.numel == 0)
-        return kiln__finish(s, res, given, out);
-    /* Same shape: flat. Up to 2 collapsed dims (a bias row or column): a 2-D range. Else the
-     * general kernel, which divides to find each coordinate. */
-    bool flat = kiln__bcast_flat(&bc), two = !flat && bc.nd <= 2;
-    char name[64];
-    kiln__binary_kernel(name, sizeof name,
-                        flat  ? KILN__BINARY_FLAT
-                        : two ? KILN__BINARY_2D
-                              : KILN__BINARY_BCAST,
-                        op);
-    kiln__kernel *k;
-    if ((s = get_kernel(dev, a->dtype, name, fn, &k)) == KILN_OK)
-        s = two ? launch_2d(dev, k, fn, &bc, a, b, res) : launch_1d(dev, k, fn, &bc, a, b, res);
+    if (s == KILN_OK && bc.numel > 0)
+        s = kiln__elementwise_run(fn, dev, &fo, res);
     return kiln__finish(s, res, given, out);
 }
 
@@ -246,13 +300,8 @@ static kiln_status binary_scalar(const char *fn, kiln_binary_op op, const kiln_t
         return s;
     kiln_tensor *res = NULL;
     s = result(fn, dev, rt, a->ndim, a->shape, given, &res);
-    if (s != KILN_OK || a->numel == 0)
-        return kiln__finish(s, res, given, out);
-    char name[64];
-    kiln_arg args[4] = {kiln_arg_tensor(a), kiln__arg_scalar(a->dtype, scalar),
-                        kiln_arg_tensor(res), kiln_arg_i64(a->numel)};
-    s = launch_n(dev, a->dtype, kiln__binary_kernel(name, sizeof name, KILN__BINARY_SCALAR, op), fn,
-                 a->numel, 4, args);
+    if (s == KILN_OK && a->numel > 0)
+        s = kiln__elementwise_run(fn, dev, &fo, res);
     return kiln__finish(s, res, given, out);
 }
 
@@ -329,14 +378,8 @@ static kiln_status where(const char *fn, const kiln_tensor *cond, const kiln_ten
         return s;
     kiln_tensor *res = NULL;
     s = result(fn, dev, a->dtype, bc.ndim, bc.shape, given, &res);
-    if (s != KILN_OK || bc.numel == 0)
-        return kiln__finish(s, res, given, out);
-    bool flat = kiln__bcast_flat(&bc);
-    kiln_arg args[5 + 4 * KILN_MAX_DIMS] = {kiln_arg_tensor(cond), kiln_arg_tensor(a),
-                                            kiln_arg_tensor(b), kiln_arg_tensor(res),
-                                            kiln_arg_i64(bc.numel)};
-    int nargs = 5 + (flat ? 0 : kiln__bcast_args(&bc, args + 5));
-    s = launch_n(dev, a->dtype, flat ? "kiln_where" : "kiln_where_bb", fn, bc.numel, nargs, args);
+    if (s == KILN_OK && bc.numel > 0)
+        s = kiln__elementwise_run(fn, dev, &fo, res);
     return kiln__finish(s, res, given, out);
 }
 
@@ -382,12 +425,8 @@ static kiln_status unary(const char *fn, kiln_unary_op op, const kiln_tensor *x,
         return s;
     kiln_tensor *res = NULL;
     s = result(fn, dev, x->dtype, x->ndim, x->shape, given, &res);
-    if (s != KILN_OK || x->numel == 0)
-        return kiln__finish(s, res, given, out);
-    char name[64];
-    kiln_arg args[3] = {kiln_arg_tensor(x), kiln_arg_tensor(res), kiln_arg_i64(x->numel)};
-    s = launch_n(dev, x->dtype, kiln__unary_kernel(name, sizeof name, false, op), fn, x->numel, 3,
-                 args);
+    if (s == KILN_OK && x->numel > 0)
+        s = kiln__elementwise_run(fn, dev, &fo, res);
     return kiln__finish(s, res, given, out);
 }
 
@@ -430,13 +469,8 @@ static kiln_status unary_backward(const char *fn, kiln_unary_op op, const kiln_t
         return s;
     kiln_tensor *res = NULL;
     s = result(fn, dev, x->dtype, x->ndim, x->shape, given, &res);
-    if (s != KILN_OK || x->numel == 0)
-        return kiln__finish(s, res, given, grad_in);
-    char name[64];
-    kiln_arg args[4] = {kiln_arg_tensor(x), kiln_arg_tensor(grad_out), kiln_arg_tensor(res),
-                        kiln_arg_i64(x->numel)};
-    s = launch_n(dev, x->dtype, kiln__unary_kernel(name, sizeof name, true, op), fn, x->numel, 4,
-                 args);
+    if (s == KILN_OK && x->numel > 0)
+        s = kiln__elementwise_run(fn, dev, &fo, res);
     return kiln__finish(s, res, given, grad_in);
 }
 
@@ -474,11 +508,8 @@ static kiln_status cast(const char *fn, const kiln_tensor *x, kiln_dtype dtype, 
         return s;
     kiln_tensor *res = NULL;
     s = result(fn, dev, dtype, x->ndim, x->shape, given, &res);
-    if (s != KILN_OK || x->numel == 0)
-        return kiln__finish(s, res, given, out);
-    char name[64];
-    kiln_arg args[3] = {kiln_arg_tensor(x), kiln_arg_tensor(res), kiln_arg_i64(x->numel)};
-    s = launch_n(dev, x->dtype, kiln__cast_kernel(name, sizeof name, dtype), fn, x->numel, 3, args);
+    if (s == KILN_OK && x->numel > 0)
+        s = kiln__elementwise_run(fn, dev, &fo, res);
     return kiln__finish(s, res, given, out);
 }
 
