@@ -579,11 +579,16 @@ Suite *fusion_suite(void)
         tcase_add_test(tc, test_release_before_eval);
         tcase_add_test(tc, test_write_after_pending_read);
         tcase_add_test(tc, test_oom_at_eval);
-        tcase_add_test(tc, test_threads);
         tcase_add_test(tc, test_disk_cache_across_processes);
     }
     suite_add_tcase(s, tc);
     if (!getenv("KILN_TEST_FUSION_CHILD")) {
+        /* a case of its own: CI runs it under ThreadSanitizer (CK_RUN_CASE=threads) */
+        TCase *threads = tcase_create("threads");
+        tcase_add_unchecked_fixture(threads, setup, teardown_devices);
+        tcase_set_timeout(threads, 1200);
+        tcase_add_test(threads, test_threads);
+        suite_add_tcase(s, threads);
         TCase *reset = tcase_create("registry reset"); /* its own devices: no fixture */
         tcase_add_test(reset, test_registry_reset_forgets_kernels);
         suite_add_tcase(s, reset);
