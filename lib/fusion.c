@@ -188,6 +188,11 @@ typedef struct graph {
     kiln_tensor *leaf[MAX_LEAVES]; /* materialised inputs, each once */
     bool bcast[MAX_LEAVES];        /* leaf indexed by strides (numel differs from root's) */
     bool any_bcast;
+    /* With any_bcast: the root's shape collapsed (size-1 dims dropped, neighbours merged where
+     * every broadcast leaf steps through both as one), and each broadcast leaf's strides. */
+    int cnd;
+    int64_t cshape[KILN_MAX_DIMS];
+    int64_t cstride[MAX_LEAVES][KILN_MAX_DIMS];
 } graph;
 
 static int index_of(kiln_tensor *const *v, int n, const kiln_tensor *t)
@@ -220,6 +225,52 @@ static bool visit(graph *g, kiln_tensor *t)
         return false;
     g->node[g->nn++] = t;
     return true;
+}
+
+/* g's collapsed broadcast shape (see graph). */
+static void collapse(graph *g)
+{
+    const kiln_tensor *root = g->root;
+    int R = root->ndim;
+    int64_t st[MAX_LEAVES][KILN_MAX_DIMS];
+    for (int k = 0; k < g->nl; k++) {
+        const kiln_tensor *l = g->leaf[k];
+        int64_t s = 1;
+        for (int j = R - 1; j >= 0; j--) {
+            int lj = j - (R - l->ndim);
+            st[k][j] = lj < 0 || l->shape[lj] == 1 ? 0 : s;
+            if (lj >= 0)
+                s *= l->shape[lj];
+        }
+    }
+    /* From the innermost dim out; collapsed dims are built innermost first, then reversed. */
+    int c = 0;
+    for (int j = R - 1; j >= 0; j--) {
+        if (root->shape[j] == 1)
+            continue;
+        bool merge = c > 0;
+        for (int k = 0; merge && k < g->nl; k++)
+            merge = !g->bcast[k] || st[k][j] == g->cstride[k][c - 1] * g->cshape[c - 1];
+        if (merge) {
+            g->cshape[c - 1] *= root->shape[j];
+            continue;
+        }
+        g->cshape[c] = root->shape[j];
+        for (int k = 0; k < g->nl; k++)
+            g->cstride[k][c] = st[k][j];
+        c++;
+    }
+    for (int a = 0, b = c - 1; a < b; a++, b--) {
+        int64_t t = g->cshape[a];
+        g->cshape[a] = g->cshape[b];
+        g->cshape[b] = t;
+        for (int k = 0; k < g->nl; k++) {
+            t = g->cstride[k][a];
+            g->cstride[k][a] = g->cstride[k][b];
+            g->cstride[k][b] = t;
+        }
+    }
+    g->cnd = c;
 }
 
 /* The op's name in chains ("add", "relu'", "cast_i32"). */
@@ -406,10 +457,9 @@ static void dtype_block(sbuf *b, kiln_dtype d, const wants *w)
 /* The kernel's source for g (b NULL: none, the kernel is known), and its argument list (args:
  * room for every leaf, the output, n, the shape, the strides and the scalars). Returns the
  * number of arguments. */
-static int generate(const graph *g, sbuf *b, kiln_arg *args, int64_t *strides, kiln_tensor *dest)
+static int generate(const graph *g, sbuf *b, kiln_arg *args, kiln_tensor *dest)
 {
     const kiln_tensor *root = g->root;
-    int R = root->ndim;
     wants w[KILN_DTYPE_COUNT] = {{0}};
     for (int m = 0; m < g->nn; m++) {
         struct kiln__lazy *z = lazy_of(g->node[m]);
@@ -439,28 +489,16 @@ static int generate(const graph *g, sbuf *b, kiln_arg *args, int64_t *strides, k
     sb_add(b, "global %s *out, long n", kiln__dtype_cl_type(root->dtype));
     args[na++] = kiln_arg_tensor(dest);
     args[na++] = kiln_arg_i64(root->numel);
-    if (g->any_bcast) {
-        for (int j = 0; j < R; j++) {
-            sb_add(b, ", long d%d", j);
-            args[na++] = kiln_arg_i64(root->shape[j]);
-        }
-        int ns = 0;
-        for (int k = 0; k < g->nl; k++) {
-            if (!g->bcast[k])
-                continue;
-            const kiln_tensor *l = g->leaf[k];
-            int64_t s = 1;
-            for (int j = R - 1; j >= 0; j--) {
-                int lj = j - (R - l->ndim);
-                int64_t st = lj < 0 || l->shape[lj] == 1 ? 0 : s;
-                if (lj >= 0)
-                    s *= l->shape[lj];
-                strides[ns] = st;
-                sb_add(b, ", long s%d_%d", k, j);
-                args[na++] = kiln_arg_i64(strides[ns++]);
-            }
-        }
+    int C = g->any_bcast ? g->cnd : 0;
+    for (int j = 0; j < C; j++) {
+        sb_add(b, ", long d%d", j);
+        args[na++] = kiln_arg_i64(g->cshape[j]);
     }
+    for (int k = 0; k < g->nl; k++)
+        for (int j = 0; g->bcast[k] && j < C; j++) {
+            sb_add(b, ", long s%d_%d", k, j);
+            args[na++] = kiln_arg_i64(g->cstride[k][j]);
+        }
     for (int m = 0; m < g->nn; m++) {
         struct kiln__lazy *z = lazy_of(g->node[m]);
         if (z->kind != KILN__F_SCALAR)
@@ -468,10 +506,17 @@ static int generate(const graph *g, sbuf *b, kiln_arg *args, int64_t *strides, k
         sb_add(b, ", %s k%d", kiln__dtype_cl_compute_type(z->in_dtype), m);
         args[na++] = kiln__arg_scalar(z->in_dtype, z->scalar);
     }
-    sb_add(b, ")\n{\n    KILN_FOR(i, 0, n) {\n");
-    if (g->any_bcast) {
+    /* Up to 2 collapsed dims: a 2-D range, no division (a bias row or column). */
+    if (C == 2)
+        sb_add(b, ")\n{\n    KILN_FOR(c0, 1, d0) {\n    KILN_FOR(c1, 0, d1) {\n"
+                  "        long i = c0 * d1 + c1;\n");
+    else
+        sb_add(b, ")\n{\n    KILN_FOR(i, 0, n) {\n");
+    if (C == 1)
+        sb_add(b, "        long c0 = i;\n");
+    if (C > 2) {
         sb_add(b, "        long r = i, q;\n");
-        for (int j = R - 1; j > 0; j--)
+        for (int j = C - 1; j > 0; j--)
             sb_add(b, "        q = r / d%d;\n        long c%d = r - q * d%d;\n        r = q;\n", j,
                    j, j);
         sb_add(b, "        long c0 = r;\n");
@@ -483,7 +528,7 @@ static int generate(const graph *g, sbuf *b, kiln_arg *args, int64_t *strides, k
         if (!g->bcast[k])
             sb_add(&idx, "i");
         else
-            for (int j = 0; j < R; j++)
+            for (int j = 0; j < C; j++)
                 sb_add(&idx, "%sc%d * s%d_%d", j ? " + " : "", j, k, j);
         if (idx.oom || !idx.p)
             b->oom = true;
@@ -535,7 +580,7 @@ static int generate(const graph *g, sbuf *b, kiln_arg *args, int64_t *strides, k
         sb_add(b, "        vstore_half(v%d, i, out);\n", g->nn - 1);
     else
         sb_add(b, "        out[i] = v%d;\n", g->nn - 1);
-    sb_add(b, "    }\n}\n");
+    sb_add(b, C == 2 ? "    }\n    }\n}\n" : "    }\n}\n");
     return na;
 }
 
@@ -603,7 +648,7 @@ static memo_entry *memo[MEMO_BUCKETS];
 static size_t structure_key(const graph *g, unsigned char *key)
 {
     size_t n = 0;
-    key[n++] = (unsigned char)(g->any_bcast ? g->root->ndim + 1 : 0);
+    key[n++] = (unsigned char)(g->any_bcast ? g->cnd + 1 : 0);
     key[n++] = (unsigned char)g->nl;
     for (int k = 0; k < g->nl; k++)
         key[n++] = (unsigned char)(g->leaf[k]->dtype << 1 | (g->bcast[k] ? 1 : 0));
@@ -711,10 +756,9 @@ static kiln_status run(graph *g, kiln_tensor *dest, const char *op)
         return run_one(g, dest, op);
     size_t nmax = (size_t)g->nl + 3 + 8 + (size_t)g->nl * 8 + (size_t)g->nn;
     kiln_arg *args = kiln__calloc(nmax, sizeof *args);
-    int64_t *strides = kiln__calloc((size_t)g->nl * 8 + 1, sizeof *strides);
     sbuf src = {0};
     kiln_status s = KILN_OK;
-    if (!args || !strides) {
+    if (!args) {
         s = kiln__host_oom(op);
         goto done;
     }
@@ -723,7 +767,7 @@ static kiln_status run(graph *g, kiln_tensor *dest, const char *op)
     uint64_t h = key_hash(dev, key, klen);
     kiln__kernel *k = memo_find(dev, key, klen, h);
     bool hit = k != NULL;
-    int na = generate(g, k ? NULL : &src, args, strides, dest ? dest : t);
+    int na = generate(g, k ? NULL : &src, args, dest ? dest : t);
     if (!k && (src.oom || !src.p)) {
         s = kiln__host_oom(op);
         goto done;
@@ -753,8 +797,10 @@ static kiln_status run(graph *g, kiln_tensor *dest, const char *op)
         t->storage->mem = mem;
         t->storage->capacity = capacity;
     }
-    size_t global = (size_t)t->numel;
-    s = kiln__kernel_launch(dev, k, op, 1, &global, NULL, na, args);
+    bool two = g->any_bcast && g->cnd == 2;
+    size_t global[2] = {two ? (size_t)g->cshape[1] : (size_t)t->numel,
+                        two ? (size_t)g->cshape[0] : 1};
+    s = kiln__kernel_launch(dev, k, op, two ? 2 : 1, global, NULL, na, args);
     if (s != KILN_OK && mem) {
         t->storage->mem = NULL;
         t->storage->capacity = 0;
@@ -763,7 +809,6 @@ static kiln_status run(graph *g, kiln_tensor *dest, const char *op)
 done:
     free(src.p);
     free(args);
-    free(strides);
     return s;
 }
 
@@ -781,8 +826,11 @@ static kiln_status eval_locked(kiln_tensor *t, kiln_tensor *dest, const char *op
         memset(g, 0, sizeof *g);
         g->root = t;
         bool fits = visit(g, t) && arg_bytes(g) <= limit;
-        if (fits)
+        if (fits) {
+            if (g->any_bcast)
+                collapse(g);
             break;
+        }
         /* Too many arguments for one kernel: evaluate the biggest pending input first. */
         struct kiln__lazy *z = lazy_of(t);
         kiln_tensor *big = NULL;
@@ -799,7 +847,9 @@ static kiln_status eval_locked(kiln_tensor *t, kiln_tensor *dest, const char *op
         }
     }
     kiln__log_hold();
+    kiln__fusion_defer(true); /* the launch's tensors are g's leaves and t: nothing to force */
     s = run(g, dest, op);
+    kiln__fusion_defer(false);
     if (s != KILN_OK)
         s = chain_error(s, t, op);
     kiln__log_release();

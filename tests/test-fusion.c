@@ -259,6 +259,89 @@ START_TEST(test_chain_depths)
 }
 END_TEST
 
+/* Broadcast patterns that collapse to 1, 2 and 3 dims (a 2-D range without division, a 1-D
+ * range with division): relu(a + b) * a - b against eager, bit for bit, and a C loop. */
+START_TEST(test_broadcast_patterns)
+{
+    static const struct {
+        int na, nb;
+        int64_t a[3], b[3];
+    } cases[] = {
+        {2, 1, {4, 5}, {5}},           /* bias row */
+        {2, 2, {4, 5}, {4, 1}},        /* column */
+        {3, 2, {2, 3, 4}, {3, 1}},     /* three collapsed dims */
+        {1, 1, {6}, {1}},              /* one dim, b repeated */
+        {3, 3, {2, 3, 4}, {1, 3, 4}},  /* [3,4] merges: [2,12] */
+        {3, 1, {2, 1, 3}, {3}},        /* a size-1 dim dropped */
+        {3, 3, {1, 3, 4}, {2, 1, 1}},  /* both broadcast: root [2,3,4] */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t na = 1, nb = 1;
+        for (int j = 0; j < cases[c].na; j++)
+            na *= cases[c].a[j];
+        for (int j = 0; j < cases[c].nb; j++)
+            nb *= cases[c].b[j];
+        double va[24], vb[24];
+        for (int i = 0; i < na; i++)
+            va[i] = 4 * rnd() - 2;
+        for (int i = 0; i < nb; i++)
+            vb[i] = 2 * rnd() - 1;
+        kiln_tensor *a = upload(dev, KILN_F32, cases[c].na, cases[c].a, va),
+                    *b = upload(dev, KILN_F32, cases[c].nb, cases[c].b, vb), *r[2] = {NULL, NULL};
+        for (int on = 0; on < 2; on++) {
+            kiln__fusion_set(on == 1);
+            kiln_tensor *t = NULL, *u = NULL, *v = NULL;
+            ASSERT_OK(kiln_add(a, b, &t));
+            ASSERT_OK(kiln_unary(KILN_UNARY_RELU, t, &u));
+            ASSERT_OK(kiln_mul(u, a, &v));
+            ASSERT_OK(kiln_sub(v, b, &r[on]));
+            kiln_tensor_release(t);
+            kiln_tensor_release(u);
+            kiln_tensor_release(v);
+        }
+        char what[32];
+        snprintf(what, sizeof what, "case %zu", c);
+        assert_same(r[1], r[0], what);
+        /* the C loop: NumPy broadcasting over the result's shape */
+        int nd = cases[c].na > cases[c].nb ? cases[c].na : cases[c].nb;
+        int64_t rs[3];
+        for (int j = 0; j < nd; j++) {
+            int ja = j - (nd - cases[c].na), jb = j - (nd - cases[c].nb);
+            int64_t da = ja >= 0 ? cases[c].a[ja] : 1, db = jb >= 0 ? cases[c].b[jb] : 1;
+            rs[j] = da > db ? da : db;
+        }
+        ck_assert_int_eq(kiln_tensor_ndim(r[1]), nd);
+        double *got = download(r[1]);
+        for (int64_t i = 0; i < kiln_tensor_numel(r[1]); i++) {
+            int64_t rem = i, ia = 0, ib = 0, sa = 1, sb = 1;
+            for (int j = nd - 1; j >= 0; j--) {
+                int64_t cj = rem % rs[j];
+                rem /= rs[j];
+                int ja = j - (nd - cases[c].na), jb = j - (nd - cases[c].nb);
+                if (ja >= 0) {
+                    ia += (cases[c].a[ja] == 1 ? 0 : cj) * sa;
+                    sa *= cases[c].a[ja];
+                }
+                if (jb >= 0) {
+                    ib += (cases[c].b[jb] == 1 ? 0 : cj) * sb;
+                    sb *= cases[c].b[jb];
+                }
+            }
+            float x = (float)va[ia], y = (float)vb[ib], z = x + y;
+            float want = (z > 0 ? z : 0) * x - y;
+            ck_assert_msg((float)got[i] == want, "case %zu element %lld: %g, want %g", c,
+                          (long long)i, got[i], (double)want);
+        }
+        free(got);
+        kiln_tensor_release(a);
+        kiln_tensor_release(b);
+        kiln_tensor_release(r[0]);
+        kiln_tensor_release(r[1]);
+    }
+    kiln__fusion_set(false);
+}
+END_TEST
+
 /* ---- semantics ------------------------------------------------------------------------- */
 
 START_TEST(test_release_before_eval)
@@ -575,6 +658,7 @@ Suite *fusion_suite(void)
         tcase_add_test(ops, test_every_op_and_dtype);
         suite_add_tcase(s, ops);
         tcase_add_test(tc, test_chain_depths);
+        tcase_add_test(tc, test_broadcast_patterns);
         tcase_add_test(tc, test_single_op_runs_eager);
         tcase_add_test(tc, test_release_before_eval);
         tcase_add_test(tc, test_write_after_pending_read);
