@@ -5,8 +5,9 @@
  *   relu(a*b+c) on 16 Mi f32 (--quick: 1 Mi) against an OpenMP C loop over host memory, GB/s;
  *   100 dependent ops on 1024 f32, per op, against a plain C loop doing the same arithmetic;
  *   sum(relu(a*b+c)) over axis 0 of [4096, 1024] f32 (--quick: [512, 1024]; c a broadcast row):
- *            folded into the reduction's loads, evaluated then reduced, and one kernel per op
- *            (the _out forms: what KILN_FUSION=0 runs), each against an OpenMP C loop, ms. */
+ *            folded into the reduction's loads ("fold"), evaluated then reduced ("eval"), and
+ *            one kernel per op (the _out forms: what KILN_FUSION=0 runs), against an OpenMP C
+ *            loop, ms. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,7 +383,8 @@ static kiln_status sum_relu_fma(int mode, kiln_tensor *a, kiln_tensor *b, kiln_t
 
 static int bench_sum_relu_fma(bench_ctx *ctx)
 {
-    const long R = ctx->quick ? 512 : 4096, C = 1024;
+    enum { C = 1024 }; /* columns (got[] below) */
+    const long R = ctx->quick ? 512 : 4096;
     int samples = ctx->repeats > 64 ? 64 : ctx->repeats;
     size_t n = (size_t)(R * C);
     float *ha = malloc(n * 4), *hb = malloc(n * 4), *hc = malloc((size_t)C * 4),
@@ -407,7 +409,7 @@ static int bench_sum_relu_fma(bench_ctx *ctx)
         s = kiln_tensor_empty(ctx->dev, KILN_F32, 2, shape, &t);
     if (s == KILN_OK)
         s = kiln_tensor_empty(ctx->dev, KILN_F32, 1, &shape[1], &out);
-    static const char *what[3] = {"folded", "evaluated, then reduced", "one kernel per op"};
+    static const char *what[3] = {"fold", "eval", "per op"};
     for (int mode = 0; mode < 3 && s == KILN_OK; mode++) {
         double k[64], base[64];
         s = sum_relu_fma(mode, a, b, c, t, out); /* warm-up: builds the kernels */
@@ -439,7 +441,7 @@ static int bench_sum_relu_fma(bench_ctx *ctx)
             break;
         bench_result res;
         char name[96];
-        snprintf(name, sizeof name, "sum(relu(a*b+c)) axis 0 [%ld,%ld] %s", R, C, what[mode]);
+        snprintf(name, sizeof name, "sum0 relu(a*b+c) %ldx%d %s", R, (int)C, what[mode]);
 #ifdef _OPENMP
         bench_result_set(&res, name, "ms", false, "OpenMP C loop", k, base, samples);
 #else
@@ -450,7 +452,7 @@ static int bench_sum_relu_fma(bench_ctx *ctx)
     if (s != KILN_OK) {
         rc = bench_fail("sum(relu(a*b+c))", s);
     } else {
-        float got[4];
+        float got[C];
         s = kiln_tensor_read(out, got, sizeof got); /* the last mode's: a check of the others */
         if (s == KILN_OK && fabsf(got[3] - ho[3]) > 1e-3f * fabsf(ho[3]) + 1e-3f)
             bench_note(ctx, "sum(relu(a*b+c)): kiln %.9g, C loop %.9g (column 3)", (double)got[3],
