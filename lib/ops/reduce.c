@@ -416,7 +416,7 @@ static kiln_status run(kiln_reduce_op op, const kiln_tensor *x, kiln_tensor *y,
     kiln__reduce_defines(defs, sizeof defs, op, x->dtype);
     kiln__fold *fold = NULL;
     /* room: the kernels' other arguments (at most 12, 8 bytes each) */
-    kiln_status s = kiln__fusion_fold(x, "reduce", defs, 12 * 8, OP, &fold);
+    kiln_status s = kiln__fusion_fold(x, "reduce", defs, (size_t)12 * 8, OP, &fold);
     if (s == KILN_OK && !fold)
         s = kiln__fusion_force(x, OP);
     if (s != KILN_OK)
