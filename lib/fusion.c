@@ -9,6 +9,9 @@
  * defines, its helper functions renamed and every macro undefined after), and each op becomes a
  * small function over it, so fused and eager kernels compute each op with the same code. Every
  * value is rounded to its dtype's storage (f16) between ops, as the eager kernels store it.
+ * The chain becomes one function, kiln_chain(i, leaves...), the value at flat index i: the
+ * fused kernel stores it, and a reduction given a pending input calls it in its loads instead
+ * (kiln__fusion_fold: reduce.cl's text after the chain, its KILN_LOAD defined as the call).
  *
  * One recursive lock serialises building, evaluating and dropping expressions; a kernel's text
  * is its key (kiln__generated_kernel keeps it per device, through the disk cache). Storage
@@ -518,10 +521,20 @@ static void chain_function(const graph *g, sbuf *b, const char *params)
     int R = root->ndim;
     sb_add(b, "%s kiln_chain(long i, %s)\n{\n", value_type(root->dtype), params);
     if (g->any_bcast) {
-        sb_add(b, "    long r = i, q;\n");
+        /* 32-bit division where the index fits (a uniform branch): 64-bit is several times
+         * slower, and the index arithmetic dominates a short chain */
+        for (int j = 0; j < R; j++)
+            sb_add(b, "    long c%d;\n", j);
+        sb_add(b, "    if (i <= 0xffffffffL) {\n        uint r = (uint)i, q;\n");
         for (int j = R - 1; j > 0; j--)
-            sb_add(b, "    q = r / d%d;\n    long c%d = r - q * d%d;\n    r = q;\n", j, j, j);
-        sb_add(b, "    long c0 = r;\n");
+            sb_add(b,
+                   "        q = r / (uint)d%d;\n        c%d = r - q * (uint)d%d;\n        r = q;\n",
+                   j, j, j);
+        sb_add(b, "        c0 = r;\n    } else {\n        long r = i, q;\n");
+        for (int j = R - 1; j > 0; j--)
+            sb_add(b, "        q = r / d%d;\n        c%d = r - q * d%d;\n        r = q;\n", j, j,
+                   j);
+        sb_add(b, "        c0 = r;\n    }\n");
     }
     for (int k = 0; b && k < g->nl; k++) {
         const kiln_tensor *l = g->leaf[k];
