@@ -9,8 +9,8 @@
 
 #include "argcheck.h"
 #include "clcall.h"
-#include "fusion.h"
 #include "dtype.h"
+#include "fusion.h"
 #include "program.h"
 #include "queue.h"
 #include "registry.h"

@@ -1,7 +1,9 @@
 /* test-fusion.c - lazy elementwise fusion (lib/fusion.c): every op and dtype fused against the
  * eager kernels (bit for bit), chains of depth 1..64 with broadcasting and mixed dtypes, writes
  * after a pending read, release before evaluation, out of memory at evaluation, 8 threads, and
- * generated kernels kept in the disk cache across processes. */
+ * generated kernels kept in the disk cache across processes; pending chains folded into
+ * reductions (every op and axis against the eager reduction, bit for bit), a launch fault
+ * in the middle of a folded reduction. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -13,12 +15,15 @@
 #include <unistd.h>
 
 #include "kiln.h"
+#include "lib/clcall.h"
 #include "testutil.h"
 
 /* lib/fusion.h (internal, linked statically into the tests) */
 bool kiln__fusion_set(bool on);
 void kiln__registry_reset(void);
 void kiln__fusion_counts(long *generated, long *reused, long *single);
+long kiln__fusion_folds(void);
+void kiln__fusion_fold_on_cpu(bool on);
 
 extern char **environ;
 
@@ -267,13 +272,13 @@ START_TEST(test_broadcast_patterns)
         int na, nb;
         int64_t a[3], b[3];
     } cases[] = {
-        {2, 1, {4, 5}, {5}},           /* bias row */
-        {2, 2, {4, 5}, {4, 1}},        /* column */
-        {3, 2, {2, 3, 4}, {3, 1}},     /* three collapsed dims */
-        {1, 1, {6}, {1}},              /* one dim, b repeated */
-        {3, 3, {2, 3, 4}, {1, 3, 4}},  /* [3,4] merges: [2,12] */
-        {3, 1, {2, 1, 3}, {3}},        /* a size-1 dim dropped */
-        {3, 3, {1, 3, 4}, {2, 1, 1}},  /* both broadcast: root [2,3,4] */
+        {2, 1, {4, 5}, {5}},          /* bias row */
+        {2, 2, {4, 5}, {4, 1}},       /* column */
+        {3, 2, {2, 3, 4}, {3, 1}},    /* three collapsed dims */
+        {1, 1, {6}, {1}},             /* one dim, b repeated */
+        {3, 3, {2, 3, 4}, {1, 3, 4}}, /* [3,4] merges: [2,12] */
+        {3, 1, {2, 1, 3}, {3}},       /* a size-1 dim dropped */
+        {3, 3, {1, 3, 4}, {2, 1, 1}}, /* both broadcast: root [2,3,4] */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t na = 1, nb = 1;
@@ -475,6 +480,279 @@ START_TEST(test_oom_at_eval)
 }
 END_TEST
 
+/* ---- chains folded into reductions ------------------------------------------------------ */
+
+/* in: a, b (shape), c (the last dimension, broadcast), ci (c as i32). A chain per kind. */
+enum { CHAIN_RELU, CHAIN_F16, CHAIN_I32, CHAIN_F64, CHAIN_KINDS };
+
+static kiln_status build_chain(kiln_tensor *const *in, int kind, kiln_tensor **out)
+{
+    kiln_tensor *t = NULL, *u = NULL, *v = NULL;
+    kiln_status s;
+    switch (kind) {
+    case CHAIN_RELU: /* relu(a * b + c) */
+        s = kiln_mul(in[0], in[1], &t);
+        if (s == KILN_OK)
+            s = kiln_add(t, in[2], &u);
+        if (s == KILN_OK)
+            s = kiln_unary(KILN_UNARY_RELU, u, out);
+        break;
+    case CHAIN_F16: /* f16(where(a > c, a * b, exp(a))) */
+        s = kiln_binary(KILN_BINARY_GT, in[0], in[2], &t);
+        if (s == KILN_OK)
+            s = kiln_mul(in[0], in[1], &u);
+        if (s == KILN_OK)
+            s = kiln_unary(KILN_UNARY_EXP, in[0], &v);
+        if (s == KILN_OK) {
+            kiln_tensor *w = NULL;
+            s = kiln_where(t, u, v, &w);
+            if (s == KILN_OK)
+                s = kiln_cast(w, KILN_F16, out);
+            kiln_tensor_release(w);
+        }
+        break;
+    case CHAIN_I32: /* i32(a * 1000) + ci */
+        s = kiln_binary_scalar(KILN_BINARY_MUL, in[0], 1000, &t);
+        if (s == KILN_OK)
+            s = kiln_cast(t, KILN_I32, &u);
+        if (s == KILN_OK)
+            s = kiln_add(u, in[3], out);
+        break;
+    default: /* (f64(a) - 0.25)^2 */
+        s = kiln_cast(in[0], KILN_F64, &t);
+        if (s == KILN_OK)
+            s = kiln_binary_scalar(KILN_BINARY_SUB, t, 0.25, &u);
+        if (s == KILN_OK)
+            s = kiln_mul(u, u, out);
+        break;
+    }
+    kiln_tensor_release(t);
+    kiln_tensor_release(u);
+    kiln_tensor_release(v);
+    return s;
+}
+
+static void chain_inputs(int ndim, const int64_t *shape, kiln_tensor **in)
+{
+    int64_t n = numel_of(ndim, shape), nc = shape[ndim - 1];
+    double *v = malloc((size_t)n * sizeof *v);
+    for (int k = 0; k < 2; k++) {
+        fill_values(KILN_F32, v, n);
+        in[k] = upload(dev, KILN_F32, ndim, shape, v);
+    }
+    fill_values(KILN_F32, v, nc);
+    in[2] = upload(dev, KILN_F32, 1, &nc, v);
+    fill_values(KILN_I32, v, nc);
+    in[3] = upload(dev, KILN_I32, 1, &nc, v);
+    free(v);
+}
+
+static const kiln_reduce_op fold_ops[] = {KILN_REDUCE_SUM, KILN_REDUCE_MEAN, KILN_REDUCE_MAX,
+                                          KILN_REDUCE_MIN, KILN_REDUCE_ARGMAX};
+
+/* Every chain kind and reduce op over `axis` of shape: folded (the chain's result never
+ * computed on its own: no elementwise kernel runs) against the eager reduction of the eager
+ * chain, bit for bit (the same kernels reduce the same values in the same order). */
+static void check_folds(int ndim, const int64_t *shape, int axis)
+{
+    kiln_tensor *in[4];
+    chain_inputs(ndim, shape, in);
+    for (int kind = 0; kind < CHAIN_KINDS; kind++) {
+        if (kind == CHAIN_F64 && !has_fp64(dev))
+            continue;
+        for (size_t o = 0; o < sizeof fold_ops / sizeof *fold_ops; o++) {
+            kiln_reduce_op op = fold_ops[o];
+            kiln_tensor *x = NULL, *xe = NULL, *r = NULL, *re = NULL;
+            kiln__fusion_set(false);
+            kiln_status s = build_chain(in, kind, &xe);
+            if (s == KILN_ERR_UNSUPPORTED && kind == CHAIN_F16)
+                break; /* no fp16 on this device */
+            ASSERT_OK(s);
+            kiln_status se = kiln_reduce(op, xe, axis, false, &re);
+            kiln__fusion_set(true);
+            ASSERT_OK(build_chain(in, kind, &x));
+            long folds = kiln__fusion_folds(), fused = fused_count();
+            s = kiln_reduce(op, x, axis, false, &r);
+            kiln__fusion_set(false);
+            char what[128];
+            snprintf(what, sizeof what, "chain %d, op %d, %d-D axis %d", kind, (int)op, ndim, axis);
+            ck_assert_msg(s == se, "%s: folded %s, eager %s (%s)", what, kiln_status_string(s),
+                          kiln_status_string(se), kiln_last_error());
+            if (s == KILN_OK) {
+                ck_assert_msg(fused_count() == fused, "%s: the chain was evaluated", what);
+                ck_assert_msg(kiln__fusion_folds() == folds + 1, "%s: not folded", what);
+                assert_same(r, re, what);
+            }
+            kiln_tensor_release(x);
+            kiln_tensor_release(xe);
+            kiln_tensor_release(r);
+            kiln_tensor_release(re);
+        }
+    }
+    for (int k = 0; k < 4; k++)
+        kiln_tensor_release(in[k]);
+}
+
+START_TEST(test_reduce_folds)
+{
+    kiln__fusion_fold_on_cpu(true); /* the fold's code on every device */
+    const int64_t s2[2] = {37, 45}, s3[3] = {6, 7, 9};
+    check_folds(2, s2, 0);
+    check_folds(2, s2, -1);
+    check_folds(2, s2, KILN_ALL_AXES);
+    check_folds(3, s3, 1);
+    check_folds(3, s3, 0);
+    check_folds(3, s3, KILN_ALL_AXES);
+    if (!simulated(dev)) { /* rows split into chunks, then combined */
+        const int64_t big[2] = {300, 260}, row[1] = {70001};
+        check_folds(2, big, 0);
+        check_folds(2, big, 1);
+        check_folds(1, row, KILN_ALL_AXES);
+    }
+    kiln__fusion_fold_on_cpu(false);
+}
+END_TEST
+
+/* Held by something else (here a second reference), a pending input is evaluated first, as
+ * is one that kiln_reduce_out's out feeds; the rest fold into kiln_reduce_out too. */
+START_TEST(test_reduce_fold_rules)
+{
+    kiln__fusion_fold_on_cpu(true); /* the fold's code on every device */
+    const int64_t shape[2] = {16, 24};
+    kiln_tensor *in[4], *x = NULL, *y = NULL, *out = NULL;
+    chain_inputs(2, shape, in);
+    kiln__fusion_set(true);
+    ASSERT_OK(build_chain(in, CHAIN_RELU, &x));
+    kiln_tensor_retain(x);
+    long folds = kiln__fusion_folds(), fused = fused_count();
+    ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, x, 0, false, &y));
+    ck_assert_int_eq(kiln__fusion_folds(), folds);
+    ck_assert_int_gt(fused_count(), fused);
+    kiln_tensor_release(x);
+    kiln_tensor_release(x);
+    /* out's value feeds the chain: evaluated before out is written */
+    int64_t nc = 24;
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, &nc, &out));
+    ASSERT_OK(kiln_tensor_copy(out, y));
+    ASSERT_OK(kiln_add(in[0], out, &x));
+    folds = kiln__fusion_folds();
+    ASSERT_OK(kiln_reduce_out(KILN_REDUCE_MAX, x, 0, false, out));
+    ck_assert_int_eq(kiln__fusion_folds(), folds);
+    double *got = download(out), *va = download(in[0]), *vy = download(y);
+    for (int j = 0; j < 24; j++) {
+        double best = -INFINITY;
+        for (int i = 0; i < 16; i++)
+            best = fmax(best, (double)((float)va[i * 24 + j] + (float)vy[j]));
+        ck_assert_double_eq(got[j], best);
+    }
+    free(got);
+    free(va);
+    kiln_tensor_release(x);
+    /* kiln_reduce_out folds otherwise */
+    ASSERT_OK(kiln_binary_scalar(KILN_BINARY_MUL, in[0], 2, &x));
+    folds = kiln__fusion_folds();
+    ASSERT_OK(kiln_reduce_out(KILN_REDUCE_MIN, x, 0, false, out));
+    ck_assert_int_eq(kiln__fusion_folds(), folds + 1);
+    got = download(out);
+    va = download(in[0]);
+    for (int j = 0; j < 24; j++) {
+        double best = INFINITY;
+        for (int i = 0; i < 16; i++)
+            best = fmin(best, 2 * va[i * 24 + j]);
+        ck_assert_double_eq(got[j], best);
+    }
+    free(got);
+    free(va);
+    kiln_tensor_release(x);
+    /* by default a CPU device evaluates the chain, then reduces (the same values) */
+    kiln__fusion_fold_on_cpu(false);
+    kiln_device_info info;
+    ASSERT_OK(kiln_device_info_get(dev, &info));
+    ASSERT_OK(kiln_binary_scalar(KILN_BINARY_MUL, in[0], 2, &x));
+    folds = kiln__fusion_folds();
+    ASSERT_OK(kiln_reduce_out(KILN_REDUCE_MIN, x, 0, false, out));
+    ck_assert_int_eq(kiln__fusion_folds(), folds + (info.type == KILN_DEVICE_CPU ? 0 : 1));
+    double *again = download(out);
+    va = download(in[0]);
+    for (int j = 0; j < 24; j++) {
+        double best = INFINITY;
+        for (int i = 0; i < 16; i++)
+            best = fmin(best, 2 * va[i * 24 + j]);
+        ck_assert_double_eq(again[j], best);
+    }
+    free(again);
+    free(va);
+    free(vy);
+    kiln_tensor_release(x);
+    kiln_tensor_release(y);
+    kiln_tensor_release(out);
+    for (int k = 0; k < 4; k++)
+        kiln_tensor_release(in[k]);
+    kiln__fusion_set(false);
+}
+END_TEST
+
+static struct kiln__cl_api real_cl;
+static int launches_left;
+
+static cl_int second_launch_fails(cl_command_queue q, cl_kernel k, cl_uint dim, const size_t *off,
+                                  const size_t *global, const size_t *local, cl_uint nev,
+                                  const cl_event *ev, cl_event *e)
+{
+    if (launches_left-- == 0)
+        return CL_INVALID_WORK_GROUP_SIZE; /* not a fault that loses the device */
+    return real_cl.EnqueueNDRangeKernel(q, k, dim, off, global, local, nev, ev, e);
+}
+
+/* A folded reduction whose second launch (the combine, after the folded kernel ran) fails:
+ * the error is reported, nothing leaks, and the input is still pending and reads right. */
+START_TEST(test_reduce_fold_fault)
+{
+    kiln__fusion_fold_on_cpu(true); /* the fold's code on every device */
+    int64_t n = simulated(dev) ? 4096 : 1 << 18;
+    kiln_tensor *in[4], *x = NULL, *y = NULL;
+    chain_inputs(1, &n, in);
+    kiln__fusion_set(true);
+    ASSERT_OK(build_chain(in, CHAIN_RELU, &x));
+    float *want = malloc((size_t)n * sizeof *want);
+    double *va = download(in[0]), *vb = download(in[1]), *vc = download(in[2]);
+    for (int64_t i = 0; i < n; i++) {
+        float v = (float)va[i] * (float)vb[i] + (float)vc[i];
+        want[i] = v > 0 ? v : 0;
+    }
+    ASSERT_OK(kiln_device_synchronize(dev));
+    kiln_memory_stats st0, st1;
+    ASSERT_OK(kiln_device_memory_stats(dev, &st0));
+    real_cl = kiln__cl;
+    launches_left = 1;
+    kiln__cl.EnqueueNDRangeKernel = second_launch_fails;
+    long folds = kiln__fusion_folds(), fused = fused_count();
+    ASSERT_FAILS(kiln_reduce(KILN_REDUCE_SUM, x, KILN_ALL_AXES, false, &y), KILN_ERR_OPENCL,
+                 "clEnqueueNDRangeKernel");
+    kiln__cl = real_cl;
+    ck_assert_ptr_null(y);
+    ck_assert_int_eq(kiln__fusion_folds(), folds + 1);
+    ck_assert_int_eq(fused_count(), fused);
+    ck_assert_int_eq(launches_left, -1); /* it did fail in the middle */
+    ASSERT_OK(kiln_device_memory_stats(dev, &st1));
+    ck_assert_uint_eq(st1.allocated_bytes, st0.allocated_bytes);
+    float *got = malloc((size_t)n * sizeof *got);
+    ASSERT_OK(kiln_tensor_read(x, got, (size_t)n * sizeof *got));
+    ck_assert_int_gt(fused_count(), fused); /* evaluated now, by the read */
+    ck_assert_int_eq(memcmp(got, want, (size_t)n * sizeof *got), 0);
+    free(got);
+    free(want);
+    free(va);
+    free(vb);
+    free(vc);
+    kiln_tensor_release(x);
+    for (int k = 0; k < 4; k++)
+        kiln_tensor_release(in[k]);
+    kiln__fusion_set(false);
+    kiln__fusion_fold_on_cpu(false);
+}
+END_TEST
+
 /* ---- threads --------------------------------------------------------------------------- */
 
 typedef struct job {
@@ -504,6 +782,11 @@ static void *worker(void *arg)
 
 START_TEST(test_threads)
 {
+    if (simulated(dev)) {
+        /* as in test-threads.c: Oclgrind's queue crashes when threads flush it at once */
+        test_skip("fusion threads: Oclgrind's command queue is not thread-safe");
+        return;
+    }
     kiln__fusion_set(true);
     int64_t n = 16;
     double v[16];
@@ -664,6 +947,13 @@ Suite *fusion_suite(void)
         tcase_add_test(tc, test_write_after_pending_read);
         tcase_add_test(tc, test_oom_at_eval);
         tcase_add_test(tc, test_disk_cache_across_processes);
+        TCase *folds = tcase_create("reduce folds");
+        tcase_add_unchecked_fixture(folds, setup, teardown_devices);
+        tcase_set_timeout(folds, 1200);
+        tcase_add_test(folds, test_reduce_folds);
+        tcase_add_test(folds, test_reduce_fold_rules);
+        tcase_add_test(folds, test_reduce_fold_fault);
+        suite_add_tcase(s, folds);
     }
     suite_add_tcase(s, tc);
     if (!getenv("KILN_TEST_FUSION_CHILD")) {

@@ -16,9 +16,27 @@
  * divides by `count`) or KILN_RED_CMP (max, min via run-time flag `is_min`, argmax).
  * Float sums carry a compensation term (TwoSum) through every step after blocks of four
  * plain adds, so the error of a sum stays within 2 eps * sum |x| + eps * |sum| (+ n eps^2 terms).
- * NaN: sums and max/min propagate NaN; argmax/argmin take the first NaN as the extreme. */
+ * NaN: sums and max/min propagate NaN; argmax/argmin take the first NaN as the extreme.
+ * The input is read through KILN_X_PARAMS (the kernels' first parameters) and KILN_LOAD(x, i)
+ * (element i, flat): by default x and LOAD_T. A pending elementwise chain folded into the
+ * reduction (lib/fusion.c, kiln__fusion_fold) defines them as the chain's leaves and a call of
+ * the function that computes the chain at i, so its result is never stored. */
 
 #pragma OPENCL FP_CONTRACT OFF
+
+#ifndef KILN_X_PARAMS
+#define KILN_X_PARAMS global const KILN_T *x
+#define KILN_LOAD(p, i) LOAD_T(p, i)
+#define KILN_X_DIRECT 1
+#else
+/* A generated program: prelude.cl came before this program's defines, so the output slot's
+ * store is defined here. */
+#ifdef KILN_O_HALF
+#define STORE_O(p, i, v) vstore_half((float)(v), (i), (p))
+#else
+#define STORE_O(p, i, v) ((p)[(i)] = (KILN_O)(v))
+#endif
+#endif
 
 #ifdef KILN_ACC_FLOAT
 #define KILN_ISNAN(a) isnan(a)
@@ -80,20 +98,20 @@
     do {                                                                                        \
         long j_ = (start);                                                                      \
         for (; j_ + 3 * (step) < (end); j_ += 4 * (step)) {                                     \
-            KILN_ACC b_ = ((KILN_ACC)LOAD_T(x, (base) + j_ * (inner)) +                         \
-                           (KILN_ACC)LOAD_T(x, (base) + (j_ + (step)) * (inner))) +             \
-                          ((KILN_ACC)LOAD_T(x, (base) + (j_ + 2 * (step)) * (inner)) +          \
-                           (KILN_ACC)LOAD_T(x, (base) + (j_ + 3 * (step)) * (inner)));          \
+            KILN_ACC b_ = ((KILN_ACC)KILN_LOAD(x, (base) + j_ * (inner)) +                         \
+                           (KILN_ACC)KILN_LOAD(x, (base) + (j_ + (step)) * (inner))) +             \
+                          ((KILN_ACC)KILN_LOAD(x, (base) + (j_ + 2 * (step)) * (inner)) +          \
+                           (KILN_ACC)KILN_LOAD(x, (base) + (j_ + 3 * (step)) * (inner)));          \
             KILN_ADD(s, c, b_, (KILN_ACC)0);                                                    \
         }                                                                                       \
         for (; j_ < (end); j_ += (step))                                                        \
-            KILN_ADD(s, c, (KILN_ACC)LOAD_T(x, (base) + j_ * (inner)), (KILN_ACC)0);            \
+            KILN_ADD(s, c, (KILN_ACC)KILN_LOAD(x, (base) + j_ * (inner)), (KILN_ACC)0);            \
     } while (0)
 #else
 #define KILN_ACCUMULATE(x, base, inner, start, end, step, s, c, idx, is_min)                    \
     do {                                                                                        \
         for (long j_ = (start); j_ < (end); j_ += (step)) {                                     \
-            KILN_ACC v_ = (KILN_ACC)LOAD_T(x, (base) + j_ * (inner));                           \
+            KILN_ACC v_ = (KILN_ACC)KILN_LOAD(x, (base) + j_ * (inner));                           \
             KILN_PICK(s, idx, v_, j_, is_min);                                                  \
         }                                                                                       \
     } while (0)
@@ -105,7 +123,7 @@
  * for all its work-items, so every barrier is reached by all). Rows are indexed by NDRange
  * dimensions rather than by div/rem of one id: LLVM turns a div/rem pair into a `freeze`, which
  * Oclgrind's uninitialised-value checker cannot run. */
-kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global KILN_ACC *pc,
+kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *pc,
                            global long *pi, long outer, long n, long inner, long chunk,
                            long nchunks, int is_min, local KILN_ACC *ls,
                            local KILN_ACC *lc, local long *li)
@@ -172,7 +190,7 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
  * work-item folds rows j0 .. j1 of chunk g of its column. Neighbouring work-items read
  * neighbouring elements (GPUs). With nchunks > 1, ps/pc/pi get partials; else out the result. */
 #define KILN_ROWS_KERNEL(name, OUT_T, RESULT)                                                   \
-    kernel void name(global const KILN_T *x, global OUT_T *out, global KILN_ACC *ps,            \
+    kernel void name(KILN_X_PARAMS, global OUT_T *out, global KILN_ACC *ps,            \
                      global KILN_ACC *pc, global long *pi, long outer, long n, long inner,      \
                      long chunk, long nchunks, int is_min, int mean)                            \
     {                                                                                           \
@@ -217,7 +235,13 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
 #define KILN_PASTE_(a, b) a##b
 #define KILN_PASTE(a, b) KILN_PASTE_(a, b)
 #define KILN_ACCV KILN_PASTE(KILN_ACC, 8)
-#ifdef KILN_T_HALF
+#ifndef KILN_X_DIRECT /* a folded chain: eight values computed one by one */
+#define KILN_LOADV(p, i)                                                                        \
+    ((KILN_ACCV)((KILN_ACC)KILN_LOAD(p, (i)), (KILN_ACC)KILN_LOAD(p, (i) + 1),                  \
+                 (KILN_ACC)KILN_LOAD(p, (i) + 2), (KILN_ACC)KILN_LOAD(p, (i) + 3),              \
+                 (KILN_ACC)KILN_LOAD(p, (i) + 4), (KILN_ACC)KILN_LOAD(p, (i) + 5),              \
+                 (KILN_ACC)KILN_LOAD(p, (i) + 6), (KILN_ACC)KILN_LOAD(p, (i) + 7)))
+#elif defined(KILN_T_HALF)
 #define KILN_LOADV(p, i)                                                                        \
     ((float8)(vload_half((i), (p)), vload_half((i) + 1, (p)), vload_half((i) + 2, (p)),          \
               vload_half((i) + 3, (p)), vload_half((i) + 4, (p)), vload_half((i) + 5, (p)),     \
@@ -276,7 +300,7 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
  * then one compensated step: the same bound as KILN_ACCUMULATE), 8 at a time for compares;
  * chunks shorter than 32 and the last elements one at a time. */
 #define KILN_VROWS_KERNEL(name, OUT_T, RESULT)                                                  \
-    kernel void name(global const KILN_T *x, global OUT_T *out, global KILN_ACC *ps,            \
+    kernel void name(KILN_X_PARAMS, global OUT_T *out, global KILN_ACC *ps,            \
                      global KILN_ACC *pc, global long *pi, long outer, long n, long chunk,      \
                      long nchunks, int is_min, int mean)                                        \
     {                                                                                           \
@@ -327,9 +351,9 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
             vstore8(cv, 0, (c) + k);                                                            \
         }                                                                                       \
         for (int k = (mv); k < (m); k++) {                                                      \
-            KILN_ACC b_ = ((KILN_ACC)LOAD_T(x, q_ + k) + (KILN_ACC)LOAD_T(x, q_ + (inner) + k)) + \
-                          ((KILN_ACC)LOAD_T(x, q_ + 2 * (inner) + k) +                          \
-                           (KILN_ACC)LOAD_T(x, q_ + 3 * (inner) + k));                          \
+            KILN_ACC b_ = ((KILN_ACC)KILN_LOAD(x, q_ + k) + (KILN_ACC)KILN_LOAD(x, q_ + (inner) + k)) + \
+                          ((KILN_ACC)KILN_LOAD(x, q_ + 2 * (inner) + k) +                          \
+                           (KILN_ACC)KILN_LOAD(x, q_ + 3 * (inner) + k));                          \
             KILN_ADD((s)[k], (c)[k], b_, (KILN_ACC)0);                                          \
         }                                                                                       \
     }
@@ -347,7 +371,7 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
  * Every lane starts from its first row, so compares keep the earlier row on ties. */
 #define KILN_COLS 256
 #define KILN_COLS_KERNEL(name, OUT_T, RESULT)                                                   \
-    kernel void name(global const KILN_T *x, global OUT_T *out, global KILN_ACC *ps,            \
+    kernel void name(KILN_X_PARAMS, global OUT_T *out, global KILN_ACC *ps,            \
                      global KILN_ACC *pc, global long *pi, long outer, long n, long inner,      \
                      long width, long chunk, long nchunks, int is_min, int mean)                \
     {                                                                                           \
@@ -362,7 +386,7 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
                     for (int k = 0; k < m; k++) {                                               \
                         KILN_INIT(s[k], c[k], idx[k], is_min);                                  \
                         if (j1 > j0) {                                                          \
-                            s[k] = (KILN_ACC)LOAD_T(x, p + j0 * inner + k);                     \
+                            s[k] = (KILN_ACC)KILN_LOAD(x, p + j0 * inner + k);                     \
                             idx[k] = j0;                                                        \
                         }                                                                       \
                     }                                                                           \
@@ -379,7 +403,7 @@ kernel void kiln_reduce_wg(global const KILN_T *x, global KILN_ACC *ps, global K
                             vstore8(iv, 0, idx + k);                                            \
                         }                                                                       \
                         for (int k = mv; k < m; k++) {                                          \
-                            KILN_ACC v = (KILN_ACC)LOAD_T(x, p + j * inner + k);                \
+                            KILN_ACC v = (KILN_ACC)KILN_LOAD(x, p + j * inner + k);                \
                             KILN_MERGE(s[k], c[k], idx[k], v, (KILN_ACC)0, j, is_min);          \
                         }                                                                       \
                     }                                                                           \

@@ -4,6 +4,7 @@
 
 #include "autograd.h"
 #include "common.h"
+#include "fusion.h"
 #include "launch.h"
 #include "ndrange.h"
 #include "optables.h"
@@ -106,13 +107,29 @@ static kiln_status make_plan(const kiln_tensor *x, int axis, bool keepdim, reduc
     return KILN_OK;
 }
 
-/* One program per (input dtype, add or compare); defines must be identical per program. */
+/* One program per (input dtype, add or compare); defines must be identical per program. With a
+ * folded chain (fold), the kernels that read x come from its generated program. */
 static kiln_status get_kernel(kiln_device *dev, kiln_reduce_op op, kiln_dtype dtype,
-                              const char *name, kiln__kernel **k)
+                              const kiln__fold *fold, const char *name, kiln__kernel **k)
 {
+    if (fold) {
+        bool hit;
+        return kiln__generated_kernel(dev, fold->text, name, OP, k, &hit);
+    }
     char defs[256];
     kiln__reduce_defines(defs, sizeof defs, op, dtype);
     return kiln__builtin_kernel(dev, "reduce", defs, name, OP, k);
+}
+
+/* x's arguments into args: x, or the folded chain's (its leaves, shape, strides, scalars). */
+static int x_args(kiln_arg *args, const kiln_tensor *x, const kiln__fold *fold)
+{
+    if (!fold) {
+        args[0] = kiln_arg_tensor(x);
+        return 1;
+    }
+    memcpy(args, fold->args, (size_t)fold->nargs * sizeof *args);
+    return fold->nargs;
 }
 
 static size_t pow2_floor(size_t v)
@@ -177,7 +194,7 @@ static kiln_status launch_combine(kiln_device *dev, kiln_reduce_op op, const kil
     kiln__kernel *k;
     char name[64];
     kiln__reduce_kernel(name, sizeof name, "kiln_reduce_combine", op);
-    kiln_status s = get_kernel(dev, op, x->dtype, name, &k);
+    kiln_status s = get_kernel(dev, op, x->dtype, NULL, name, &k);
     if (s != KILN_OK)
         return s;
     size_t global = (size_t)p->outputs, local;
@@ -208,10 +225,10 @@ static size_t wg_local_size(const kiln_device *dev, const kiln__kernel *k, kiln_
 /* GPUs, contiguous rows (inner == 1): chunks of each row reduced by work-groups into partials,
  * then combined per result. */
 static kiln_status launch_wg(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
-                             kiln_tensor *y, const reduce_plan *p)
+                             const kiln__fold *fold, kiln_tensor *y, const reduce_plan *p)
 {
     kiln__kernel *kw;
-    kiln_status s = get_kernel(dev, op, x->dtype, "kiln_reduce_wg", &kw);
+    kiln_status s = get_kernel(dev, op, x->dtype, fold, "kiln_reduce_wg", &kw);
     if (s != KILN_OK)
         return s;
     size_t local = wg_local_size(dev, kw, x->dtype);
@@ -227,20 +244,21 @@ static kiln_status launch_wg(kiln_device *dev, kiln_reduce_op op, const kiln_ten
         goto done;
     size_t global[3] = {(size_t)pt.nchunks * local, (size_t)p->inner, (size_t)p->outer};
     size_t local3[3] = {local, 1, 1};
-    kiln_arg wargs[] = {kiln_arg_tensor(x),
-                        kiln_arg_tensor(pt.ps),
-                        kiln_arg_tensor(pt.pc),
-                        kiln_arg_tensor(pt.pi),
-                        kiln_arg_i64(p->outer),
-                        kiln_arg_i64(p->n),
-                        kiln_arg_i64(p->inner),
-                        kiln_arg_i64(pt.chunk),
-                        kiln_arg_i64(pt.nchunks),
-                        kiln_arg_i32(op == KILN_REDUCE_MIN),
-                        kiln_arg_local(local * accsz),
-                        kiln_arg_local(local * accsz),
-                        kiln_arg_local(local * sizeof(int64_t))};
-    s = kiln__kernel_launch(dev, kw, OP, 3, global, local3, 13, wargs);
+    kiln_arg wargs[KILN__FOLD_MAX_ARGS + 12];
+    int nw = x_args(wargs, x, fold);
+    wargs[nw++] = kiln_arg_tensor(pt.ps);
+    wargs[nw++] = kiln_arg_tensor(pt.pc);
+    wargs[nw++] = kiln_arg_tensor(pt.pi);
+    wargs[nw++] = kiln_arg_i64(p->outer);
+    wargs[nw++] = kiln_arg_i64(p->n);
+    wargs[nw++] = kiln_arg_i64(p->inner);
+    wargs[nw++] = kiln_arg_i64(pt.chunk);
+    wargs[nw++] = kiln_arg_i64(pt.nchunks);
+    wargs[nw++] = kiln_arg_i32(op == KILN_REDUCE_MIN);
+    wargs[nw++] = kiln_arg_local(local * accsz);
+    wargs[nw++] = kiln_arg_local(local * accsz);
+    wargs[nw++] = kiln_arg_local(local * sizeof(int64_t));
+    s = kiln__kernel_launch(dev, kw, OP, 3, global, local3, nw, wargs);
     if (s == KILN_OK)
         s = launch_combine(dev, op, x, y, p, &pt);
 done:
@@ -252,13 +270,14 @@ done:
  * chunk of its row: rows, cols (blocks of `width` columns; 0 for the others) or vrows
  * (reduce.cl), launched over `global`; with several chunks, then the combine step. */
 static kiln_status launch_chunked(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
-                                  kiln_tensor *y, const reduce_plan *p, const char *base, int dims,
-                                  size_t *global, int64_t width, partials *pt)
+                                  const kiln__fold *fold, kiln_tensor *y, const reduce_plan *p,
+                                  const char *base, int dims, size_t *global, int64_t width,
+                                  partials *pt)
 {
     kiln__kernel *k;
     char name[64];
     kiln__reduce_kernel(name, sizeof name, base, op);
-    kiln_status s = get_kernel(dev, op, x->dtype, name, &k);
+    kiln_status s = get_kernel(dev, op, x->dtype, fold, name, &k);
     if (s == KILN_OK && pt->nchunks > 1)
         s = partials_new(dev, x->dtype, p, pt);
     if (s != KILN_OK)
@@ -266,9 +285,8 @@ static kiln_status launch_chunked(kiln_device *dev, kiln_reduce_op op, const kil
     /* With one chunk the kernels never touch the partials: pass y there. */
     const kiln_tensor *ps = pt->nchunks > 1 ? pt->ps : y, *pc = pt->nchunks > 1 ? pt->pc : y,
                       *pi = pt->nchunks > 1 ? pt->pi : y;
-    kiln_arg args[13];
-    int nargs = 0;
-    args[nargs++] = kiln_arg_tensor(x);
+    kiln_arg args[KILN__FOLD_MAX_ARGS + 12];
+    int nargs = x_args(args, x, fold);
     args[nargs++] = kiln_arg_tensor(y);
     args[nargs++] = kiln_arg_tensor(ps);
     args[nargs++] = kiln_arg_tensor(pc);
@@ -313,7 +331,7 @@ static int64_t cpu_col_blocks(const reduce_plan *p, int64_t cus)
  * of up to COLS neighbouring results (cols); rows split into chunks where there are too few
  * results (or column blocks) to give every compute unit work. */
 static kiln_status launch_cpu(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
-                              kiln_tensor *y, const reduce_plan *p)
+                              const kiln__fold *fold, kiln_tensor *y, const reduce_plan *p)
 {
     partials pt = {0};
     int64_t cus = dev->info.compute_units ? (int64_t)dev->info.compute_units : 1;
@@ -321,7 +339,7 @@ static kiln_status launch_cpu(kiln_device *dev, kiln_reduce_op op, const kiln_te
     if (p->inner == 1) {
         split_rows(p, p->outer, CPU_ITEMS_PER_CU * cus, CPU_MIN_CHUNK, CPU_MIN_SPLIT, &pt);
         size_t global[2] = {(size_t)pt.nchunks, (size_t)p->outer};
-        s = launch_chunked(dev, op, x, y, p, "kiln_reduce_vrows", 2, global, 0, &pt);
+        s = launch_chunked(dev, op, x, fold, y, p, "kiln_reduce_vrows", 2, global, 0, &pt);
     } else {
         /* width: a multiple of 8 (whole vectors) unless the block is all of inner */
         int64_t blocks = cpu_col_blocks(p, cus);
@@ -334,7 +352,7 @@ static kiln_status launch_cpu(kiln_device *dev, kiln_reduce_op op, const kiln_te
         else
             split_rows(p, 1, 1, 1, 0, &pt); /* one chunk */
         size_t global[3] = {(size_t)blocks, (size_t)pt.nchunks, (size_t)p->outer};
-        s = launch_chunked(dev, op, x, y, p, "kiln_reduce_cols", 3, global, width, &pt);
+        s = launch_chunked(dev, op, x, fold, y, p, "kiln_reduce_cols", 3, global, width, &pt);
     }
     partials_release(&pt);
     return s;
@@ -344,14 +362,14 @@ static kiln_status launch_cpu(kiln_device *dev, kiln_reduce_op op, const kiln_te
  * rest a work-item per result (coalesced across neighbouring results), rows split into chunks
  * where there are few results. */
 static kiln_status launch_gpu(kiln_device *dev, kiln_reduce_op op, const kiln_tensor *x,
-                              kiln_tensor *y, const reduce_plan *p)
+                              const kiln__fold *fold, kiln_tensor *y, const reduce_plan *p)
 {
     if (p->inner == 1 && p->n >= GPU_WG_MIN_N)
-        return launch_wg(dev, op, x, y, p);
+        return launch_wg(dev, op, x, fold, y, p);
     partials pt = {0};
     split_rows(p, p->outputs, GPU_MIN_ITEMS, GPU_MIN_CHUNK, 0, &pt);
     size_t global[3] = {(size_t)p->inner, (size_t)pt.nchunks, (size_t)p->outer};
-    kiln_status s = launch_chunked(dev, op, x, y, p, "kiln_reduce_rows", 3, global, 0, &pt);
+    kiln_status s = launch_chunked(dev, op, x, fold, y, p, "kiln_reduce_rows", 3, global, 0, &pt);
     partials_release(&pt);
     return s;
 }
@@ -360,7 +378,10 @@ static kiln_status launch_gpu(kiln_device *dev, kiln_reduce_op op, const kiln_te
 static kiln_status prepare(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
                            reduce_plan *p)
 {
+    /* x may stay pending: run() folds it into the loads or evaluates it */
+    kiln__fusion_defer(true);
     kiln_status s = kiln__check_tensor(x, OP, "x");
+    kiln__fusion_defer(false);
     if (s != KILN_OK)
         return s;
     if (!kiln__reduce_name(op))
@@ -384,14 +405,28 @@ static kiln_status prepare(kiln_reduce_op op, const kiln_tensor *x, int axis, bo
     return KILN_OK;
 }
 
+/* A pending x is folded into the reduction's loads where kiln__fusion_fold allows (its chain is
+ * computed per element, its result never stored), else evaluated first. */
 static kiln_status run(kiln_reduce_op op, const kiln_tensor *x, kiln_tensor *y,
                        const reduce_plan *p)
 {
     if (p->outputs == 0)
         return KILN_OK;
+    char defs[256];
+    kiln__reduce_defines(defs, sizeof defs, op, x->dtype);
+    kiln__fold *fold = NULL;
+    /* room: the kernels' other arguments (at most 12, 8 bytes each) */
+    kiln_status s = kiln__fusion_fold(x, "reduce", defs, (size_t)12 * 8, OP, &fold);
+    if (s == KILN_OK && !fold)
+        s = kiln__fusion_force(x, OP);
+    if (s != KILN_OK)
+        return s;
     if (x->dev->info.type == KILN_DEVICE_CPU)
-        return launch_cpu(x->dev, op, x, y, p);
-    return launch_gpu(x->dev, op, x, y, p);
+        s = launch_cpu(x->dev, op, x, fold, y, p);
+    else
+        s = launch_gpu(x->dev, op, x, fold, y, p);
+    kiln__fusion_fold_done(fold);
+    return s;
 }
 
 kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
@@ -415,8 +450,13 @@ kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool 
 kiln_status kiln_reduce_out(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
                             kiln_tensor *out)
 {
+    /* out is written, so what is pending on it is evaluated; x may stay pending */
+    kiln__fusion_defer(true);
     kiln_status s = kiln__check_tensors(OP, 2, 2, (const kiln_tensor *[]){x, out},
                                         (const char *const[]){"x", "out"}, NULL);
+    kiln__fusion_defer(false);
+    if (s == KILN_OK)
+        s = kiln__check_tensor(out, OP, "out");
     reduce_plan p;
     if (s == KILN_OK)
         s = prepare(op, x, axis, keepdim, &p);

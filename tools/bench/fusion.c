@@ -3,7 +3,12 @@
  *            kernel launched through raw OpenCL, and against one kernel per op (the _out forms,
  *            which is what KILN_FUSION=0 runs);
  *   relu(a*b+c) on 16 Mi f32 (--quick: 1 Mi) against an OpenMP C loop over host memory, GB/s;
- *   100 dependent ops on 1024 f32, per op, against a plain C loop doing the same arithmetic. */
+ *   100 dependent ops on 1024 f32, per op, against a plain C loop doing the same arithmetic;
+ *   sum(relu(a*b+c)) over axis 0 of [4096, 1024] f32 (--quick: [512, 1024]; c a broadcast row):
+ *            folded into the reduction's loads ("fold"), evaluated then reduced ("eval"), and
+ *            one kernel per op (the _out forms: what KILN_FUSION=0 runs), against an OpenMP C
+ *            loop, ms. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -347,6 +352,125 @@ static int bench_dependent(bench_ctx *ctx)
     return 0;
 }
 
+/* sum(relu(a*b+c), axis 0) into out: mode 0 folded (the chain pending at the reduction), 1 the
+ * chain evaluated first, 2 one kernel per op into t. */
+static kiln_status sum_relu_fma(int mode, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c,
+                                kiln_tensor *t, kiln_tensor *out)
+{
+    if (mode == 2) {
+        kiln_status s = kiln_mul_out(a, b, t);
+        if (s == KILN_OK)
+            s = kiln_add_out(t, c, t);
+        if (s == KILN_OK)
+            s = kiln_unary_out(KILN_UNARY_RELU, t, t);
+        return s == KILN_OK ? kiln_reduce_out(KILN_REDUCE_SUM, t, 0, false, out) : s;
+    }
+    kiln_tensor *p = NULL, *q = NULL, *r = NULL;
+    kiln_status s = kiln_mul(a, b, &p);
+    if (s == KILN_OK)
+        s = kiln_add(p, c, &q);
+    if (s == KILN_OK)
+        s = kiln_unary(KILN_UNARY_RELU, q, &r);
+    if (s == KILN_OK && mode == 1)
+        s = kiln_tensor_eval(r);
+    if (s == KILN_OK)
+        s = kiln_reduce_out(KILN_REDUCE_SUM, r, 0, false, out);
+    kiln_tensor_release(p);
+    kiln_tensor_release(q);
+    kiln_tensor_release(r);
+    return s;
+}
+
+static int bench_sum_relu_fma(bench_ctx *ctx)
+{
+    enum { C = 1024 }; /* columns (got[] below) */
+    const long R = ctx->quick ? 512 : 4096;
+    int samples = ctx->repeats > 64 ? 64 : ctx->repeats;
+    size_t n = (size_t)(R * C);
+    float *ha = malloc(n * 4), *hb = malloc(n * 4), *hc = malloc((size_t)C * 4),
+          *ho = malloc((size_t)C * 4);
+    const int64_t shape[2] = {R, C};
+    kiln_tensor *a = NULL, *b = NULL, *c = NULL, *t = NULL, *out = NULL;
+    kiln_status s = ha && hb && hc && ho ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    int rc = 1;
+    for (size_t i = 0; s == KILN_OK && i < n; i++) {
+        ha[i] = (float)(i % 1000) * 0.01f - 5.0f;
+        hb[i] = (float)(i % 997) * 0.002f + 0.5f;
+    }
+    for (long j = 0; s == KILN_OK && j < C; j++)
+        hc[j] = (float)(j % 100) * 0.03f - 1.0f;
+    if (s == KILN_OK)
+        s = kiln_tensor_from_host(ctx->dev, KILN_F32, 2, shape, ha, &a);
+    if (s == KILN_OK)
+        s = kiln_tensor_from_host(ctx->dev, KILN_F32, 2, shape, hb, &b);
+    if (s == KILN_OK)
+        s = kiln_tensor_from_host(ctx->dev, KILN_F32, 1, &shape[1], hc, &c);
+    if (s == KILN_OK)
+        s = kiln_tensor_empty(ctx->dev, KILN_F32, 2, shape, &t);
+    if (s == KILN_OK)
+        s = kiln_tensor_empty(ctx->dev, KILN_F32, 1, &shape[1], &out);
+    static const char *what[3] = {"fold", "eval", "per op"};
+    for (int mode = 0; mode < 3 && s == KILN_OK; mode++) {
+        double k[64], base[64];
+        s = sum_relu_fma(mode, a, b, c, t, out); /* warm-up: builds the kernels */
+        if (s == KILN_OK)
+            s = kiln_device_synchronize(ctx->dev);
+        for (int i = 0; i < samples && s == KILN_OK; i++) {
+            double t0 = bench_now();
+            s = sum_relu_fma(mode, a, b, c, t, out);
+            if (s == KILN_OK)
+                s = kiln_device_synchronize(ctx->dev);
+            k[i] = (bench_now() - t0) * 1e3;
+            t0 = bench_now();
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+            for (long j0 = 0; j0 < C; j0 += 64) {
+                float acc[64] = {0};
+                for (long r = 0; r < R; r++)
+                    for (long j = 0; j < 64; j++) {
+                        float v = ha[r * C + j0 + j] * hb[r * C + j0 + j] + hc[j0 + j];
+                        acc[j] += v < 0.0f ? 0.0f : v;
+                    }
+                for (long j = 0; j < 64; j++)
+                    ho[j0 + j] = acc[j];
+            }
+            base[i] = (bench_now() - t0) * 1e3;
+        }
+        if (s != KILN_OK)
+            break;
+        bench_result res;
+        char name[96];
+        snprintf(name, sizeof name, "sum0 relu(a*b+c) %ldx%d %s", R, (int)C, what[mode]);
+#ifdef _OPENMP
+        bench_result_set(&res, name, "ms", false, "OpenMP C loop", k, base, samples);
+#else
+        bench_result_set(&res, name, "ms", false, "C loop (1 thread)", k, base, samples);
+#endif
+        bench_report(ctx, &res);
+    }
+    if (s != KILN_OK) {
+        rc = bench_fail("sum(relu(a*b+c))", s);
+    } else {
+        float got[C];
+        s = kiln_tensor_read(out, got, sizeof got); /* the last mode's: a check of the others */
+        if (s == KILN_OK && fabsf(got[3] - ho[3]) > 1e-3f * fabsf(ho[3]) + 1e-3f)
+            bench_note(ctx, "sum(relu(a*b+c)): kiln %.9g, C loop %.9g (column 3)", (double)got[3],
+                       (double)ho[3]);
+        rc = s == KILN_OK ? 0 : bench_fail("sum(relu(a*b+c))", s);
+    }
+    free(ha);
+    free(hb);
+    free(hc);
+    free(ho);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(c);
+    kiln_tensor_release(t);
+    kiln_tensor_release(out);
+    return rc;
+}
+
 int bench_fusion(bench_ctx *ctx)
 {
     int rc = bench_chain20(ctx);
@@ -354,6 +478,8 @@ int bench_fusion(bench_ctx *ctx)
         rc = bench_relu_fma(ctx);
     if (rc == 0)
         rc = bench_dependent(ctx);
+    if (rc == 0)
+        rc = bench_sum_relu_fma(ctx);
     bench_note(ctx,
                "fusion: KILN_FUSION=%s; the 'one kernel per op' row runs the same chain "
                "through the _out forms (what KILN_FUSION=0 launches)",
