@@ -13,6 +13,7 @@
 #include "alloc.h"
 #include "autograd_node.h"
 #include "dtype.h"
+#include "fusion.h"
 #include "scope.h"
 #include "status.h"
 #include "tensor.h"
@@ -368,9 +369,12 @@ static kiln_status commit(plan *p)
     if (!fresh)
         return kiln__host_oom("kiln_backward");
     kiln_status s = KILN_OK;
+    /* Gradients are materialised here, not left pending (fusion.c): an out-of-memory then
+     * fails this backward, with every leaf unchanged, and a pending gradient would keep the
+     * backward's intermediates alive until it is read. */
     for (size_t i = 0; s == KILN_OK && i < p->nleaves; i++)
-        if (p->leaves[i]->ag_acc)
-            s = new_grad(p->leaves[i], &fresh[i]);
+        if (p->leaves[i]->ag_acc && (s = new_grad(p->leaves[i], &fresh[i])) == KILN_OK)
+            s = kiln__fusion_force(fresh[i], "kiln_backward");
     for (size_t i = 0; i < p->nleaves; i++) {
         if (s == KILN_OK && fresh[i]) {
             kiln__scope_forget(fresh[i]); /* the leaf keeps it past the user's scope */

@@ -34,6 +34,7 @@
 #include "ops/optables.h"
 #include "program.h"
 #include "registry.h"
+#include "scope.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -137,7 +138,7 @@ static void drop(kiln_tensor *t)
         z->next->prev = z->prev;
     for (int i = 0; i < z->nin; i++) {
         atomic_fetch_sub(&z->in[i]->storage->readers, 1);
-        kiln_tensor_release(z->in[i]);
+        kiln__tensor_drop(z->in[i]); /* a reference fusion took: the scope's stays */
     }
     free(z);
 }
