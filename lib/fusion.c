@@ -462,7 +462,15 @@ static void dtype_block(sbuf *b, kiln_dtype d, const wants *w)
         const char *en = kiln__dtype_name(e), *cl = kiln__dtype_cl_type(e),
                    *clc = kiln__dtype_cl_compute_type(e);
         int fl = kiln__dtype_is_float(e) ? 1 : 0;
-        if (kiln__dtype_is_half(e))
+        if (kiln__dtype_is_half(e) && d == KILN_F64)
+            /* f64 to f16 in one rounding without vstore_half(double) into private memory
+             * (Oclgrind loses track of it): round to float toward zero with a sticky last
+             * bit (round to odd), then to half to nearest; as the eager kernel rounds. */
+            sb_add(b,
+                   "float kf_%s_c_%s(KILN_TC x) { float f = convert_float_rtz(x); if ((double)f "
+                   "!= x && !isnan(x)) f = as_float(as_uint(f) | 1u); return kiln_rh(f); }\n",
+                   dn, en);
+        else if (kiln__dtype_is_half(e))
             sb_add(b,
                    "float kf_%s_c_%s(KILN_TC x) { ushort h; KILN_STORE_AS_%s((private half *)&h, "
                    "0, CAST_VALUE_%d(%s, %s, x)); return vload_half(0, (private half *)&h); }\n",

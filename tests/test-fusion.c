@@ -347,6 +347,41 @@ START_TEST(test_broadcast_patterns)
 }
 END_TEST
 
+/* f64 to f16 inside a chain rounds once, as the eager cast does: values just past a half-way
+ * point between two halves, where rounding to f32 first would land on the tie. */
+START_TEST(test_f64_to_f16_rounds_once)
+{
+    if (!has_fp64(dev))
+        return;
+    int64_t n = 6;
+    double v[6] = {1 + 0x1p-11 + 0x1p-40,
+                   1 + 0x1p-11 - 0x1p-40,
+                   -(1 + 3 * 0x1p-11 + 0x1p-45),
+                   65520.0 - 0x1p-30,
+                   65520.0,
+                   0x1p-25 + 0x1p-60};
+    /* the nearest halves: 1 + 2^-10, 1, -(1 + 2^-9), 65504, inf, 2^-24 */
+    double want[6] = {1 + 0x1p-10, 1, -(1 + 0x1p-9), 65504, INFINITY, 0x1p-24};
+    kiln_tensor *x = upload(dev, KILN_F64, 1, &n, v), *r[2] = {NULL, NULL};
+    for (int on = 0; on < 2; on++) {
+        kiln__fusion_set(on == 1);
+        kiln_tensor *t = NULL;
+        ASSERT_OK(kiln_binary_scalar(KILN_BINARY_MUL, x, 1, &t));
+        ASSERT_OK(kiln_cast(t, KILN_F16, &r[on]));
+        kiln_tensor_release(t);
+    }
+    assert_same(r[1], r[0], "f64 -> f16");
+    double *got = download(r[1]);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(got[i] == want[i], "element %d: %.17g, want %.17g", i, got[i], want[i]);
+    free(got);
+    kiln_tensor_release(x);
+    kiln_tensor_release(r[0]);
+    kiln_tensor_release(r[1]);
+    kiln__fusion_set(false);
+}
+END_TEST
+
 /* ---- semantics ------------------------------------------------------------------------- */
 
 START_TEST(test_release_before_eval)
@@ -942,6 +977,7 @@ Suite *fusion_suite(void)
         suite_add_tcase(s, ops);
         tcase_add_test(tc, test_chain_depths);
         tcase_add_test(tc, test_broadcast_patterns);
+        tcase_add_test(tc, test_f64_to_f16_rounds_once);
         tcase_add_test(tc, test_single_op_runs_eager);
         tcase_add_test(tc, test_release_before_eval);
         tcase_add_test(tc, test_write_after_pending_read);
