@@ -5,7 +5,8 @@
  *   relu(a*b+c) on 16 Mi f32 (--quick: 1 Mi) against an OpenMP C loop over host memory, GB/s;
  *   100 dependent ops on 1024 f32, per op, against a plain C loop doing the same arithmetic;
  *   sum(relu(a*b+c)) over axis 0 of [4096, 1024] f32 (--quick: [512, 1024]; c a broadcast row):
- *            folded into the reduction's loads ("fold"), evaluated then reduced ("eval"), and
+ *            the chain pending at the reduction ("pending": folded into its loads on GPUs,
+ *            evaluated first on CPU devices), evaluated then reduced ("eval"), and
  *            one kernel per op (the _out forms: what KILN_FUSION=0 runs), against an OpenMP C
  *            loop, ms. */
 #include <math.h>
@@ -409,7 +410,7 @@ static int bench_sum_relu_fma(bench_ctx *ctx)
         s = kiln_tensor_empty(ctx->dev, KILN_F32, 2, shape, &t);
     if (s == KILN_OK)
         s = kiln_tensor_empty(ctx->dev, KILN_F32, 1, &shape[1], &out);
-    static const char *what[3] = {"fold", "eval", "per op"};
+    static const char *what[3] = {"pending", "eval", "per op"};
     for (int mode = 0; mode < 3 && s == KILN_OK; mode++) {
         double k[64], base[64];
         s = sum_relu_fma(mode, a, b, c, t, out); /* warm-up: builds the kernels */
