@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench.h"
 
@@ -307,6 +308,30 @@ done:
     return rc;
 }
 
+/* kiln's samples of the dependent-ops row, for the PyTorch row beside them. */
+typedef struct dependent_samples {
+    bench_ctx *ctx;
+    int samples;
+    double k[64];
+} dependent_samples;
+
+static int torch_dependent_row(void *user, long n, long ops, long unused, double us,
+                               const char *version, int threads)
+{
+    dependent_samples *d = user;
+    (void)unused;
+    char baseline[64], name[96];
+    double base[64];
+    snprintf(baseline, sizeof baseline, "PyTorch %s, %d thr", version, threads);
+    snprintf(name, sizeof name, "%ld dependent ops f32 %ld, per op", ops, n);
+    for (int i = 0; i < d->samples; i++)
+        base[i] = us;
+    bench_result r;
+    bench_result_set(&r, name, "us", false, baseline, d->k, base, d->samples);
+    bench_report(d->ctx, &r);
+    return 0;
+}
+
 /* 100 dependent ops (alternately * 1.0001 and + 0.001) on 1024 f32, read back. */
 static int bench_dependent(bench_ctx *ctx)
 {
@@ -350,6 +375,11 @@ static int bench_dependent(bench_ctx *ctx)
     bench_result_set(&res, "100 dependent ops f32 1024, per op", "us", false, "plain C loop", k,
                      base, samples);
     bench_report(ctx, &res);
+    dependent_samples ds = {ctx, samples, {0}};
+    memcpy(ds.k, k, sizeof k);
+    char args[64];
+    snprintf(args, sizeof args, "fusion %d %d %d", samples, N, OPS);
+    bench_torch(ctx, "fusion", args, torch_dependent_row, &ds);
     return 0;
 }
 

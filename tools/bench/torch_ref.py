@@ -5,6 +5,9 @@
                                                   "reduce ROWS COLS AXIS <median GB/s>" per case
   torch_ref.py train REPEATS STEPS BATCH HIDDEN ...  the example MLP's step (16 features, Adam):
                                                   one line "train BATCH HIDDEN 0 <median ms>" per size
+  torch_ref.py fusion REPEATS N OPS               OPS dependent ops (alternately * 1.0001 and
+                                                  + 0.001) on N f32, read back: one line
+                                                  "fusion N OPS 0 <median us per op>"
 First line: "torch <version> <threads>". Exit status 3 without torch (the caller notes a skip).
 """
 import sys
@@ -72,6 +75,20 @@ def bench_train(repeats, steps, sizes):
         print(f"train {batch} {hidden} 0 {median(times):.6g}", flush=True)
 
 
+def bench_fusion(repeats, n, ops):
+    x = torch.arange(n, dtype=torch.float32).remainder(1000).mul(0.001)
+    times = []
+    for r in range(repeats + 1):  # the first is a warm-up, as in kiln-bench
+        t0 = time.perf_counter()
+        y = x
+        for op in range(ops):
+            y = y + 0.001 if op % 2 else y * 1.0001
+        y.numpy()
+        if r:
+            times.append((time.perf_counter() - t0) * 1e6 / ops)
+    print(f"fusion {n} {ops} 0 {median(times):.6g}", flush=True)
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
@@ -82,6 +99,8 @@ def main(argv):
         bench_reduce(repeats, [tuple(rest[k:k + 3]) for k in range(0, len(rest), 3)])
     elif what == "train" and len(rest) >= 1 and (len(rest) - 1) % 2 == 0:
         bench_train(repeats, rest[0], [tuple(rest[k:k + 2]) for k in range(1, len(rest), 2)])
+    elif what == "fusion" and len(rest) == 2:
+        bench_fusion(repeats, rest[0], rest[1])
     else:
         print(__doc__, file=sys.stderr)
         return 2
