@@ -852,23 +852,8 @@ static kiln_status run_one(graph *g, kiln_tensor *dest, const char *op)
                     t->shape, z->nin, {NULL},      z->scalar};
     for (int i = 0; i < z->nin; i++)
         fo.in[i] = z->in[i];
-    cl_mem mem = NULL;
-    size_t capacity = 0;
-    kiln_status s = KILN_OK;
-    if (!dest) {
-        if ((s = kiln__mem_alloc(t->dev, t->nbytes, op, &mem, &capacity)) != KILN_OK)
-            return s;
-        t->storage->mem = mem;
-        t->storage->capacity = capacity;
-    }
     atomic_fetch_add(&eager, 1);
-    s = kiln__elementwise_run(op, t->dev, &fo, dest ? dest : t);
-    if (s != KILN_OK && mem) {
-        t->storage->mem = NULL;
-        t->storage->capacity = 0;
-        kiln__mem_free(t->dev, mem, t->nbytes, capacity);
-    }
-    return s;
+    return kiln__elementwise_run(op, t->dev, &fo, dest ? dest : t);
 }
 
 static kiln_status run(graph *g, kiln_tensor *dest, const char *op)
@@ -910,24 +895,10 @@ static kiln_status run(graph *g, kiln_tensor *dest, const char *op)
                   hit ? "cached" : "generated", g->nn, g->nl, c.p ? c.p : "?");
         free(c.p);
     }
-    cl_mem mem = NULL;
-    size_t capacity = 0;
-    if (!dest) {
-        s = kiln__mem_alloc(dev, t->nbytes, op, &mem, &capacity);
-        if (s != KILN_OK)
-            goto done;
-        t->storage->mem = mem;
-        t->storage->capacity = capacity;
-    }
     bool two = g->any_bcast && g->cnd == 2;
     size_t global[2] = {two ? (size_t)g->cshape[1] : (size_t)t->numel,
                         two ? (size_t)g->cshape[0] : 1};
     s = kiln__kernel_launch(dev, k, op, two ? 2 : 1, global, NULL, na, args);
-    if (s != KILN_OK && mem) {
-        t->storage->mem = NULL;
-        t->storage->capacity = 0;
-        kiln__mem_free(dev, mem, t->nbytes, capacity);
-    }
 done:
     free(src.p);
     free(args);
@@ -970,7 +941,19 @@ static kiln_status eval_locked(kiln_tensor *t, kiln_tensor *dest, const char *op
     }
     kiln__log_hold();
     kiln__fusion_defer(true); /* the launch's tensors are g's leaves and t: nothing to force */
-    s = run(g, dest, op);
+    cl_mem mem = NULL;
+    size_t capacity = 0;
+    if (!dest && (s = kiln__mem_alloc(t->dev, t->nbytes, op, &mem, &capacity)) == KILN_OK) {
+        t->storage->mem = mem; /* t's own buffer, given back if the kernel cannot run */
+        t->storage->capacity = capacity;
+    }
+    if (s == KILN_OK)
+        s = run(g, dest, op);
+    if (s != KILN_OK && mem) {
+        t->storage->mem = NULL;
+        t->storage->capacity = 0;
+        kiln__mem_free(t->dev, mem, t->nbytes, capacity);
+    }
     kiln__fusion_defer(false);
     if (s != KILN_OK)
         s = chain_error(s, t, op);
