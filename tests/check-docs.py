@@ -8,12 +8,14 @@ Cases (each prints ok/FAIL; the last line is 'N passed, N failed'):
   programs      every complete C program (a ```c block holding `int main`) is compiled against
                 the built libkiln with -std=c11 -Wall -Wextra -Wpedantic -Werror; every one of
                 at most 80 lines, and every one followed by an output block, is run. An output
-                block is a ```console block right after the program whose first line is
+                block is a ```console block right after the program (or after one paragraph ending
+                with ':' that follows it) whose first line is
                 `$ [VAR=value ...] ./name [args]`; the program runs with those variables and
                 arguments, and its stdout then stderr must equal the block's other lines, where
                 '…' in a line matches any text. Outputs are those of the development machine
                 (PoCL's cpu:0 as `auto`); where `auto` is another device they are not compared
-                (the programs still run and must exit 0).
+                (the programs still run and must exit 0), and where there is no CPU device the
+                programs that ask for one are only compiled.
   environment   the tables of docs/environment.md list exactly the variables that lib/, tools/
                 and mpi/ read with getenv() (resolved through #defines and wrapper functions; a
                 getenv whose name cannot be resolved fails the case).
@@ -99,9 +101,11 @@ def doc_programs():
             output = None
             if k + 1 < len(blocks):
                 ninfo, nline, nbody, _ = blocks[k + 1]
-                between = lines[end + 1:nline - 2]
-                if (ninfo == 'console' and all(not x.strip() for x in between) and nbody
-                        and nbody[0].startswith('$ ')):
+                # Only blank lines between, or one short paragraph that ends with ':'.
+                between = '\n'.join(lines[end + 1:nline - 2]).strip()
+                if (ninfo == 'console' and (not between or ('\n\n' not in between
+                                                             and between.endswith(':')))
+                        and nbody and nbody[0].startswith('$ ')):
                     output = nbody
             progs.append((path, line, '\n'.join(body) + '\n', output))
     return progs
@@ -112,14 +116,17 @@ def sanitize_flags():
     return [] if s in ('', 'none') else [f'-fsanitize={s}']
 
 
-def auto_device():
-    """The spec `auto` resolves to here (kiln-info --json), or None."""
+def devices_here():
+    """The spec `auto` resolves to here (or None) and whether there is a CPU device, from
+    kiln-info --json."""
     import json
     p = subprocess.run([opt.kiln_info, '--json'], capture_output=True, text=True, timeout=120)
     try:
-        return (json.loads(p.stdout).get('auto') or {}).get('spec')
+        doc = json.loads(p.stdout)
     except ValueError:
-        return None
+        return None, False
+    cpu = any(d.get('type') == 'cpu' for d in doc.get('devices', []))
+    return (doc.get('auto') or {}).get('spec'), cpu
 
 
 def matches(expected, actual):
@@ -135,9 +142,9 @@ def check_programs():
     flags = ['-std=c11', '-Wall', '-Wextra', '-Wpedantic', '-Werror',
              '-I', os.path.join(SRC, 'include'), '-I', os.path.join(opt.build, 'include')]
     flags += sanitize_flags()
-    auto = auto_device()
+    auto, have_cpu = devices_here()
     compare = auto == 'cpu:0'
-    problems, ran, compared = [], 0, 0
+    problems, ran, compared, no_cpu = [], 0, 0, 0
     with tempfile.TemporaryDirectory() as d:
         for n, (path, line, source, output) in enumerate(progs):
             where = f'{path}:{line}'
@@ -151,6 +158,9 @@ def check_programs():
                 problems.append(f'{where}: does not compile:\n{p.stdout}{p.stderr}')
                 continue
             if output is None and source.count('\n') > RUN_LINES:
+                continue
+            if not have_cpu and re.search(r'"cpu(:\d+)?"', source):
+                no_cpu += 1  # a GPU-only machine: a program asking for the CPU cannot run
                 continue
             env, args = dict(os.environ), []
             if env.get('LSAN_OPTIONS'):  # LeakSanitizer's statistics would join the output
@@ -184,6 +194,7 @@ def check_programs():
                                 '\n'.join(want) + '\n--- program\n' + '\n'.join(got))
     assert not problems, '\n'.join(problems)
     why = '' if compare else f'; outputs not compared: auto is {auto}, the pages show cpu:0'
+    why += f'; {no_cpu} not run: they use the CPU device, and there is none' if no_cpu else ''
     return f'{len(progs)} programs compiled, {ran} run, {compared} outputs compared{why}'
 
 
