@@ -1,5 +1,6 @@
 /* ref.h - an independent reference for device specs (grammar and resolution), written from
- * README.md's spec table rather than from lib/spec.c, for the fuzz targets to compare against. */
+ * docs/devices.md's spec table rather than from lib/spec.c, for the fuzz targets to compare
+ * against. */
 #ifndef KILN_FUZZ_REF_H
 #define KILN_FUZZ_REF_H
 

@@ -189,10 +189,11 @@ typedef struct kiln_device_info {
 KILN_API kiln_status kiln_device_info_get(const kiln_device *dev, kiln_device_info *info);
 
 /* Wait until all work queued on the device has finished. Blocks. KILN_ERR_DEVICE_LOST when a
- * kernel faulted (found now, or by an earlier call): the device cannot be used again. kiln
- * makes no OpenCL calls at process exit: synchronize (or read your results) before exit(),
- * since some drivers (PoCL) can crash in their own teardown while still compiling a kernel for
- * a queued launch. */
+ * kernel faulted (found now, or by an earlier call): the device cannot be used again. At
+ * exit() kiln itself waits for every device's queue (lost devices and Oclgrind excepted), since
+ * some drivers (PoCL) can crash in their own teardown while still compiling a kernel for a
+ * queued launch; a process that calls _exit(), or exits while another thread is inside kiln,
+ * gets no such wait: synchronize first. */
 KILN_API kiln_status kiln_device_synchronize(kiln_device *dev);
 
 typedef struct kiln_memory_stats {
@@ -334,7 +335,7 @@ KILN_API kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln
  * a write into a tensor the chain reads, a chain too long for one kernel, or this call. An
  * error of the evaluation (KILN_ERR_OUT_OF_MEMORY included) is reported by the call that forced
  * it, naming the chain of ops; the tensor then stays pending. KILN_FUSION=0 in the environment
- * makes every op compute at once (see README.md, "Fusion"). A no-op for other tensors. */
+ * makes every op compute at once (see docs/fusion.md). A no-op for other tensors. */
 KILN_API kiln_status kiln_tensor_eval(const kiln_tensor *t);
 
 /* A deep copy of t on its own device. */
@@ -439,8 +440,9 @@ typedef struct kiln_program kiln_program;
 
 /* Build an OpenCL C program for dev. options are passed to the compiler after kiln's own
  * (-cl-std=CL1.2 and capability macros KILN_HAS_FP64 / KILN_HAS_FP16); NULL means none.
- * Binaries are cached on disk (see README). A compile error gives KILN_ERR_BUILD_FAILED with
- * the compiler's log in kiln_last_error(). The caller owns one reference to *out. */
+ * Binaries are cached on disk (see docs/kernels.md). A compile error gives
+ * KILN_ERR_BUILD_FAILED with the compiler's log in kiln_last_error(). The caller owns one
+ * reference to *out. */
 KILN_API kiln_status kiln_program_build(kiln_device *dev, const char *source, const char *options,
                                         kiln_program **out);
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """test-consumers.py SRCDIR - build and run a small program of one's own against kiln, the three
-ways README.md ("Using kiln from your own program") describes, with its commands:
+ways docs/using.md describes, with its commands:
   installed     meson install into a prefix, then pkg-config --cflags --libs kiln
   build tree    pkg-config --cflags --libs kiln-uninstalled from <build>/meson-uninstalled
   subproject    dependency('kiln', fallback: 'kiln') with kiln in subprojects/kiln
 The first two share one build of kiln. Also checked: the include path pkg-config gives exposes
-kiln's public headers and no other header, and a program using kiln_cl.h (OpenCL interop) builds
-from the same flags. Prints 'N passed, N failed'.
+kiln's public headers and no other header, a program using kiln_cl.h (OpenCL interop) builds
+from the same flags, and `meson install` puts the manual pages kiln-info(1) and kiln-bench(1)
+under share/man/man1. Prints 'N passed, N failed'.
 """
 import glob
 import os
@@ -129,6 +130,8 @@ def installed(d):
     mpi_pc = glob.glob(f'{d}/prefix/**/pkgconfig/kiln-mpi.pc', recursive=True)
     want = PUBLIC_HEADERS if mpi_pc else PUBLIC_HEADERS - {'kiln_mpi.h'}
     assert headers == want, f'installed headers: {sorted(headers)}'
+    pages = {os.path.basename(p) for p in glob.glob(f'{d}/prefix/share/man/man1/*')}
+    assert pages == {'kiln-info.1', 'kiln-bench.1'}, f'installed manual pages: {sorted(pages)}'
     if mpi_pc:
         # libkiln-mpi links through its own .pc (kiln and Open MPI's flags come with it).
         mpi_prog = f'{d}/mpiprog.c'

@@ -23,7 +23,7 @@ FIELDS = {
 
 failures = []
 
-# kiln-info's exit codes (kiln-info --help, README.md).
+# kiln-info's exit codes (kiln-info --help, kiln-info(1), docs/devices.md).
 EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_NO_PLATFORM, EXIT_NO_DEVICE, EXIT_NO_SUCH = 1, 2, 3, 4, 5
 
 

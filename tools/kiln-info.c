@@ -9,7 +9,7 @@
 
 #include "kiln.h"
 
-/* Exit codes (documented in usage() and README.md; scripts tell the failures apart by them). */
+/* Exit codes (documented in usage() and kiln-info(1); scripts tell the failures apart by them). */
 enum {
     EXIT_OK = 0,
     EXIT_FAIL = 1,        /* a --check failed (or output could not be written) */
@@ -28,7 +28,7 @@ static void usage(FILE *f)
                "\n"
                "  (no option)        every device in detail, then the 'auto' choice and why\n"
                "  -l, --list         one line per device\n"
-               "      --json         one JSON document (schema in README.md)\n"
+               "      --json         one JSON document (schema in kiln-info(1))\n"
                "  -d, --device SPEC  only this device: auto, cpu, cpu:N, gpu, gpu:N, cuda:N,\n"
                "                     accelerator:N, opencl:P:D\n"
                "      --check        build and run a small kernel on each device, verify the\n"
