@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""test-gpu-check-term.py GPU_CHECK WORKDIR STANDIN_BUILD - scripts/gpu-check.sh killed with TERM
+at two points still leaves a valid report (issue 19).
+
+1. During the build: `--standin --quick` into a fresh build folder (WORKDIR/build), TERM to the
+   script alone once `meson compile` has run for a moment.
+2. During the tests: `--standin --no-bench --reuse-build --suites "spec autograd program"` on
+   STANDIN_BUILD (the build of the gpu-check-standin test, which runs before this one; built here
+   when it is missing), TERM as soon as autograd's test program runs (seconds on Oclgrind).
+
+Each time: gpu-check.sh exits 143 within seconds, leaves no process of its own running, and
+OUT holds gpu-report.json (valid JSON, final, saying SIGTERM, every planned step named: those
+done with their status, the one running as interrupted, the rest as not run; in 2, the suite
+that ran as interrupted and the others as never started) and gpu-summary.txt saying the same,
+and at most 8 files.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+script, workdir, standin_build = sys.argv[1], sys.argv[2], sys.argv[3]
+failures = []
+
+
+def check(cond, what):
+    print(('ok   ' if cond else 'FAIL ') + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def wait_for(path, text, proc, limit):
+    """Wait until the file at path holds text (True), or the process ends or time runs out."""
+    t0 = time.time()
+    while time.time() - t0 < limit and proc.poll() is None:
+        try:
+            with open(path, errors='replace') as f:
+                if text in f.read():
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def leftovers(marker):
+    """Processes whose command line names marker (the run's own folders)."""
+    found = []
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f'/proc/{pid}/cmdline', 'rb') as f:
+                cmd = f.read().replace(b'\0', b' ').decode(errors='replace')
+        except OSError:
+            continue
+        if marker in cmd:
+            found.append(f'{pid}: {cmd[:120]}')
+    return found
+
+
+def wait_for_process(marker, proc, limit):
+    """Wait until a process whose command line holds marker runs (True)."""
+    t0 = time.time()
+    while time.time() - t0 < limit and proc.poll() is None:
+        if leftovers(marker):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def run_and_term(label, args, out, build, marker_text, wait_limit, process=None):
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    env = dict(os.environ, OUT=out, GPU_CHECK_BUILD=build)
+    proc = subprocess.Popen(['bash', script] + args, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    log = os.path.join(out, 'gpu-check.log')
+    reached = wait_for(log, marker_text, proc, wait_limit)
+    if reached and process:
+        reached = wait_for_process(process, proc, 60)
+        marker_text += f'" and "{process}" runs'
+    check(reached, f'{label}: the run reached "{marker_text}"')
+    if not reached:
+        proc.kill()
+        print(proc.communicate()[0])
+        return None
+    if not process:
+        time.sleep(1.5)
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        text, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        text, _ = proc.communicate()
+    took = time.time() - t0
+    print(text)
+    check(proc.returncode == 128 + signal.SIGTERM,
+          f'{label}: gpu-check.sh exits {128 + signal.SIGTERM} ({proc.returncode})')
+    check(took < 30, f'{label}: it stopped {took:.1f} s after TERM')
+    time.sleep(0.5)
+    left = leftovers(build)
+    check(not left, f'{label}: no process of the run is left: {left}')
+    files = [os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs]
+    check(len(files) <= 8, f'{label}: at most 8 files in OUT: {files}')
+    try:
+        with open(os.path.join(out, 'gpu-report.json')) as f:
+            rep = json.load(f)
+    except (OSError, ValueError) as e:
+        check(False, f'{label}: gpu-report.json is valid JSON ({e})')
+        return None
+    check(rep.get('final') is True and rep.get('signal') == 'TERM' and
+          'SIGTERM' in rep.get('state', ''), f'{label}: the report says SIGTERM: {rep.get("state")}')
+    with open(os.path.join(out, 'gpu-summary.txt')) as f:
+        summary = f.read()
+    check('SIGTERM' in summary, f'{label}: gpu-summary.txt says SIGTERM')
+    return rep, summary
+
+
+def steps_of(rep):
+    return {s['name']: s for s in rep['steps']}
+
+
+def main():
+    os.makedirs(workdir, exist_ok=True)
+    # 1. TERM during the build.
+    build1 = os.path.join(workdir, 'build')
+    shutil.rmtree(build1, ignore_errors=True)
+    got = run_and_term('during the build', ['--standin', '--quick', '--budget', '600'],
+                       os.path.join(workdir, 'out-build'), build1, '=== step compile', 300)
+    if got:
+        rep, summary = got
+        st = steps_of(rep)
+        check(st.get('setup', {}).get('status') == 'ok', f'build: setup ok: {st.get("setup")}')
+        check(st.get('compile', {}).get('status') == 'interrupted',
+              f'build: compile interrupted: {st.get("compile")}')
+        for name in ('kiln-info', 'kiln-info-json', 'kiln-info-check', 'bench-launch', 'tests'):
+            check(st.get(name, {}).get('status') == 'not run',
+                  f'build: {name} named as not run: {st.get(name)}')
+        check('compile' in summary and 'interrupted' in summary and 'not run' in summary,
+              'build: the summary names the interrupted and the missing steps')
+    shutil.rmtree(build1, ignore_errors=True)
+    shutil.rmtree(build1 + '-work', ignore_errors=True)
+
+    # 2. TERM during the tests (the stand-in's build reused; made here if it is missing).
+    got = run_and_term('during the tests',
+                       ['--standin', '--no-bench', '--reuse-build', '--jobs', '1', '--budget',
+                        '800', '--suites', 'spec autograd program'],
+                       os.path.join(workdir, 'out-tests'), standin_build,
+                       '=== suite autograd started', 700,
+                       os.path.join(standin_build, 'tests', 'test-autograd'))
+    if got:
+        rep, summary = got
+        st = steps_of(rep)
+        check(st.get('compile', {}).get('status') == 'ok', f'tests: compile ok: {st.get("compile")}')
+        check(st.get('kiln-info-check', {}).get('status') == 'ok',
+              f'tests: kiln-info --check ok: {st.get("kiln-info-check")}')
+        check(st.get('tests', {}).get('status') == 'interrupted',
+              f'tests: the tests step interrupted: {st.get("tests")}')
+        t = rep.get('tests') or {}
+        suites = t.get('suites', [])
+        check([(r['name'], r['status']) for r in suites] ==
+              [('spec', 'ok'), ('autograd', 'interrupted')] and
+              suites[1].get('interrupt_tests') == ['autograd'],
+              f'tests: spec ran, autograd was interrupted (meson: INTERRUPT): {suites}')
+        check(t.get('never_started') == ['program'],
+              f'tests: program named as never started: {t.get("never_started")}')
+        check('never started' in summary, 'tests: the summary names the suites never started')
+        with open(os.path.join(workdir, 'out-tests', 'tests.log')) as f:
+            check('=== suite ' + suites[-1]['name'] in f.read() if suites else False,
+                  'tests: tests.log holds the interrupted suite\'s output')
+    print(f'{len(failures)} failure(s)')
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
