@@ -17,7 +17,7 @@
 #                  gets the smaller of its own limit and the time left, 15 s stay for the report.
 #                  Order: environment, build, kiln-info (plain, --json, --check), kiln-bench at
 #                  GPU sizes, the PyTorch rows, the report, then the test suites in the time left.
-#   --quick        small sizes: a few suites, short benchmarks.
+#   --quick        small sizes: a few suites, kiln-bench --quick -r 1.
 #   --suites L     the test names to run (meson test names), instead of the GPU list below.
 #   --jobs N       suites run at once (default: 4 with 8 or more cores, else 1); suites marked
 #                  serial in the list run alone.
@@ -98,18 +98,16 @@ report() { # report [final|signal NAME]
     local extra=()
     [ "${1:-}" = final ] && extra=(--final)
     [ "${1:-}" = signal ] && extra=(--final --signal "$2")
-    if command -v python3 >/dev/null 2>&1 &&
+    local rc=127
+    if command -v python3 >/dev/null 2>&1; then
         timeout 60 python3 "$root/scripts/gpu-report.py" --work "$work" --out "$OUT" "${extra[@]}" \
-            2>>"$log"; then
-        report_rc=0
-        return 0
+            2>>"$log"
+        rc=$?
     fi
-    local rc=$?
-    if [ $rc -eq 1 ] && [ -s "$OUT/gpu-report.json" ]; then
-        report_rc=1 # written; something failed
-        return 1
-    fi
-    report_fallback "$@" # no python3, or the report script broke: the steps table alone
+    case $rc in
+    0 | 1) report_rc=$rc ;; # written; 1: something failed
+    *) report_fallback "$@" ;; # no python3, or the report script broke: the steps table alone
+    esac
 }
 json_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g' | tr -d '\000-\037')"; }
 report_fallback() {
@@ -135,7 +133,8 @@ report_fallback() {
     report_rc=1
 }
 
-# Files in $OUT stay at most 16 MiB: a bigger one keeps its head and tail around a marker.
+# Files in $OUT stay at most 16 MiB (the GPU machine returns none bigger): a bigger one keeps its
+# head and tail around a marker. Called between steps, when no process writes to them.
 cap_files() {
     local max=$((16 * 1024 * 1024 - 4096)) f size half
     for f in "$log" "$OUT/tests.log" "$OUT/testlog.txt"; do
@@ -214,6 +213,7 @@ step() {
     record "$name" "$status" "$rc" "$(secs_since "$cur_t0")" "$limit" "$reason"
     cur_name=""
     note "$name: $status (rc $rc, $(secs_since "$cur_t0") s)"
+    cap_files # nothing writes to $OUT between steps
     report
     return $rc
 }
@@ -293,6 +293,7 @@ report
 # ---- OpenCL: the ICD loader, the headers, and an ICD file for the driver ----------------------
 multiarch=lib/x86_64-linux-gnu
 carry=${GPU_CHECK_CARRY:-$root/.carry/gpu/root}
+full_opts=()
 setup_opts=(--buildtype=release -Dtests=auto -Dclblast=auto -Djansson=auto -Dcblas=disabled
     -Dmpi=disabled --wrap-mode=nodownload)
 if [ $standin -eq 1 ]; then
@@ -329,9 +330,13 @@ else
             [ -d "$pcdir" ] && export PKG_CONFIG_PATH=$pcdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
         done
         export LD_LIBRARY_PATH=$carry/usr/$multiarch:$LD_LIBRARY_PATH
-        if ! command -v pkg-config >/dev/null 2>&1 && [ -x "$carry/usr/bin/pkgconf" ]; then
+        # No pkg-config, or one that does not run: the carried pkgconf.
+        if ! pkg-config --version >/dev/null 2>&1 && [ -x "$carry/usr/bin/pkgconf" ]; then
             ln -s "$carry/usr/bin/pkgconf" "$work/bin/pkg-config"
+            note "pkg-config: the carried pkgconf"
         fi
+        # Everything kiln can use is carried: ask for it, and fall back to what is found.
+        full_opts=(-Dtests=enabled -Dclblast=enabled -Djansson=enabled)
         note "carried packages from $carry"
     else
         note "no carry ($carry; make it with scripts/gpu-carry.sh): using what the machine has"
@@ -412,8 +417,15 @@ if [ $reuse -eq 1 ] && [ -d "$build/meson-private" ]; then
     built=0
 else
     rm -rf "$build"
-    step setup 120 meson setup "$build" "${setup_opts[@]}"
+    step setup 120 meson setup "$build" "${setup_opts[@]}" "${full_opts[@]}"
     built=$?
+    if [ $built -ne 0 ] && [ ${#full_opts[@]} -gt 0 ]; then
+        # Something carried did not work here: configure with what is found (every option auto).
+        sed -i 's/^setup$/setup\nsetup-auto/' "$work/plan.txt"
+        rm -rf "$build"
+        step setup-auto 120 meson setup "$build" "${setup_opts[@]}"
+        built=$?
+    fi
 fi
 if [ $setup_only -eq 1 ]; then
     exit # the EXIT trap writes the report
@@ -443,8 +455,8 @@ fi
 for s in $bench_sections; do
     if [ $built -ne 0 ]; then
         skip "bench-$s" "no build"
-    elif [ $standin -eq 1 ]; then
-        # Oclgrind runs about 1 us per work-item: small sizes, no matmul.
+    elif [ $standin -eq 1 ] || [ $quick -eq 1 ]; then
+        # Oclgrind runs about 1 us per work-item: small sizes (and no matmul in --standin).
         step "bench-$s" 120 "$build/tools/kiln-bench" --json --quick -r 1 -d gpu:0 "$s"
     else
         case $s in
@@ -616,6 +628,7 @@ run_tests() {
             note "suite $n: $st (rc $rc, $(secs_since "${job_t0[$n]}") s)"
             unset "job_pid[$n]" "job_t0[$n]" "job_limit[$n]" "job_own[$n]"
             collect_suite_output "$n"
+            cap_files # suites write to $work only
         done
     done
     report

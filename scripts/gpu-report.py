@@ -266,7 +266,9 @@ def main():
     kiln_bench = bench(w, sections)
     torch = torch_doc(read(os.path.join(w, 'torch.out')))
     env_text = (read(os.path.join(w, 'env.out')) or '').strip()
-    setup_text = read(os.path.join(w, 'setup.out'))
+    # The Features of the configuration that was built (setup-auto: the retry with every option
+    # auto, after a setup that asked for everything carried failed).
+    setup_text = read(os.path.join(w, 'setup-auto.out')) or read(os.path.join(w, 'setup.out'))
 
     failed = [s['name'] for s in steps if s['status'] in ('fail', 'timeout')]
     if tests:

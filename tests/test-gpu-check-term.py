@@ -8,7 +8,11 @@ at two points still leaves a valid report (issue 19).
    STANDIN_BUILD (the build of the gpu-check-standin test, which runs before this one; built here
    when it is missing), TERM as soon as autograd's test program runs (seconds on Oclgrind).
 
-Each time: gpu-check.sh exits 143 within seconds, leaves no process of its own running, and
+3. A step that fails (kiln-info --check under KILN_MEMORY_LIMIT=1), on STANDIN_BUILD again: the
+   run goes on, exits 1, and its report (made by gpu-report.py, not the shell's fallback) names
+   the step as failed.
+
+Each time (1 and 2): gpu-check.sh exits 143 within seconds, leaves no process of its own running, and
 OUT holds gpu-report.json (valid JSON, final, saying SIGTERM, every planned step named: those
 done with their status, the one running as interrupted, the rest as not run; in 2, the suite
 that ran as interrupted and the others as never started) and gpu-summary.txt saying the same,
@@ -173,6 +177,29 @@ def main():
         with open(os.path.join(workdir, 'out-tests', 'tests.log')) as f:
             check('=== suite ' + suites[-1]['name'] in f.read() if suites else False,
                   'tests: tests.log holds the interrupted suite\'s output')
+
+    # 3. A failing step: reported as such, and the run goes on.
+    out = os.path.join(workdir, 'out-fail')
+    shutil.rmtree(out, ignore_errors=True)
+    r = subprocess.run(['bash', script, '--standin', '--no-bench', '--reuse-build', '--budget',
+                        '300', '--suites', 'spec'],
+                       env=dict(os.environ, OUT=out, GPU_CHECK_BUILD=standin_build,
+                                KILN_MEMORY_LIMIT='1'),
+                       capture_output=True, text=True, timeout=600)
+    print(r.stdout + r.stderr)
+    check(r.returncode == 1, f'failing step: gpu-check.sh exits 1 ({r.returncode})')
+    try:
+        with open(os.path.join(out, 'gpu-report.json')) as f:
+            rep = json.load(f)
+        st = steps_of(rep)
+        check('report_error' not in rep and rep.get('state') == 'complete' and
+              rep.get('failed') == ['kiln-info-check'],
+              f'failing step: the report names it: {rep.get("failed")} {rep.get("state")}')
+        check(st.get('kiln-info-check', {}).get('status') == 'fail' and
+              st.get('tests', {}).get('status') == 'ok',
+              f'failing step: the run went on: {st.get("kiln-info-check")} {st.get("tests")}')
+    except (OSError, ValueError) as e:
+        check(False, f'failing step: gpu-report.json is valid JSON ({e})')
     print(f'{len(failures)} failure(s)')
     return 1 if failures else 0
 
