@@ -41,7 +41,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 root=$PWD
 
-usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; }
 standin=0 quick=0 budget=480 suites_arg="" jobs="" nobench=0 reuse=0 setup_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -230,6 +230,11 @@ finish() { # final report, logs capped, summary printed
 on_signal() {
     local sig=$1 num=$2 p n st
     trap '' TERM INT HUP
+    # The running step and suites first: a harness may follow TERM with KILL within a second
+    # (meson test: 0.5 s). timeout forwards the signal to its process group (meson test
+    # interrupts its tests: INTERRUPT).
+    [ -n "$cur_pid" ] && kill -TERM "$cur_pid" 2>/dev/null
+    for p in "${job_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done
     note "received SIG$sig after $(($(date +%s) - start)) s: stopping, writing the report"
     if [ -n "$cur_name" ]; then
         record "$cur_name" interrupted "$((128 + num))" "$(secs_since "$cur_t0")" "$cur_limit" \
@@ -239,10 +244,7 @@ on_signal() {
         printf '%s\tinterrupted\t%s\t%s\t%s\tSIG%s to gpu-check.sh\n' "$n" "$((128 + num))" \
             "$(secs_since "${job_t0[$n]}")" "${job_limit[$n]}" "$sig" >>"$work/tests.tsv"
     done
-    report signal "$sig" # first, in case a KILL follows soon
-    # timeout forwards the signal to its process group (meson test interrupts its tests: INTERRUPT)
-    [ -n "$cur_pid" ] && kill -TERM "$cur_pid" 2>/dev/null
-    for p in "${job_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    report signal "$sig" # now, in case a KILL follows soon
     for p in $cur_pid "${job_pid[@]}"; do
         for _ in $(seq 1 40); do kill -0 "$p" 2>/dev/null || break; sleep 0.25; done
     done
@@ -294,15 +296,12 @@ report
 multiarch=lib/x86_64-linux-gnu
 carry=${GPU_CHECK_CARRY:-$root/.carry/gpu/root}
 full_opts=()
+fatal="" # no driver: the machine's description is still taken, then the run stops
 setup_opts=(--buildtype=release -Dtests=auto -Dclblast=auto -Djansson=auto -Dcblas=disabled
     -Dmpi=disabled --wrap-mode=nodownload)
 if [ $standin -eq 1 ]; then
     oclgrind=/usr/lib/oclgrind/liboclgrind-rt-icd.so
-    if [ ! -e "$oclgrind" ]; then
-        note "--standin needs Oclgrind ($oclgrind; Debian package oclgrind)"
-        record setup fail 1 0 0 "no Oclgrind"
-        exit 1
-    fi
+    [ -e "$oclgrind" ] || fatal="--standin needs Oclgrind ($oclgrind; Debian package oclgrind)"
     echo "$oclgrind" >"$work/vendors/oclgrind.icd"
     export OCLGRIND_MAX_WGSIZE=1024 OCLGRIND_LOCAL_MEM_SIZE=49152 # NVIDIA-like limits
 else
@@ -313,15 +312,15 @@ else
         [ -z "$nvlib" ] && [ -e "$d/libnvidia-opencl.so.1" ] && nvlib=$d/libnvidia-opencl.so.1
     done
     if [ -z "$nvlib" ]; then
-        note "libnvidia-opencl.so.1 not found (ldconfig -p, /usr/local/nvidia/lib64, ...): NVIDIA's OpenCL driver is not installed"
-        record setup fail 1 0 0 "no libnvidia-opencl.so.1"
-        exit 1
+        fatal="libnvidia-opencl.so.1 not found (ldconfig -p, /usr/local/nvidia/lib64, ...): NVIDIA's OpenCL driver is not installed"
+    else
+        note "NVIDIA OpenCL driver: $nvlib"
+        echo "$nvlib" >"$work/vendors/nvidia.icd"
+        # The driver's own dependencies (libcuda.so.1, ...) live beside it, maybe off the loader
+        # path.
+        LD_LIBRARY_PATH=$(dirname "$nvlib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        export LD_LIBRARY_PATH
     fi
-    note "NVIDIA OpenCL driver: $nvlib"
-    echo "$nvlib" >"$work/vendors/nvidia.icd"
-    # The driver's own dependencies (libcuda.so.1, ...) live beside it, maybe off the loader path.
-    LD_LIBRARY_PATH=$(dirname "$nvlib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export LD_LIBRARY_PATH
     # Carried Debian files (scripts/gpu-carry.sh: libOpenCL, headers, CLBlast, Check, jansson,
     # pkgconf): their .pc files find the carry wherever it is (${pcfiledir}), libraries go on
     # the loader path.
@@ -409,6 +408,11 @@ env_info() {
     fi
 }
 step env 30 bash -c "$(declare -f env_info); ncpu=$ncpu; env_info"
+if [ -n "$fatal" ]; then
+    note "$fatal"
+    record setup fail 1 0 0 "$fatal"
+    exit 1 # the EXIT trap writes the report
+fi
 
 # ---- build ------------------------------------------------------------------------------------
 built=1

@@ -6,11 +6,16 @@ at two points still leaves a valid report (issue 19).
    script alone once `meson compile` has run for a moment.
 2. During the tests: `--standin --no-bench --reuse-build --suites "spec autograd program"` on
    STANDIN_BUILD (the build of the gpu-check-standin test, which runs before this one; built here
-   when it is missing), TERM as soon as autograd's test program runs (seconds on Oclgrind).
+   when it is missing), TERM 1.5 s after autograd's test program started (it runs for seconds
+   on Oclgrind).
 
 3. A step that fails (kiln-info --check under KILN_MEMORY_LIMIT=1), on STANDIN_BUILD again: the
    run goes on, exits 1, and its report (made by gpu-report.py, not the shell's fallback) names
    the step as failed.
+
+4. As meson test stops a test: TERM to the whole process group during the build and KILL half
+   a second later: no process of the run is left, and OUT holds a valid report (the one written
+   after the last step, or the trap's).
 
 Each time (1 and 2): gpu-check.sh exits 143 within seconds, leaves no process of its own running, and
 OUT holds gpu-report.json (valid JSON, final, saying SIGTERM, every planned step named: those
@@ -92,8 +97,9 @@ def run_and_term(label, args, out, build, marker_text, wait_limit, process=None)
         proc.kill()
         print(proc.communicate()[0])
         return None
-    if not process:
-        time.sleep(1.5)
+    # A moment more: the build well under way; meson test waiting on the test it started (a
+    # TERM while meson is still starting it cancels it without an INTERRUPT line).
+    time.sleep(1.5)
     t0 = time.time()
     proc.send_signal(signal.SIGTERM)
     try:
@@ -177,6 +183,45 @@ def main():
         with open(os.path.join(workdir, 'out-tests', 'tests.log')) as f:
             check('=== suite ' + suites[-1]['name'] in f.read() if suites else False,
                   'tests: tests.log holds the interrupted suite\'s output')
+
+    # 4. TERM to the group, KILL 0.5 s later (meson test's way): nothing of the run is left.
+    build4 = os.path.join(workdir, 'build-kill')
+    out = os.path.join(workdir, 'out-kill')
+    shutil.rmtree(build4, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    proc = subprocess.Popen(['bash', script, '--standin', '--quick', '--budget', '600'],
+                            env=dict(os.environ, OUT=out, GPU_CHECK_BUILD=build4),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    reached = wait_for(os.path.join(out, 'gpu-check.log'), '=== step compile', proc, 300)
+    check(reached, 'group kill: the run reached the build')
+    time.sleep(1.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    time.sleep(0.5)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    time.sleep(1)
+    left = leftovers(build4)
+    check(not left, f'group kill: no process of the run is left: {left}')
+    for p in left:  # do not leave a build running on a failure
+        try:
+            os.kill(int(p.split(':')[0]), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    try:
+        with open(os.path.join(out, 'gpu-report.json')) as f:
+            rep = json.load(f)
+        check(steps_of(rep).get('setup', {}).get('status') == 'ok' and
+              steps_of(rep).get('tests', {}).get('status') == 'not run',
+              f'group kill: the report names setup ok and tests not run: {rep.get("state")}')
+    except (OSError, ValueError) as e:
+        check(False, f'group kill: gpu-report.json is valid JSON ({e})')
+    shutil.rmtree(build4, ignore_errors=True)
+    shutil.rmtree(build4 + '-work', ignore_errors=True)
 
     # 3. A failing step: reported as such, and the run goes on.
     out = os.path.join(workdir, 'out-fail')
