@@ -485,7 +485,9 @@ fi
 
 # ---- tests, with the time left ----------------------------------------------------------------
 # The GPU list: every suite that can pass on a machine whose only device is one GPU, in value
-# order, each with its own limit in seconds; 'serial' ones run alone (timing, shared caches).
+# order, each with its own limit in seconds; 'serial' ones run alone (timing, shared caches);
+# 'nostandin' ones are skipped in --standin (kiln-bench's --quick sizes take minutes on
+# Oclgrind; the bench steps cover kiln-bench there).
 # Sizes are the tests' default tier (KILN_TEST_FULL=1 would select the full ones). Not here:
 # the -2dev/-oclgrind/-gpuonly configurations and registry-no-device (they need PoCL or
 # Oclgrind), consumers (installs kiln: covered by CI), mpi, gpu-check-* (this script).
@@ -526,9 +528,9 @@ safetensors-interop 90 serial
 exit 120 serial
 bench-startup-launch 120 serial
 bench-startup-cache 120 serial
-bench-elementwise 60 serial
-bench-reduce 60 serial
-bench-matmul 60 serial
+bench-elementwise 60 serial nostandin
+bench-reduce 60 serial nostandin
+bench-matmul 60 serial nostandin
 fusion 240
 split 240
 faults 90
@@ -551,7 +553,7 @@ collect_suite_output() { # NAME: its output into tests.log, meson's log into tes
 }
 
 run_tests() {
-    local defined want=() n lim ser t names=() limits=() serial=()
+    local defined want=() n lim ser t names=() limits=() serial=() flag
     defined=$(meson test -C "$build" --no-rebuild --list 2>/dev/null |
         sed 's/^kiln:[a-z]* \/ //; s/^kiln \/ //')
     if [ -n "$suites_arg" ]; then
@@ -577,11 +579,18 @@ run_tests() {
         fi
         lim=$(awk -v n="$n" '$1 == n {print $2}' <<<"$gpu_suites")
         ser=$(awk -v n="$n" '$1 == n {print $3}' <<<"$gpu_suites")
+        flag=$(awk -v n="$n" '$1 == n {print $4}' <<<"$gpu_suites")
+        if [ $standin -eq 1 ] && [ "$flag" = nostandin ]; then
+            printf '%s\tskipped\t0\t0\t0\tstandin: kiln-bench on Oclgrind takes minutes\n' \
+                "$n" >>"$work/tests.tsv"
+            echo "$n" >>"$work/suites.skip"
+            continue
+        fi
         names+=("$n")
         limits+=("${lim:-120}")
         serial+=("${ser:-}")
     done
-    printf '%s\n' "${names[@]}" >"$work/suites.txt"
+    { cat "$work/suites.skip" 2>/dev/null; printf '%s\n' "${names[@]}"; } >"$work/suites.txt"
     report
 
     local i=0 total=${#names[@]} l p rc st stop=0 reason
