@@ -402,7 +402,12 @@ typedef struct kiln_named_tensor {
  * "__metadata__" (KILN_ERR_INVALID_ARGUMENT). The file is written atomically: a temporary file
  * beside it (created with the umask's permissions), fsync, rename, fsync of the folder, so path
  * holds the old file or the whole new one, never half of one. Waits for pending work on the
- * tensors. KILN_ERR_IO names the path and the system's reason (a full disk, a missing folder). */
+ * tensors. KILN_ERR_IO names the path and the system's reason (a full disk, a missing folder).
+ * Checkpoints need jansson: where kiln was built without it (meson -Djansson=disabled, or the
+ * default auto on a machine without libjansson-dev), kiln_save, kiln_load, kiln_load_into,
+ * kiln_params_save and kiln_params_load check their arguments as usual, then return
+ * KILN_ERR_UNSUPPORTED with a message that names the function and says that kiln was built
+ * without jansson, and touch no file. */
 KILN_API kiln_status kiln_save(const char *path, const kiln_named_tensor *tensors, int n);
 
 /* A loaded checkpoint: its tensors, on one device, with their names. */

@@ -2,14 +2,18 @@
  * little-endian header length, a JSON header (name -> dtype, shape, data_offsets), then the
  * tensors' bytes, little-endian, in order. The header is read and written with jansson. Files
  * are written atomically (a temporary file in the same folder, fsync, rename, fsync of the
- * folder) and checked whole before any device allocation when loaded. */
+ * folder) and checked whole before any device allocation when loaded. Built without jansson
+ * (meson -Djansson=disabled), the public functions refuse with KILN_ERR_UNSUPPORTED
+ * (kiln__checkpoint_support). */
 #include "checkpoint.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#ifdef KILN_HAVE_JANSSON
 #include <jansson.h>
+#endif
 #include <libgen.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -34,6 +38,28 @@ struct kiln_checkpoint {
 
 /* ---- the header --------------------------------------------------------------------------- */
 
+kiln_status kiln__checkpoint_support(const char *op)
+{
+#ifdef KILN_HAVE_JANSSON
+    (void)op;
+    return KILN_OK;
+#else
+    return kiln__error(KILN_ERR_UNSUPPORTED,
+                       "%s: kiln was built without jansson (meson option -Djansson; "
+                       "libjansson-dev): safetensors checkpoints cannot be saved or loaded",
+                       op);
+#endif
+}
+
+void kiln__st_entries_free(kiln__st_entry *entries, int n)
+{
+    for (int i = 0; entries && i < n; i++)
+        free(entries[i].name);
+    free(entries);
+}
+
+#ifdef KILN_HAVE_JANSSON
+
 /* kiln's dtype of a safetensors dtype name: the kiln name in capitals ("F32" is f32). */
 static bool dtype_of(const char *name, kiln_dtype *out)
 {
@@ -55,13 +81,6 @@ static void st_dtype_name(kiln_dtype dtype, char *buf, size_t size)
     snprintf(buf, size, "%s", kiln_dtype_name(dtype));
     for (char *p = buf; *p; p++)
         *p = (char)toupper((unsigned char)*p);
-}
-
-void kiln__st_entries_free(kiln__st_entry *entries, int n)
-{
-    for (int i = 0; entries && i < n; i++)
-        free(entries[i].name);
-    free(entries);
 }
 
 static int by_begin(const void *a, const void *b)
@@ -234,6 +253,22 @@ kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_le
     return KILN_OK;
 }
 
+#else /* !KILN_HAVE_JANSSON */
+
+kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_len, const char *what,
+                                  kiln__st_entry **entries, int *n)
+{
+    (void)json;
+    (void)len;
+    (void)data_len;
+    (void)what;
+    *entries = NULL;
+    *n = 0;
+    return kiln__checkpoint_support("kiln_load");
+}
+
+#endif
+
 /* ---- files -------------------------------------------------------------------------------- */
 
 static kiln_status io_error(const char *op, const char *what, const char *path)
@@ -305,6 +340,12 @@ static kiln_status check_list(const char *op, const kiln_named_tensor *ts, int n
  * writes it); malloc'd, length to *len. NULL when out of host memory. */
 static char *make_header(const kiln_named_tensor *ts, int n, size_t *len)
 {
+#ifndef KILN_HAVE_JANSSON
+    (void)ts;
+    (void)n;
+    (void)len;
+    return NULL; /* not reached: kiln_save refuses first */
+#else
     json_t *root = json_object();
     uint64_t at = 0;
     bool ok = root != NULL;
@@ -340,6 +381,7 @@ static char *make_header(const kiln_named_tensor *ts, int n, size_t *len)
     out[l + pad] = '\0';
     *len = l + pad;
     return out;
+#endif
 }
 
 /* The bytes of t to fd: through a read map (no copy on unified memory). */
@@ -380,6 +422,8 @@ kiln_status kiln_save(const char *path, const kiln_named_tensor *tensors, int n)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: path is %s", op,
                            path ? "empty" : "NULL");
     kiln_status s = check_list(op, tensors, n);
+    if (s == KILN_OK)
+        s = kiln__checkpoint_support(op);
     if (s != KILN_OK)
         return s;
     size_t hlen = 0;
@@ -454,6 +498,9 @@ static kiln_status st_open(const char *op, const char *path, st_file *f)
     if (!path || !*path)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: path is %s", op,
                            path ? "empty" : "NULL");
+    kiln_status s = kiln__checkpoint_support(op);
+    if (s != KILN_OK)
+        return s;
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (f->fd < 0 || fstat(f->fd, &st) != 0)
@@ -487,7 +534,6 @@ static kiln_status st_open(const char *op, const char *path, st_file *f)
         st_close(f);
         return kiln__host_oom(op);
     }
-    kiln_status s = KILN_OK;
     if (!read_all(f->fd, header, hlen, 8))
         s = io_error(op, "could not read", path);
     f->data_at = 8 + hlen;

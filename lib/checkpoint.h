@@ -34,4 +34,9 @@ kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_le
 
 void kiln__st_entries_free(kiln__st_entry *entries, int n);
 
+/* KILN_OK where kiln was built with jansson; else KILN_ERR_UNSUPPORTED, with a message naming op
+ * (the public function) and saying that kiln was built without jansson. The checkpoint functions
+ * (kiln_save, kiln_load, kiln_load_into, kiln_params_save, kiln_params_load) call it first. */
+kiln_status kiln__checkpoint_support(const char *op);
+
 #endif

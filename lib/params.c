@@ -6,6 +6,7 @@
 #include "params.h"
 
 #include "alloc.h"
+#include "checkpoint.h"
 #include "scope.h"
 #include "status.h"
 #include "tensor.h"
@@ -127,6 +128,8 @@ kiln_status kiln_params_save(const kiln_params *p, const char *path)
     kiln_named_tensor *named;
     kiln_status s = as_named(p, "kiln_params_save", &named);
     if (s == KILN_OK)
+        s = kiln__checkpoint_support("kiln_params_save");
+    if (s == KILN_OK)
         s = kiln_save(path, named, p->n);
     free(named);
     return s;
@@ -136,6 +139,8 @@ kiln_status kiln_params_load(const kiln_params *p, const char *path)
 {
     kiln_named_tensor *named;
     kiln_status s = as_named(p, "kiln_params_load", &named);
+    if (s == KILN_OK)
+        s = kiln__checkpoint_support("kiln_params_load");
     if (s == KILN_OK)
         s = kiln_load_into(path, named, p->n);
     free(named);

@@ -454,6 +454,55 @@ START_TEST(test_parse_header)
 }
 END_TEST
 
+/* Built without jansson (meson -Djansson=disabled; the test checkpoint-nojansson, run by .ci/run
+ * carry): every checkpoint function checks its arguments as usual, then refuses with
+ * KILN_ERR_UNSUPPORTED, names itself and says why, and touches no file. */
+START_TEST(test_without_jansson)
+{
+    kiln_device *dev = test_device();
+    kiln_tensor *t;
+    ASSERT_OK(kiln_arange(dev, KILN_F32, 0, 4, 1, &t));
+    kiln_named_tensor named[] = {{"w", t}};
+    const char *file = path_of("w.safetensors");
+    ASSERT_FAILS(kiln_save(file, named, 1), KILN_ERR_UNSUPPORTED, "kiln_save: ");
+    ASSERT_ERROR_HAS("built without jansson");
+    ck_assert_int_ne(access(file, F_OK), 0);
+    ASSERT_FAILS(kiln_save(NULL, named, 1), KILN_ERR_INVALID_ARGUMENT, "kiln_save: path");
+    /* A valid file, written by hand: {"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} */
+    static const char header[] = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    unsigned char bytes[8 + sizeof header - 1 + 4] = {sizeof header - 1};
+    memcpy(bytes + 8, header, sizeof header - 1);
+    write_file(file, bytes, sizeof bytes);
+    kiln_checkpoint *ck = (kiln_checkpoint *)1;
+    ASSERT_FAILS(kiln_load(file, dev, &ck), KILN_ERR_UNSUPPORTED, "kiln_load: ");
+    ASSERT_ERROR_HAS("built without jansson");
+    ck_assert_ptr_null(ck);
+    ASSERT_FAILS(kiln_load_into(file, named, 1), KILN_ERR_UNSUPPORTED, "kiln_load_into: ");
+    ASSERT_ERROR_HAS("built without jansson");
+    kiln_params *p;
+    ASSERT_OK(kiln_params_create(&p));
+    ASSERT_OK(kiln_params_add(p, "w", t));
+    ASSERT_FAILS(kiln_params_save(p, path_of("p.safetensors")), KILN_ERR_UNSUPPORTED,
+                 "kiln_params_save: ");
+    ASSERT_ERROR_HAS("built without jansson");
+    ck_assert_int_ne(access(path_of("p.safetensors"), F_OK), 0);
+    ASSERT_FAILS(kiln_params_load(p, file), KILN_ERR_UNSUPPORTED, "kiln_params_load: ");
+    ASSERT_ERROR_HAS("built without jansson");
+    kiln__st_entry *es = (kiln__st_entry *)1;
+    int n = -1;
+    ck_assert_int_eq(kiln__st_parse_header("{}", 2, 0, "test", &es, &n), KILN_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(es);
+    ck_assert_int_eq(n, 0);
+    /* The tensor is untouched: 0, 1, 2, 3. */
+    float back[4];
+    ASSERT_OK(kiln_tensor_read(t, back, sizeof back));
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(back[i], (float)i);
+    kiln_params_free(p);
+    kiln_tensor_release(t);
+}
+END_TEST
+
 Suite *checkpoint_suite(void)
 {
     Suite *s = suite_create("checkpoint");
@@ -467,5 +516,12 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_save_errors_and_atomicity);
     tcase_add_test(tc, test_resume_bit_identical);
     suite_add_tcase(s, tc);
+    /* Only where the build has no jansson (tests/meson.build sets the variable there). */
+    if (getenv("KILN_TEST_NO_JANSSON")) {
+        TCase *nj = tcase_create("nojansson");
+        tcase_add_unchecked_fixture(nj, setup, teardown);
+        tcase_add_test(nj, test_without_jansson);
+        suite_add_tcase(s, nj);
+    }
     return s;
 }

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""test-kiln-info.py KILN_INFO VENDORS_DIR HAVE_OCLGRIND - kiln-info's output and exit codes.
+"""test-kiln-info.py KILN_INFO VENDORS_DIR HAVE_OCLGRIND HAVE_CLBLAST - kiln-info's output and
+exit codes.
 
 The reference device count comes from OpenCL itself (clGetPlatformIDs/clGetDeviceIDs through
 ctypes, in a child process so that each environment gets a fresh ICD loader).
 VENDORS_DIR lists Oclgrind beside PoCL; VENDORS_DIR-empty lists nothing (no platform).
+"plain" is the machine as the caller gives it (OCL_ICD_VENDORS kept: scripts/gpu-check.sh
+points it at NVIDIA's driver). The cases that need PoCL (a CPU device, POCL_DEVICES for two
+devices or for a platform without devices) print "SKIP: <reason>" where PoCL is not the
+machine's platform (a GPU-only machine); `-d cuda:0` must select the GPU where it is NVIDIA's and
+be refused elsewhere. Exits 77 when OpenCL has no device at all here.
 """
 import ctypes
 import json
@@ -22,6 +28,7 @@ FIELDS = {
 }
 
 failures = []
+skips = []
 
 # kiln-info's exit codes (kiln-info --help, kiln-info(1), docs/devices.md).
 EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_NO_PLATFORM, EXIT_NO_DEVICE, EXIT_NO_SUCH = 1, 2, 3, 4, 5
@@ -31,6 +38,11 @@ def check(cond, what):
     print(('ok   ' if cond else 'FAIL ') + what)
     if not cond:
         failures.append(what)
+
+
+def skip(what, why):
+    print(f'SKIP: {what}: {why}')
+    skips.append(what)
 
 
 def count_devices():
@@ -107,15 +119,24 @@ def check_json(exe, extra, label):
 
 
 def main(exe, vendors, have_oclgrind, have_clblast):
-    plain = {'POCL_DEVICES': None, 'OCL_ICD_VENDORS': None, 'KILN_VISIBLE_DEVICES': None,
-             'KILN_DEVICE': None}
+    plain = {'POCL_DEVICES': None, 'KILN_VISIBLE_DEVICES': None, 'KILN_DEVICE': None}
     two = dict(plain, POCL_DEVICES='pthread pthread')
     empty = dict(plain, OCL_ICD_VENDORS=vendors + '-empty')
+    bogus = dict(plain, POCL_DEVICES='bogus')
 
+    if direct_count(plain) == 0:
+        print('SKIP: OpenCL lists no device here (nothing for kiln-info to show)')
+        return 77
     doc = check_json(exe, plain, 'plain')
     n = len(doc['devices']) if doc else 0
+    devs = doc['devices'] if doc else []
+    # What the machine is: PoCL (a CPU device that POCL_DEVICES controls), an NVIDIA GPU.
+    has_cpu = any(d.get('type') == 'cpu' for d in devs)
+    pocl = has_cpu and direct_count(two) == 2 and direct_count(bogus) == 0
+    no_pocl = 'PoCL is not the platform here (a GPU-only machine)'
+    nvidia = any('NVIDIA' in d.get('vendor', '') + d.get('platform', '') for d in devs)
     doc2 = check_json(exe, two, '2dev')
-    if doc2 and direct_count(two) == 2:
+    if doc2 and pocl:
         check([d['spec'] for d in doc2['devices']] == ['cpu:0', 'cpu:1'], '2dev: cpu:0, cpu:1')
     if have_oclgrind == '1':
         grind = dict(plain, OCL_ICD_VENDORS=vendors)
@@ -131,11 +152,25 @@ def main(exe, vendors, have_oclgrind, have_clblast):
     check(r.returncode == 0 and len(r.stdout.splitlines()) == n, f'-l gives {n} lines')
     r = run(exe, ['--list'], two)
     check(len(r.stdout.splitlines()) == direct_count(two), '--list under 2dev')
-    r = run(exe, ['-d', 'cpu:0', '--json'], two)
-    d1 = json.loads(r.stdout) if r.returncode == 0 else {'devices': []}
-    check(len(d1['devices']) == 1 and d1['devices'][0]['spec'] == 'cpu:0', '-d cpu:0 --json')
-    r = run(exe, ['--device=cpu', '-l'], plain)
-    check(r.returncode == 0 and r.stdout.startswith('cpu:0'), '--device=cpu -l')
+    if pocl:
+        r = run(exe, ['-d', 'cpu:0', '--json'], two)
+        d1 = json.loads(r.stdout) if r.returncode == 0 else {'devices': []}
+        check(len(d1['devices']) == 1 and d1['devices'][0]['spec'] == 'cpu:0', '-d cpu:0 --json')
+    else:
+        skip('-d cpu:0 --json under 2dev', no_pocl)
+    # The first device by its type (cpu:0 on PoCL, gpu:0 on a GPU-only machine).
+    first = devs[0]['spec'] if devs else 'cpu:0'
+    kind = first.split(':')[0]
+    r = run(exe, [f'--device={kind}', '-l'], plain)
+    check(r.returncode == 0 and r.stdout.startswith(first), f'--device={kind} -l')
+    if nvidia:
+        r = run(exe, ['-d', 'cuda:0', '--json'], plain)
+        try:
+            dc = json.loads(r.stdout)['devices'] if r.returncode == 0 else []
+        except ValueError:
+            dc = []
+        check(len(dc) == 1 and 'NVIDIA' in dc[0]['vendor'] + dc[0]['platform'],
+              f'-d cuda:0 selects the NVIDIA GPU (exit {r.returncode}: {r.stderr.strip()[:160]!r})')
 
     # Exit codes: 2 usage, 5 no such device (others exist).
     for args, code, text in [
@@ -148,8 +183,10 @@ def main(exe, vendors, have_oclgrind, have_clblast):
         (['extra'], 2, "unexpected argument 'extra'"),
         (['-l', '--json'], 2, 'at most one'),
         (['-d', 'gpu:7'], EXIT_NO_SUCH, "no device 'gpu:7'"),
-        (['-d', 'cpu:99'], EXIT_NO_SUCH, 'available: cpu:0'),
+        (['-d', f'{kind}:99'], EXIT_NO_SUCH, f'available: {first}'),
+    ] + ([] if nvidia else [
         (['-d', 'cuda:0'], EXIT_NO_SUCH, 'NVIDIA'),
+    ]) + [
         (['-d', 'opencl:9:0', '--check'], EXIT_NO_SUCH, "no device 'opencl:9:0'"),
         (['-d', 'cpu:99', '--json'], EXIT_NO_SUCH, "no device 'cpu:99'"),
     ]:
@@ -172,7 +209,19 @@ def main(exe, vendors, have_oclgrind, have_clblast):
     except (ValueError, KeyError):
         check(False, 'no platform --json: valid JSON')
     # A platform with no devices (PoCL asked for a device kind it does not have): 4.
-    bogus = dict(plain, POCL_DEVICES='bogus')
+    if pocl:
+        platform_without_devices(exe, bogus)
+    else:
+        skip('a platform without devices (POCL_DEVICES=bogus)', no_pocl)
+    # Every device hidden (KILN_VISIBLE_DEVICES=''): no usable device either.
+    r = run(exe, ['-l'], dict(plain, KILN_VISIBLE_DEVICES=''))
+    check(r.returncode == EXIT_NO_DEVICE, f'every device hidden: exit {r.returncode}')
+    rest(exe, vendors, have_oclgrind, have_clblast, plain, two, pocl, no_pocl)
+    print(f'{len(failures)} failure(s), {len(skips)} part(s) skipped')
+    return 1 if failures else 0
+
+
+def platform_without_devices(exe, bogus):
     check(direct_count(bogus) == 0, 'POCL_DEVICES=bogus: OpenCL lists no device')
     for args in ([], ['-l'], ['--check']):
         r = run(exe, args, bogus)
@@ -190,9 +239,9 @@ def main(exe, vendors, have_oclgrind, have_clblast):
               'platform without devices --json: valid, no devices')
     except (ValueError, KeyError):
         check(False, 'platform without devices --json: valid JSON')
-    # Every device hidden (KILN_VISIBLE_DEVICES=''): no usable device either.
-    r = run(exe, ['-l'], dict(plain, KILN_VISIBLE_DEVICES=''))
-    check(r.returncode == EXIT_NO_DEVICE, f'every device hidden: exit {r.returncode}')
+
+
+def rest(exe, vendors, have_oclgrind, have_clblast, plain, two, pocl, no_pocl):
     # A check that fails (no memory allowed for its tensors): 1, with a FAIL line.
     r = run(exe, ['--check'], dict(plain, KILN_MEMORY_LIMIT='1'))
     check(r.returncode == EXIT_CHECK_FAILED and ' FAIL ' in r.stdout and
@@ -222,7 +271,9 @@ def main(exe, vendors, have_oclgrind, have_clblast):
     check(p.returncode == 0 and p.stderr == '',
           f'writing into a closed pipe: exit {p.returncode}, stderr {p.stderr!r}')
 
-    configs = [('2dev', two)]
+    configs = [('2dev', two)] if pocl else []
+    if not pocl:
+        skip('--check under 2dev', no_pocl)
     grind_log = os.path.join(tempfile.mkdtemp(prefix='kiln-info-'), 'oclgrind.log')
     if have_oclgrind == '1':
         # Oclgrind checks the --check kernel for out-of-bounds accesses, races, API misuse.
@@ -250,12 +301,12 @@ def main(exe, vendors, have_oclgrind, have_clblast):
               all(' OK ' in ln and re.search(r' matmul clblast f32 [0-9.]+ ms', ln)
                   for ln in lines),
               f'--check with CLBlast warms it: {r.stdout!r} {r.stderr!r}')
-    r = run(exe, ['--check', '-d', 'cpu:1'], two)
-    check(r.returncode == 0 and r.stdout.startswith('cpu:1 ') and len(r.stdout.splitlines()) == 1,
-          f'--check -d cpu:1: {r.stdout!r}')
-
-    print(f'{len(failures)} failure(s)')
-    return 1 if failures else 0
+    if pocl:
+        r = run(exe, ['--check', '-d', 'cpu:1'], two)
+        check(r.returncode == 0 and r.stdout.startswith('cpu:1 ') and
+              len(r.stdout.splitlines()) == 1, f'--check -d cpu:1: {r.stdout!r}')
+    else:
+        skip('--check -d cpu:1 under 2dev', no_pocl)
 
 
 if __name__ == '__main__':

@@ -1,33 +1,70 @@
 #!/usr/bin/env python3
 """test-safetensors.py HELPER VENV [SPEC] - kiln's checkpoints against the safetensors package.
 
-Makes (or reuses) a virtual environment at VENV with `safetensors` and `numpy` from PyPI, then
-runs itself inside it: writes a file with numpy arrays of every dtype kiln has (a scalar and an
-empty array among them) through safetensors, has HELPER (tests/checkpoint-helper.c) load it with
-kiln and save every tensor back with one of kiln's own, and reads that file with safetensors:
+Runs itself under a Python that has `safetensors` and `numpy`: the one running it where it has
+them (the NVIDIA machines' Python does), else a virtual environment at VENV made (or reused) with
+both from the package index. Then it writes a file with numpy arrays of every dtype kiln has (a
+scalar and an empty array among them) through safetensors, has HELPER
+(tests/checkpoint-helper.c) load it with kiln and save every tensor back with one of kiln's own,
+and reads that file with safetensors:
 every array must come back with its dtype, shape (a scalar as shape [], a 0-d tensor in kiln)
-and exact values, and kiln's arange must be 0..9. Exits 77 (skipped) when the packages cannot be installed (no network)."""
+and exact values, and kiln's arange must be 0..9. Exits 77 (skipped), saying why, within
+seconds when neither Python has the packages and the index cannot be reached (no network,
+PIP_NO_INDEX, no venv module): pip's retries never run."""
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 
 helper, venv = sys.argv[1], sys.argv[2]
 spec = sys.argv[3] if len(sys.argv) > 3 else 'auto'
 vpy = os.path.join(venv, 'bin', 'python3')
 
+
+def skip(why):
+    print('SKIP: ' + why)
+    sys.exit(77)
+
+
+def index_reachable():
+    """None where pip's package index answers a TCP connection within 5 s, else the reason."""
+    if os.environ.get('PIP_NO_INDEX', '').lower() not in ('', '0', 'false', 'no', 'off'):
+        return 'PIP_NO_INDEX is set'
+    url = urllib.parse.urlparse(os.environ.get('PIP_INDEX_URL') or 'https://pypi.org/simple')
+    host = url.hostname or 'pypi.org'
+    port = url.port or (443 if url.scheme == 'https' else 80)
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+        return None
+    except OSError as e:
+        return f'the package index {host}:{port} cannot be reached ({e})'
+
+
+def has_packages(python):
+    return subprocess.run([python, '-c', 'import numpy, safetensors.numpy'],
+                          capture_output=True, timeout=120).returncode == 0
+
+
 if os.environ.get('KILN_ST_INSIDE') != '1':
-    if not os.path.exists(os.path.join(venv, '.ready')):
-        r = subprocess.run([sys.executable, '-m', 'venv', venv], capture_output=True, text=True)
-        if r.returncode == 0:
-            r = subprocess.run([vpy, '-m', 'pip', 'install', '--quiet', 'safetensors', 'numpy'],
-                               capture_output=True, text=True)
-        if r.returncode != 0:
-            print('SKIP: could not make a virtual environment with safetensors and numpy:\n' +
-                  r.stdout + r.stderr)
-            sys.exit(77)
-        open(os.path.join(venv, '.ready'), 'w').close()
     env = dict(os.environ, KILN_ST_INSIDE='1')
+    if has_packages(sys.executable):
+        sys.exit(subprocess.run([sys.executable] + sys.argv, env=env).returncode)
+    if not os.path.exists(os.path.join(venv, '.ready')):
+        why = index_reachable()
+        if why:
+            skip(f'{sys.executable} lacks safetensors or numpy, and {why}')
+        r = subprocess.run([sys.executable, '-m', 'venv', venv], capture_output=True, text=True,
+                           timeout=300)
+        if r.returncode == 0:
+            r = subprocess.run([vpy, '-m', 'pip', 'install', '--quiet', '--retries', '1',
+                                '--timeout', '20', 'safetensors', 'numpy'],
+                               capture_output=True, text=True, timeout=400)
+        if r.returncode != 0:
+            skip('could not make a virtual environment with safetensors and numpy:\n' +
+                 r.stdout + r.stderr)
+        open(os.path.join(venv, '.ready'), 'w').close()
     sys.exit(subprocess.run([vpy] + sys.argv, env=env).returncode)
 
 import numpy as np  # noqa: E402  (inside the virtual environment)
