@@ -18,6 +18,9 @@ static const char install_hint[] =
     "install an OpenCL driver: pocl-opencl-icd for the CPU, the NVIDIA driver's OpenCL ICD "
     "(nvidia-opencl-icd) for NVIDIA GPUs; check /etc/OpenCL/vendors (or OCL_ICD_VENDORS) and "
     "try clinfo";
+/* Where a GPU on the PCI bus has its own diagnosis: the CPU half of install_hint alone. */
+static const char cpu_install_hint[] =
+    "install an OpenCL driver for the CPU (pocl-opencl-icd), or see to the GPU";
 
 static void append(char *buf, size_t size, const char *fmt, ...) KILN__PRINTF(3, 4);
 static void append(char *buf, size_t size, const char *fmt, ...)
@@ -234,15 +237,26 @@ static void explain_type(const kiln__census *c, kiln_device_type mask, char *buf
     buf[0] = '\0';
     if (count_type(c, mask) > 0)
         return;
+    /* A GPU on the PCI bus gets its own diagnosis; with no platform at all, the generic advice
+     * ("install nvidia-opencl-icd") is given only where that diagnosis has nothing to say: it
+     * would contradict "the library loads, only the ICD file is missing". Where a CPU device
+     * would do too (auto), the CPU's driver is still named. */
+    char pci[KILN__DIAG_SIZE] = "";
+    if (mask & KILN_DEVICE_GPU)
+        explain_pci(c, pci, sizeof pci);
     if (c->no_platform) {
-        append(buf, size, "no OpenCL platform found (%s (%d)): %s",
-               kiln__cl_error_name(c->platform_error), (int)c->platform_error, install_hint);
+        const char *hint = !pci[0]                 ? install_hint
+                           : mask & KILN_DEVICE_CPU ? cpu_install_hint
+                                                    : NULL;
+        append(buf, size, "no OpenCL platform found (%s (%d))%s%s",
+               kiln__cl_error_name(c->platform_error), (int)c->platform_error, hint ? ": " : "",
+               hint ? hint : "");
     } else {
         explain_absent(c, mask, buf, size);
         explain_failures(c, buf, size);
     }
-    if (mask & KILN_DEVICE_GPU)
-        explain_pci(c, buf, size);
+    if (pci[0])
+        append(buf, size, "%s", pci);
     if (!buf[0])
         append(buf, size, "no %s device", mask_name(mask));
 }

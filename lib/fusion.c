@@ -488,6 +488,9 @@ static void dtype_block(sbuf *b, kiln_dtype d, const wants *w)
 /* The helpers of g's ops: kiln_rh and a block of op functions per dtype computed in. */
 static void gen_helpers(const graph *g, sbuf *b)
 {
+    /* As in elementwise.cl: no a * b + c contracted to fma (NVIDIA's compiler does it by
+     * default), so that a fused chain rounds as the eager kernels do, bit for bit. */
+    sb_add(b, "#pragma OPENCL FP_CONTRACT OFF\n");
     wants w[KILN_DTYPE_COUNT] = {{0}};
     for (int m = 0; m < g->nn; m++) {
         struct kiln__lazy *z = lazy_of(g->node[m]);

@@ -302,17 +302,19 @@ static kiln_status build_failed(kiln_device *dev, cl_program p, const char *sour
     return s;
 }
 
-/* PoCL's and Oclgrind's compiler (clang, in the process) prints "1 error generated." on stderr
- * besides the build log; kiln is silent by default, so fd 2 points at a temporary file during
- * their builds and what was printed goes to the log (debug). Other threads' stderr meanwhile
- * goes there too. Other drivers' builds are not captured (a crash report would be lost). */
+/* PoCL's, Oclgrind's and NVIDIA's compilers (clang-based, in the process) print "1 error
+ * generated." on stderr besides the build log (NVIDIA's: seen on an H200, driver 580.159);
+ * kiln is silent by default, so fd 2 points at a temporary file during their builds and what
+ * was printed goes to the log (debug). Other threads' stderr meanwhile goes there too. Other
+ * drivers' builds are not captured (a crash report would be lost). */
 static pthread_mutex_t stderr_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool prints_on_stderr(const kiln_device *dev)
 {
     return strstr(dev->info.platform, "Portable Computing Language") != NULL ||
            strstr(dev->info.platform, "PoCL") != NULL ||
-           strstr(dev->info.platform, "Oclgrind") != NULL;
+           strstr(dev->info.platform, "Oclgrind") != NULL ||
+           strstr(dev->info.platform, "NVIDIA") != NULL;
 }
 
 static cl_int build_quietly(kiln_device *dev, cl_program p, const char *options)

@@ -554,8 +554,9 @@ collect_suite_output() { # NAME: its output into tests.log, meson's log into tes
 
 run_tests() {
     local defined want=() n lim ser t names=() limits=() serial=() flag
+    # Meson up to 1.x lists "kiln:SUITE / NAME" (or "kiln / NAME"), newer ones "SUITE - kiln:NAME".
     defined=$(meson test -C "$build" --no-rebuild --list 2>/dev/null |
-        sed 's/^kiln:[a-z]* \/ //; s/^kiln \/ //')
+        sed -E 's/^[^ ]+ - [^ :]+://; s/^.* \/ //')
     if [ -n "$suites_arg" ]; then
         for n in $suites_arg; do want+=("$n"); done
     elif [ $quick -eq 1 ]; then
@@ -592,6 +593,11 @@ run_tests() {
     done
     { cat "$work/suites.skip" 2>/dev/null; printf '%s\n' "${names[@]}"; } >"$work/suites.txt"
     report
+    if [ ${#want[@]} -gt 0 ] && [ ${#names[@]} -eq 0 ] && ! [ -s "$work/suites.skip" ]; then
+        note "none of the $((${#want[@]})) suites asked for is in this build's test list" \
+            "(meson test --list said: $(head -c 300 <<<"$defined" | tr '\n' ' '))"
+        return 1
+    fi
 
     local i=0 total=${#names[@]} l p rc st stop=0 reason
     while [ "$i" -lt "$total" ] || [ ${#job_pid[@]} -gt 0 ]; do

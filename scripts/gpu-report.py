@@ -82,7 +82,8 @@ def parse_json_lines(text):
     return out
 
 
-RESULT_RE = re.compile(r'^\s*\d+/\d+\s+(?:\S+\s+/\s+)?(\S+)\s+'
+# "1/3 kiln:device / NAME OK" (Meson 1.0) or "1/3 device - kiln:NAME OK" (Meson 1.12).
+RESULT_RE = re.compile(r'^\s*\d+/\d+\s+(?:\S+\s+[/-]\s+)?(?:[\w.+-]+:)?(\S+)\s+'
                        r'(OK|FAIL|SKIP|TIMEOUT|INTERRUPT|ERROR|EXPECTEDFAIL|UNEXPECTEDPASS)\b',
                        re.M)
 
@@ -103,8 +104,8 @@ def parse_meson(text):
 
 
 def features(setup_text):
-    """Meson's Features summary of the setup step: {name: 'YES'/'NO'} (meson writes True/False
-    or YES/NO)."""
+    """Meson's Features summary of the setup step: {name: 'YES'/'NO'} (meson writes True/False,
+    true/false (1.12) or YES/NO)."""
     feats = {}
     section = False
     for ln in (setup_text or '').splitlines():
@@ -112,9 +113,9 @@ def features(setup_text):
             section = True
             continue
         if section:
-            m = re.match(r'^\s+(.+?)\s*:\s*(YES|NO|True|False)\s*$', ln)
+            m = re.match(r'^\s+(.+?)\s*:\s*(YES|NO|True|False|true|false)\s*$', ln)
             if m:
-                feats[m.group(1)] = 'YES' if m.group(2) in ('YES', 'True') else 'NO'
+                feats[m.group(1)] = 'YES' if m.group(2) in ('YES', 'True', 'true') else 'NO'
             elif ln.strip() and not ln.startswith(' '):
                 section = False
     return feats

@@ -6,6 +6,9 @@
   (NVIDIA's compiler may reject it); write a plain function or `static inline`.
 - `#pragma OPENCL FP_CONTRACT OFF` in every file whose results a test checks bit for bit
   (NVIDIA's compiler contracts a * b + c to fma by default).
+- No variadic macros (`#define F(...)`, `__VA_ARGS__`): OpenCL C 1.2 has none and NVIDIA's
+  compiler rejects them ("variadic macros not supported in OpenCL"), while PoCL and Oclgrind
+  accept them. The macros embed.py generates in front of the prelude are checked too.
 
 Usage: check-kernels.py KERNEL_DIR
 """
@@ -14,9 +17,9 @@ import re
 import sys
 
 # Kernels whose results tests compare bit for bit (tests/test-random.c, test-creation.c
-# test_arange_not_fused), or whose error bounds rest on exact roundings (reduce.cl's
-# compensated sums).
-BIT_EXACT = ['random.cl', 'creation.cl', 'reduce.cl']
+# test_arange_not_fused, test-fusion.c: fused against eager elementwise), or whose error bounds
+# rest on exact roundings (reduce.cl's compensated sums).
+BIT_EXACT = ['random.cl', 'creation.cl', 'reduce.cl', 'elementwise.cl']
 
 
 def strip_comments(src):
@@ -39,6 +42,19 @@ def main():
                                                src, flags=re.M):
             errors.append(f'{name}: tests check its results bit for bit but it lacks '
                           f'`#pragma OPENCL FP_CONTRACT OFF` (NVIDIA fuses multiply-adds)')
+    sys.path.insert(0, kdir)
+    sys.dont_write_bytecode = True  # nothing written into the source tree
+    import embed  # the generated KILN_IF_<name> / KILN_STORE_AS_<name> lines
+    hdr = os.path.join(kdir, '..', '..', 'include', 'kiln.h')
+    generated = embed.tables_text(hdr).decode().split('\n')
+    sources = [(name, strip_comments(open(os.path.join(kdir, name)).read()).split('\n'))
+               for name in sorted(os.listdir(kdir)) if name.endswith('.cl')]
+    sources.append(('embed.py (generated)', generated))
+    for name, lines in sources:
+        for no, line in enumerate(lines, 1):
+            if re.search(r'#\s*define\s+\w+\([^)]*\.\.\.\s*\)|__VA_ARGS__', line):
+                errors.append(f'{name}:{no}: variadic macro (NVIDIA\'s OpenCL C compiler '
+                              f'rejects it): give it fixed parameters: {line.strip()}')
     for e in errors:
         print(e)
     print(f'{len(errors)} problem(s)' if errors else 'kernel sources: ok')

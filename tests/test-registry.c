@@ -857,16 +857,19 @@ START_TEST(pci_nvidia_no_icd_and_amd)
 }
 END_TEST
 
-/* An NVIDIA GPU bound to the nvidia driver, and every OpenCL device hidden (so that "why is there
- * no GPU" is asked in every configuration, -gpuonly included). lib: what
- * KILN_TEST_NVIDIA_OPENCL_LIB names, the library whose loading kiln tries. */
-static void nvidia_gpu_without_opencl(const char *lib)
+/* An NVIDIA GPU bound to the nvidia driver, and no OpenCL platform (so that "why is there no
+ * GPU" is asked in every configuration, -gpuonly and a real GPU machine included: a GPU hidden
+ * by KILN_VISIBLE_DEVICES is reported as hidden, rightly, before any PCI diagnosis). lib: what
+ * KILN_TEST_NVIDIA_OPENCL_LIB names, the library whose loading kiln tries; platforms: the
+ * clGetPlatformIDs to use instead (NULL: no_platforms). */
+typedef cl_int(CL_API_CALL *platform_ids_fn)(cl_uint, cl_platform_id *, cl_uint *);
+static void nvidia_gpu_without_opencl(const char *lib, platform_ids_fn platforms)
 {
     make_sysfs();
     fake_pci("0000:01:00.0", "0x030200", "0x10de", "nvidia");
     setenv("KILN_SYSFS_ROOT", sysfs, 1);
     setenv("KILN_TEST_NVIDIA_OPENCL_LIB", lib, 1);
-    setenv("KILN_VISIBLE_DEVICES", "", 1);
+    kiln__cl.GetPlatformIDs = platforms ? platforms : no_platforms;
     kiln__registry_reset();
     ck_assert(!kiln_is_available(KILN_DEVICE_GPU));
 }
@@ -885,13 +888,19 @@ static const char *fake_nvidia_lib(void)
 /* The driver and its OpenCL library are there, only the ICD file is missing: the one-line fix. */
 START_TEST(pci_nvidia_icd_file_missing)
 {
-    nvidia_gpu_without_opencl(fake_nvidia_lib());
+    nvidia_gpu_without_opencl(fake_nvidia_lib(), NULL);
     const char *why = kiln_unavailable_reason(KILN_DEVICE_GPU);
     ck_assert_has(why, "an NVIDIA GPU is on the PCI bus (0000:01:00.0, driver nvidia)");
     ck_assert_has(why, "libnvidia-opencl.so.1 loads");
     ck_assert_has(why, "no OpenCL platform shows it");
     ck_assert_has(why, "echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd");
     ck_assert_msg(strstr(why, "nvidia-opencl-icd") == NULL, "asks to install: %s", why);
+    /* auto would take a CPU device too: its driver is named, NVIDIA's install advice is not
+     * (seen on an H200 machine whose only driver is NVIDIA's, with no ICD file) */
+    const char *any = kiln_unavailable_reason(KILN_DEVICE_ALL);
+    ck_assert_has(any, "pocl-opencl-icd");
+    ck_assert_has(any, "echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd");
+    ck_assert_msg(strstr(any, "nvidia-opencl-icd") == NULL, "asks to install: %s", any);
     /* -oclgrind and -gpuonly set OCL_ICD_VENDORS: the loader then ignores /etc/OpenCL/vendors */
     const char *vendors = getenv("OCL_ICD_VENDORS");
     if (vendors && *vendors)
@@ -899,7 +908,7 @@ START_TEST(pci_nvidia_icd_file_missing)
     else
         ck_assert_msg(strstr(why, "OCL_ICD_VENDORS='") == NULL, "%s", why);
     kiln_device *dev;
-    ck_assert_int_eq(kiln_device_get("cuda:0", &dev), KILN_ERR_NO_DEVICE);
+    ck_assert_int_eq(kiln_device_get("cuda:0", &dev), KILN_ERR_NO_PLATFORM);
     ASSERT_ERROR_HAS("echo libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd");
     remove_tree();
     restore();
@@ -909,7 +918,7 @@ END_TEST
 /* The driver is there but its OpenCL library is not: install that. */
 START_TEST(pci_nvidia_opencl_library_missing)
 {
-    nvidia_gpu_without_opencl("/nonexistent/libnvidia-opencl.so.1");
+    nvidia_gpu_without_opencl("/nonexistent/libnvidia-opencl.so.1", NULL);
     const char *why = kiln_unavailable_reason(KILN_DEVICE_GPU);
     ck_assert_has(why, "an NVIDIA GPU is on the PCI bus (0000:01:00.0, driver nvidia)");
     ck_assert_has(why, "the driver's OpenCL part is missing");
@@ -921,22 +930,17 @@ START_TEST(pci_nvidia_opencl_library_missing)
 }
 END_TEST
 
-/* A fake "NVIDIA CUDA" platform, after the real ones, whose clGetDeviceIDs finds no device. */
+/* A fake "NVIDIA CUDA" platform, alone (the real ones hidden: on a GPU machine a real NVIDIA
+ * platform would answer), whose clGetDeviceIDs finds no device. */
 static char fake_nvidia_tag;
 #define FAKE_NVIDIA ((cl_platform_id)&fake_nvidia_tag)
 
-static cl_int CL_API_CALL platforms_and_nvidia(cl_uint n, cl_platform_id *ids, cl_uint *count)
+static cl_int CL_API_CALL only_fake_nvidia(cl_uint n, cl_platform_id *ids, cl_uint *count)
 {
-    cl_uint real = 0;
-    cl_int err = clGetPlatformIDs(n, ids, &real);
-    if (err == CL_PLATFORM_NOT_FOUND_KHR)
-        real = 0;
-    else if (err != CL_SUCCESS)
-        return err;
-    if (ids && real < n)
-        ids[real] = FAKE_NVIDIA;
+    if (ids && n > 0)
+        ids[0] = FAKE_NVIDIA;
     if (count)
-        *count = real + 1;
+        *count = 1;
     return CL_SUCCESS;
 }
 
@@ -973,11 +977,10 @@ static cl_int CL_API_CALL nvidia_no_devices(cl_platform_id p, cl_device_type t, 
  * not a missing ICD. */
 START_TEST(pci_nvidia_platform_without_devices)
 {
-    kiln__cl.GetPlatformIDs = platforms_and_nvidia;
     kiln__cl.GetPlatformInfo = nvidia_platform_info;
     kiln__cl.GetDeviceIDs = nvidia_no_devices;
     setenv("CUDA_VISIBLE_DEVICES", "", 1);
-    nvidia_gpu_without_opencl(fake_nvidia_lib());
+    nvidia_gpu_without_opencl(fake_nvidia_lib(), only_fake_nvidia);
     ck_assert_has(kiln_device_notes(), "(NVIDIA CUDA) has no devices");
     const char *why = kiln_unavailable_reason(KILN_DEVICE_GPU);
     ck_assert_has(why, "an NVIDIA GPU is on the PCI bus (0000:01:00.0, driver nvidia)");

@@ -67,6 +67,17 @@ void test_skip(const char *fmt, ...)
     fflush(stdout);
 }
 
+bool test_full(void)
+{
+    const char *v = getenv("KILN_TEST_FULL");
+    return v && strcmp(v, "1") == 0;
+}
+
+long test_size(long quick, long full)
+{
+    return test_full() ? full : quick;
+}
+
 bool simulated(const kiln_device *dev)
 {
     kiln_device_info info;

@@ -67,6 +67,14 @@ void test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Whether dev is Oclgrind, which simulates every work-item: tests keep its sizes tiny. */
 bool simulated(const kiln_device *dev);
 
+/* Whether the full test tier runs (KILN_TEST_FULL=1, set by `meson test --setup full` and by CI):
+ * slow cases then use their full sizes, depths and strides; the default tier uses smaller ones
+ * that cover the same code paths (CONTRIBUTING.md, "Test tiers"). */
+bool test_full(void);
+
+/* quick in the default tier, full under KILN_TEST_FULL=1. */
+long test_size(long quick, long full);
+
 /* Whether dev supports f64. */
 bool has_fp64(const kiln_device *dev);
 

@@ -17,6 +17,10 @@
  * Every kernel loops over its ids with KILN_FOR (prelude.cl: grid-stride, the host caps each
  * launch) and bounds-checks them against n (global sizes are padded). */
 
+/* No a * b + c contracted to fma (NVIDIA's compiler does it by default; PoCL does not): eager
+ * ops and fused chains (lib/fusion.c emits the same pragma) then round alike, bit for bit. */
+#pragma OPENCL FP_CONTRACT OFF
+
 /* ---- binary operators ------------------------------------------------------------------- */
 /* An op's kernel line: OP_<name>(x, y) in the compute type KILN_TC. Kind ARITH needs one for
  * floating programs and one for integer programs (wrapping through KILN_UT), FLOAT one for
@@ -119,12 +123,16 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
 /* One set of kernels per line of KILN_BINARY_OP_MAP (kiln.h, copied in front of the prelude),
  * by its kind: ARITH on every dtype, FLOAT on floating dtypes only, COMPARE on every dtype
  * giving a u8 mask. An op's only line here is its OP_<name>. */
-#define DEF_BINARY_ARITH(...) DEF_BINARY(__VA_ARGS__, KILN_T, STORE_T)
-#define DEF_BINARY_COMPARE(...) DEF_BINARY(__VA_ARGS__, uchar, STORE_U8)
+/* Fixed arity: NVIDIA's OpenCL C compiler rejects variadic macros (tests/check-kernels.py). */
+#define DEF_BINARY_ARITH(OPF, KB, KBS, KBB, KB2)                                              \
+    DEF_BINARY(OPF, KB, KBS, KBB, KB2, KILN_T, STORE_T)
+#define DEF_BINARY_COMPARE(OPF, KB, KBS, KBB, KB2)                                            \
+    DEF_BINARY(OPF, KB, KBS, KBB, KB2, uchar, STORE_U8)
 #ifdef KILN_IS_FLOAT
-#define DEF_BINARY_FLOAT(...) DEF_BINARY(__VA_ARGS__, KILN_T, STORE_T)
+#define DEF_BINARY_FLOAT(OPF, KB, KBS, KBB, KB2)                                              \
+    DEF_BINARY(OPF, KB, KBS, KBB, KB2, KILN_T, STORE_T)
 #else
-#define DEF_BINARY_FLOAT(...)
+#define DEF_BINARY_FLOAT(OPF, KB, KBS, KBB, KB2)
 #endif
 /* Every name is pasted here, at the first level: a bare `pow` or `abs` would be expanded by
  * OpenCL implementations that define builtins as macros (PoCL: #define pow _cl_pow). */

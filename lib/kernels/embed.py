@@ -7,8 +7,10 @@ Usage: embed.py --tables KILN_H OUTPUT.c INPUT.cl...
 The X-macro tables of kiln.h (KILN_DTYPE_MAP, KILN_BINARY_OP_MAP, KILN_UNARY_OP_MAP,
 KILN_REDUCE_OP_MAP) are copied verbatim in front of prelude.cl, so kernels instantiate from
 the same lines as the C enums. From KILN_DTYPE_MAP it also writes, per dtype <name>:
-  KILN_IF_<name>(...)            its arguments where the device can hold the dtype (a compute
-                                 type of double needs KILN_HAS_FP64), else nothing
+  KILN_IF_<name>(x)              x where the device can hold the dtype (a compute type of
+                                 double needs KILN_HAS_FP64), else nothing; one argument (wrap
+                                 commas in parentheses): NVIDIA's OpenCL C compiler rejects
+                                 variadic macros
   KILN_STORE_AS_<name>(p, i, v)  store v at p[i] (vstore_half for half storage)
 """
 import os
@@ -48,10 +50,10 @@ def dtype_helpers(block):
             sys.exit(f'KILN_DTYPE_MAP: cannot read the line "{line}"')
         name, cl, clc = m.group(3), m.group(5), m.group(6)
         if clc == 'double':
-            out += ['#ifdef KILN_HAS_FP64', f'#define KILN_IF_{name}(...) __VA_ARGS__', '#else',
-                    f'#define KILN_IF_{name}(...)', '#endif']
+            out += ['#ifdef KILN_HAS_FP64', f'#define KILN_IF_{name}(x) x', '#else',
+                    f'#define KILN_IF_{name}(x)', '#endif']
         else:
-            out.append(f'#define KILN_IF_{name}(...) __VA_ARGS__')
+            out.append(f'#define KILN_IF_{name}(x) x')
         if cl == 'half':
             out.append(f'#define KILN_STORE_AS_{name}(p, i, v) vstore_half((v), (i), (p))')
         else:

@@ -1,6 +1,6 @@
 /* prelude.cl - prepended to every built-in kernel source. At build time lib/kernels/embed.py
  * puts in front of it the X-macro tables of include/kiln.h (KILN_DTYPE_MAP, KILN_BINARY_OP_MAP,
- * KILN_UNARY_OP_MAP, KILN_REDUCE_OP_MAP) and, per dtype <name>, KILN_IF_<name>(...) and
+ * KILN_UNARY_OP_MAP, KILN_REDUCE_OP_MAP) and, per dtype <name>, KILN_IF_<name>(x) and
  * KILN_STORE_AS_<name>(p, i, v), so kernels instantiate from the same lines as the C enums.
  * Defines the element-type slots that ops select with -D options (see lib/dtype.c,
  * kiln__dtype_defines):
