@@ -245,7 +245,7 @@ static void explain_type(const kiln__census *c, kiln_device_type mask, char *buf
     if (mask & KILN_DEVICE_GPU)
         explain_pci(c, pci, sizeof pci);
     if (c->no_platform) {
-        const char *hint = !pci[0]                 ? install_hint
+        const char *hint = !pci[0]                  ? install_hint
                            : mask & KILN_DEVICE_CPU ? cpu_install_hint
                                                     : NULL;
         append(buf, size, "no OpenCL platform found (%s (%d))%s%s",

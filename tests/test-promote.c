@@ -117,6 +117,17 @@ static bool close_enough(kiln_dtype d, double got, double ref)
     return fabs(got - ref) <= tol * fmax(1.0, fabs(ref));
 }
 
+/* Each (pair, op) is a generated kernel to compile (about 170 s cold on PoCL in all): the
+ * default tier checks add, div and lt on every pair (the promoted dtype, integer against float
+ * division, a u8 result) and every op on i32 x f32 in both orders; the full tier every op on
+ * every pair. */
+static bool in_tier(kiln_dtype da, kiln_dtype db, kiln_binary_op op)
+{
+    bool mixed = (da == KILN_I32 && db == KILN_F32) || (da == KILN_F32 && db == KILN_I32);
+    return test_full() || mixed || op == KILN_BINARY_ADD || op == KILN_BINARY_DIV ||
+           op == KILN_BINARY_LT;
+}
+
 START_TEST(test_every_pair)
 {
     int checked = 0;
@@ -132,6 +143,8 @@ START_TEST(test_every_pair)
             kiln_tensor *ta = upload(dev, da, 1, &n, a), *tb = upload(dev, db, 1, &n, b);
             for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
                 kiln_binary_op op = ops[k];
+                if (!in_tier(da, db, op))
+                    continue;
                 bool cmp = op == KILN_BINARY_LT || op == KILN_BINARY_EQ;
                 kiln_dtype rd = cmp ? KILN_U8 : pd;
                 kiln_tensor *r = NULL, *o = NULL;

@@ -16,7 +16,8 @@
  * (allocate, write, read, to() across devices, a user program built cold and warm, launches,
  * elementwise, matmul on each available path). Built-in programs are released after each run,
  * so that each run loads them again through the disk cache. SWEEP_STRIDE=k injects at every
- * k-th index only (a quick local look); the default, 1, is every index. */
+ * k-th index only; without it, the full tier (KILN_TEST_FULL=1) injects at every index and the
+ * default tier at every 3rd. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -550,10 +551,11 @@ typedef struct sweep_result {
     long lost;      /* (CL_OUT_OF_RESOURCES sweep) runs that lost a device */
 } sweep_result;
 
+/* SWEEP_STRIDE, else every index in the full tier (CI) and every 3rd in the default one. */
 static long stride(void)
 {
     const char *e = getenv("SWEEP_STRIDE");
-    long k = e ? strtol(e, NULL, 10) : 1;
+    long k = e ? strtol(e, NULL, 10) : test_size(3, 1);
     return k > 0 ? k : 1;
 }
 
