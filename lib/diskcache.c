@@ -532,8 +532,7 @@ void kiln__diskcache_store(const char *key, size_t keylen, const char *names,
     char path[KILN__CACHE_PATH_MAX], tmp[KILN__CACHE_PATH_MAX + 64];
     if (!kiln__diskcache_entry_path(key, keylen, path, sizeof path))
         return;
-    kiln__cache_entry e = {key,   keylen, names, strlen(names), binary, size,
-                           NULL,  0};
+    kiln__cache_entry e = {key, keylen, names, strlen(names), binary, size, NULL, 0};
     if (params) {
         e.params = params->bytes;
         e.paramslen = params->len;

@@ -38,8 +38,9 @@ typedef struct kiln__cache_entry {
 } kiln__cache_entry;
 
 /* Parse and verify a whole entry held in buf[0, len): header, lengths against len, checksum, a
- * non-empty payload, names without NUL, the parameter table (kiln__param_table_check). NULL with *out pointing into buf, or a static text
- * saying what is wrong. Pure: no file, no device, no allocation; any bytes are safe (fuzzed). */
+ * non-empty payload, names without NUL, the parameter table (kiln__param_table_check). NULL with
+ * *out pointing into buf, or a static text saying what is wrong. Pure: no file, no device, no
+ * allocation; any bytes are safe (fuzzed). */
 const char *kiln__cache_entry_parse(const uint8_t *buf, size_t len, kiln__cache_entry *out);
 
 /* The bytes of an entry (malloc'd, caller frees; length to *len); NULL when out of host memory

@@ -552,17 +552,16 @@ static bool add_param_record(cl_program p, const char *name, kiln__param_table *
     if (err != CL_SUCCESS || !k)
         return false;
     cl_uint nargs = 0;
-    bool ok = kiln__cl.GetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof nargs, &nargs, NULL) ==
-                  CL_SUCCESS &&
-              nargs <= 0xffff;
+    bool ok =
+        kiln__cl.GetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof nargs, &nargs, NULL) == CL_SUCCESS &&
+        nargs <= 0xffff;
     kiln__param_text *texts = ok ? kiln__calloc(nargs + 1, sizeof *texts) : NULL;
     char(*bufs)[2][256] = texts ? kiln__malloc((nargs + 1) * sizeof *bufs) : NULL;
     ok = bufs != NULL;
     bool info = ok && arg_texts(k, nargs, texts, bufs) == CL_SUCCESS;
     size_t n = ok ? kiln__param_record_encode(NULL, name, info, nargs, texts) : 0;
-    uint8_t *grown = n && t->len + n <= KILN__PARAM_TABLE_CAP
-                         ? kiln__realloc(t->bytes, t->len + n)
-                         : NULL;
+    uint8_t *grown =
+        n && t->len + n <= KILN__PARAM_TABLE_CAP ? kiln__realloc(t->bytes, t->len + n) : NULL;
     if (grown) {
         kiln__param_record_encode(grown + t->len, name, info, nargs, texts);
         t->bytes = grown;

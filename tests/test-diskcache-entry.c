@@ -42,9 +42,9 @@ static void reseal(uint8_t *b, size_t len)
 static const char key[] = "kiln program cache key v2\nsource 3:abc";
 static const char names[] = "twice;half";
 /* twice(__global float* x, int n) with argument info; half's one parameter without. */
-static const uint8_t table[] = {5, 't', 'w', 'i', 'c', 'e', 1,   2,   0,   1,   6,   'f',
-                                'l', 'o', 'a', 't', '*', 1,   'x', 4,   3,   'i', 'n', 't',
-                                1,   'n', 4,   'h', 'a', 'l', 'f', 0,   1,   0};
+static const uint8_t table[] = {5,   't', 'w', 'i', 'c', 'e', 1,   2, 0, 1,   6,   'f',
+                                'l', 'o', 'a', 't', '*', 1,   'x', 4, 3, 'i', 'n', 't',
+                                1,   'n', 4,   'h', 'a', 'l', 'f', 0, 1, 0};
 static const uint8_t payload[] = {0x7f, 'E', 'L', 'F', 0, 1, 2, 3, 0xff, 0xfe, 9};
 #define TABLE_AT (HDR + sizeof key - 1 + sizeof names - 1) /* where the table starts */
 
@@ -350,7 +350,8 @@ START_TEST(hostile_parameter_tables_are_rejected)
                      "a parameter table text is truncated or holds a NUL byte");
     ck_assert_ptr_nonnull(parse_with_table_byte(7, 200));
     /* A record missing, one too many, the records swapped, a table cut short. */
-    ck_assert_str_eq(parse_with_table(table, 26), "the parameter table lacks a kernel of the entry");
+    ck_assert_str_eq(parse_with_table(table, 26),
+                     "the parameter table lacks a kernel of the entry");
     uint8_t more[sizeof table + 8];
     memcpy(more, table, sizeof table);
     memcpy(more + sizeof table, "\x04half\x00\x01\x00", 8);
