@@ -427,26 +427,38 @@ static cl_program from_binary(kiln_device *dev, const kiln__cache_loan *loan, co
     return p;
 }
 
-/* Whether a program from a cached entry may be used: a user program (params not NULL) needs the
- * entry's parameter table, which goes to *params; why (of size n) says why not. */
-static bool take_params(const kiln__cache_loan *loan, kiln__param_table *params, char *why,
-                        size_t n)
+/* The program of the disk cache entry for key, or *out NULL when there is no usable one (build
+ * from source). A user program (params not NULL) needs the entry's parameter table, copied to
+ * *params: the driver need give no argument info for a program created from a binary. */
+static kiln_status from_cache(kiln_device *dev, const char *key, size_t keylen, const char *options,
+                              kiln__param_table *params, const char *op, cl_program *out)
 {
-    if (!params)
-        return true;
-    if (loan->paramslen == 0 && loan->nameslen > 0) {
-        snprintf(why, n, "has no parameter table for its kernels' argument checks");
-        return false;
+    *out = NULL;
+    kiln__cache_loan loan;
+    if (!kiln__diskcache_load(key, keylen, &loan))
+        return KILN_OK;
+    char why[512];
+    cl_program p = from_binary(dev, &loan, options, why, sizeof why);
+    if (p && params && loan.paramslen == 0 && loan.nameslen > 0) {
+        snprintf(why, sizeof why, "has no parameter table for its kernels' argument checks");
+        kiln__cl.ReleaseProgram(p);
+        p = NULL;
     }
-    params->bytes = loan->paramslen ? kiln__malloc(loan->paramslen) : NULL;
-    if (loan->paramslen && !params->bytes) {
-        snprintf(why, n, "could not be used: no host memory for its parameter table");
-        return false;
+    kiln_status s = KILN_OK;
+    if (p && params && loan.paramslen) {
+        params->bytes = kiln__malloc(loan.paramslen);
+        if (params->bytes) {
+            memcpy(params->bytes, loan.params, loan.paramslen);
+            params->len = loan.paramslen;
+        } else {
+            s = kiln__host_oom(op); /* the entry is fine: it stays */
+            kiln__cl.ReleaseProgram(p);
+            p = NULL;
+        }
     }
-    if (loan->paramslen)
-        memcpy(params->bytes, loan->params, loan->paramslen);
-    params->len = loan->paramslen;
-    return true;
+    kiln__diskcache_return(&loan, p || s != KILN_OK ? NULL : why);
+    *out = p;
+    return s;
 }
 
 kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len, const char *name,
@@ -460,23 +472,13 @@ kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
     if (!key)
         return kiln__host_oom(op);
     cacheable = cacheable && kiln__diskcache_usable();
-    kiln__cache_loan loan;
-    if (cacheable && kiln__diskcache_load(key, keylen, &loan)) {
-        char why[512];
-        cl_program p = from_binary(dev, &loan, options, why, sizeof why);
-        if (p && !take_params(&loan, params, why, sizeof why)) {
-            kiln__cl.ReleaseProgram(p);
-            p = NULL;
-        }
-        kiln__diskcache_return(&loan, p ? NULL : why);
-        if (p) {
-            free(key);
-            *out = p;
-            return KILN_OK;
-        }
+    kiln_status s = cacheable ? from_cache(dev, key, keylen, options, params, op, out) : KILN_OK;
+    if (s != KILN_OK || *out) {
+        free(key);
+        return s;
     }
     double t0 = kiln__now();
-    kiln_status s = from_source(dev, src, len, name, options, op, out);
+    s = from_source(dev, src, len, name, options, op, out);
     if (s == KILN_OK) {
         kiln__diskcache_count_miss();
         kiln__log(KILN_LOG_INFO, "%s: built a program from source on %s in %.3f s", op,
@@ -558,8 +560,12 @@ static bool add_param_record(cl_program p, const char *name, kiln__param_table *
     kiln__param_text *texts = ok ? kiln__calloc(nargs + 1, sizeof *texts) : NULL;
     char(*bufs)[2][256] = texts ? kiln__malloc((nargs + 1) * sizeof *bufs) : NULL;
     ok = bufs != NULL;
-    bool info = ok && arg_texts(k, nargs, texts, bufs) == CL_SUCCESS;
-    size_t n = ok ? kiln__param_record_encode(NULL, name, info, nargs, texts) : 0;
+    err = ok ? arg_texts(k, nargs, texts, bufs) : CL_SUCCESS;
+    bool info = err == CL_SUCCESS;
+    /* Only the driver's "none" is saved as no argument info: another failure saves no entry. */
+    size_t n = ok && (info || err == CL_KERNEL_ARG_INFO_NOT_AVAILABLE)
+                   ? kiln__param_record_encode(NULL, name, info, nargs, texts)
+                   : 0;
     uint8_t *grown =
         n && t->len + n <= KILN__PARAM_TABLE_CAP ? kiln__realloc(t->bytes, t->len + n) : NULL;
     if (grown) {
@@ -575,7 +581,7 @@ static bool add_param_record(cl_program p, const char *name, kiln__param_table *
 
 /* The parameter table of program p, whose kernels are names ("a;b"): each kernel's argument
  * info as the driver gives it now, for the disk cache entry (paramtable.h). false (and an empty
- * *out) when a kernel cannot be created or host memory runs out. */
+ * *out) when a kernel cannot be created or described, or host memory runs out. */
 static bool param_table_of(cl_program p, const char *names, kiln__param_table *out)
 {
     kiln__param_table t = {NULL, 0};
