@@ -32,7 +32,7 @@ static size_t put_text(uint8_t *dst, const char *text)
 size_t kiln__param_record_encode(uint8_t *dst, const char *kernel, bool info, unsigned nargs,
                                  const kiln__param_text *texts)
 {
-    size_t klen = strlen(kernel);
+    size_t klen = strnlen(kernel, NAME_MAX_LEN + 1);
     if (klen == 0 || klen > NAME_MAX_LEN || nargs > 0xffff)
         return 0;
     size_t n = 1 + klen + 3;
