@@ -1,5 +1,6 @@
-/* fuzz-cache-entry.c - the disk cache's entry reader (kiln__cache_entry_parse) and kernel-name
- * comparison (kiln__kernel_names_match), on arbitrary bytes.
+/* fuzz-cache-entry.c - the disk cache's entry reader (kiln__cache_entry_parse, with the
+ * parameter table's check), the table's lookup and kernel-name comparison
+ * (kiln__kernel_names_match), on arbitrary bytes.
  *
  * Input: a mode byte, then bytes. Mode even: the bytes are an entry file as read from disk.
  * Properties: no crash or sanitizer report; a rejection gives a printable reason; an accepted
@@ -10,7 +11,8 @@
  * bit): the intact entry must parse to the same parts, a truncated one must be rejected, and a
  * flipped one must be rejected or parse to parts that encode back to it. The names of every
  * accepted entry are compared with themselves and with the other part in both orders
- * (kiln__kernel_names_match is reflexive and symmetric). */
+ * (kiln__kernel_names_match is reflexive and symmetric), and looked up in its parameter table
+ * (kiln__param_table_find, with up to 63 parameters). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,14 +39,36 @@ static void check_names(const kiln__cache_entry *e, const char *other, size_t ol
         abort();
 }
 
+/* Every kernel of an accepted entry looked up in its parameter table (the table was verified:
+ * the lookup must read inside it), with its count and with another. */
+static void check_lookups(const kiln__cache_entry *e)
+{
+    kiln__param ps[64];
+    for (size_t i = 0; i < e->nameslen;) {
+        const char *s = e->names + i, *end = memchr(s, ';', e->nameslen - i);
+        size_t n = end ? (size_t)(end - s) : e->nameslen - i;
+        char name[128];
+        if (n < sizeof name) {
+            memcpy(name, s, n);
+            name[n] = '\0';
+            for (unsigned nargs = 0; nargs < 64; nargs += 7)
+                kiln__param_table_find(e->params, e->paramslen, name, nargs, ps);
+        }
+        i += n + 1;
+    }
+}
+
 /* An accepted entry: parts inside buf, and it encodes back to buf exactly. */
 static void check_accepted(const uint8_t *buf, size_t len, const kiln__cache_entry *e)
 {
     const char *lo = (const char *)buf, *hi = lo + len;
     if (e->size == 0 || (const char *)e->payload < lo || (const char *)e->payload + e->size > hi ||
         e->key < lo || e->key + e->keylen > hi || e->names < lo || e->names + e->nameslen > hi ||
-        memchr(e->names, '\0', e->nameslen))
+        memchr(e->names, '\0', e->nameslen) ||
+        (e->paramslen &&
+         ((const char *)e->params < lo || (const char *)e->params + e->paramslen > hi)))
         abort();
+    check_lookups(e);
     size_t elen = 0;
     uint8_t *enc = kiln__cache_entry_encode(e, &elen);
     if (!enc || elen != len || memcmp(enc, buf, len) != 0)

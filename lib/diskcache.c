@@ -17,21 +17,24 @@
 
 #include "alloc.h"
 #include "includes.h"
+#include "paramtable.h"
 #include "status.h"
 
 #define ENTRY_MAGIC "KILNBIN\0"
-#define ENTRY_VERSION 2u
-#define HEADER_SIZE 48u
-#define SUM_OFFSET 40u
+#define ENTRY_VERSION 3u /* 3: the parameter table (issue 19); a version-2 entry is rebuilt */
+#define HEADER_SIZE 56u
+#define SUM_OFFSET 48u
 #define PAYLOAD_CAP ((uint64_t)1 << 30) /* no program binary is near 1 GiB */
 #define KEY_CAP ((uint64_t)1 << 30)
 #define NAMES_CAP ((uint64_t)1 << 20)
 #define STALE_TMP_SECONDS 600 /* older temp and aside files are leftovers of dead processes */
 
 /* Entry layout, little-endian:
- *   0  magic "KILNBIN\0"      16 key length (u64)     32 payload length (u64)
- *   8  format version (u32)   24 names length (u64)   40 FNV-1a of bytes 0-39, key, names, payload
- *  12  header size (u32)      48 key text, kernel names ("a;b"), payload (the driver's binary) */
+ *   0  magic "KILNBIN\0"      16 key length (u64)     32 parameter table length (u64)
+ *   8  format version (u32)   24 names length (u64)   40 payload length (u64)
+ *  12  header size (u32)      48 FNV-1a of bytes 0-47, key, names, parameter table, payload
+ *  56  key text, kernel names ("a;b"), parameter table (paramtable.h), payload (the driver's
+ *      binary) */
 
 static struct {
     pthread_mutex_t lock;
@@ -293,12 +296,14 @@ const char *kiln__cache_entry_parse(const uint8_t *buf, size_t len, kiln__cache_
         return "bad magic: not a kiln cache entry";
     if (get_u32(buf + 8) != ENTRY_VERSION || get_u32(buf + 12) != HEADER_SIZE)
         return "unknown format version";
-    uint64_t klen = get_u64(buf + 16), nlen = get_u64(buf + 24), plen = get_u64(buf + 32);
-    uint64_t body = (uint64_t)len - HEADER_SIZE;
+    uint64_t klen = get_u64(buf + 16), nlen = get_u64(buf + 24), tlen = get_u64(buf + 32);
+    uint64_t plen = get_u64(buf + 40), body = (uint64_t)len - HEADER_SIZE;
     /* Each length is checked against what is left, so no sum can wrap. */
-    if (klen > body || nlen > body - klen || plen != body - klen - nlen)
+    if (klen > body || nlen > body - klen || tlen > body - klen - nlen ||
+        plen != body - klen - nlen - tlen)
         return "length fields do not match the file size (truncated?)";
-    if (klen == 0 || klen > KEY_CAP || nlen > NAMES_CAP || plen == 0 || plen > PAYLOAD_CAP)
+    if (klen == 0 || klen > KEY_CAP || nlen > NAMES_CAP || tlen > KILN__PARAM_TABLE_CAP ||
+        plen == 0 || plen > PAYLOAD_CAP)
         return "a length field is out of range";
     const char *key = (const char *)buf + HEADER_SIZE;
     if (memchr(key + klen, '\0', (size_t)nlen))
@@ -306,12 +311,18 @@ const char *kiln__cache_entry_parse(const uint8_t *buf, size_t len, kiln__cache_
     uint64_t sum = kiln__fnv1a(buf, SUM_OFFSET, KILN__FNV_OFFSET);
     if (kiln__fnv1a(buf + HEADER_SIZE, (size_t)body, sum) != get_u64(buf + SUM_OFFSET))
         return "checksum mismatch";
+    const uint8_t *table = buf + HEADER_SIZE + klen + nlen;
+    const char *why = kiln__param_table_check(table, (size_t)tlen, key + klen, (size_t)nlen);
+    if (why)
+        return why;
     out->key = key;
     out->keylen = (size_t)klen;
     out->names = key + klen;
     out->nameslen = (size_t)nlen;
-    out->payload = buf + HEADER_SIZE + klen + nlen;
+    out->payload = table + tlen;
     out->size = (size_t)plen;
+    out->params = table;
+    out->paramslen = (size_t)tlen;
     return NULL;
 }
 
@@ -319,9 +330,9 @@ uint8_t *kiln__cache_entry_encode(const kiln__cache_entry *e, size_t *len)
 {
     *len = 0;
     if (e->keylen == 0 || e->keylen > KEY_CAP || e->nameslen > NAMES_CAP || e->size == 0 ||
-        e->size > PAYLOAD_CAP)
+        e->size > PAYLOAD_CAP || e->paramslen > KILN__PARAM_TABLE_CAP)
         return NULL;
-    size_t n = HEADER_SIZE + e->keylen + e->nameslen + e->size;
+    size_t n = HEADER_SIZE + e->keylen + e->nameslen + e->paramslen + e->size;
     uint8_t *b = kiln__malloc(n);
     if (!b)
         return NULL;
@@ -331,11 +342,17 @@ uint8_t *kiln__cache_entry_encode(const kiln__cache_entry *e, size_t *len)
     put_u32(b + 12, HEADER_SIZE);
     put_u64(b + 16, e->keylen);
     put_u64(b + 24, e->nameslen);
-    put_u64(b + 32, e->size);
-    memcpy(b + HEADER_SIZE, e->key, e->keylen);
+    put_u64(b + 32, e->paramslen);
+    put_u64(b + 40, e->size);
+    uint8_t *p = b + HEADER_SIZE;
+    memcpy(p, e->key, e->keylen);
+    p += e->keylen;
     if (e->nameslen)
-        memcpy(b + HEADER_SIZE + e->keylen, e->names, e->nameslen);
-    memcpy(b + HEADER_SIZE + e->keylen + e->nameslen, e->payload, e->size);
+        memcpy(p, e->names, e->nameslen);
+    p += e->nameslen;
+    if (e->paramslen)
+        memcpy(p, e->params, e->paramslen);
+    memcpy(p + e->paramslen, e->payload, e->size);
     uint64_t sum = kiln__fnv1a(b, SUM_OFFSET, KILN__FNV_OFFSET);
     put_u64(b + SUM_OFFSET, kiln__fnv1a(b + HEADER_SIZE, n - HEADER_SIZE, sum));
     *len = n;
@@ -390,7 +407,8 @@ static verdict read_entry(int fd, const char *path, size_t keylen, uint8_t **buf
         *why = "owned by another user";
     else if (st.st_size == 0)
         *why = "empty file";
-    else if ((uint64_t)st.st_size > HEADER_SIZE + keylen + NAMES_CAP + PAYLOAD_CAP)
+    else if ((uint64_t)st.st_size >
+             HEADER_SIZE + keylen + NAMES_CAP + KILN__PARAM_TABLE_CAP + PAYLOAD_CAP)
         *why = "larger than any entry for its key";
     if (*why)
         return ENTRY_CORRUPT;
@@ -472,6 +490,8 @@ bool kiln__diskcache_load(const char *key, size_t keylen, kiln__cache_loan *loan
     loan->size = e.size;
     loan->names = e.names;
     loan->nameslen = e.nameslen;
+    loan->params = e.params;
+    loan->paramslen = e.paramslen;
     atomic_fetch_add(&n_hits, 1);
     return true;
 }
@@ -506,12 +526,17 @@ static void write_failed(const char *what, const char *path)
 }
 
 void kiln__diskcache_store(const char *key, size_t keylen, const char *names,
-                           const unsigned char *binary, size_t size)
+                           const kiln__param_table *params, const unsigned char *binary,
+                           size_t size)
 {
     char path[KILN__CACHE_PATH_MAX], tmp[KILN__CACHE_PATH_MAX + 64];
     if (!kiln__diskcache_entry_path(key, keylen, path, sizeof path))
         return;
-    kiln__cache_entry e = {key, keylen, names, strlen(names), binary, size};
+    kiln__cache_entry e = {key, keylen, names, strlen(names), binary, size, NULL, 0};
+    if (params) {
+        e.params = params->bytes;
+        e.paramslen = params->len;
+    }
     size_t len = 0;
     uint8_t *bytes = kiln__cache_entry_encode(&e, &len);
     if (!bytes) {

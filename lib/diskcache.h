@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kiln_cl.h"
+#include "paramtable.h"
 
 #define KILN__FNV_OFFSET 0xcbf29ce484222325ull
 
@@ -23,7 +24,8 @@ char *kiln__diskcache_key(const kiln_device_info *info, const char *source, size
                           const char *options, size_t *keylen, bool *cacheable);
 
 /* An entry's parts (pointers into the bytes it was parsed from, or to encode from). The kernel
- * names are CL_PROGRAM_KERNEL_NAMES ("a;b"), without a NUL. */
+ * names are CL_PROGRAM_KERNEL_NAMES ("a;b"), without a NUL; the parameter table (paramtable.h)
+ * is empty for a built-in program. */
 typedef struct kiln__cache_entry {
     const char *key;
     size_t keylen;
@@ -31,11 +33,14 @@ typedef struct kiln__cache_entry {
     size_t nameslen;
     const unsigned char *payload;
     size_t size;
+    const uint8_t *params;
+    size_t paramslen;
 } kiln__cache_entry;
 
 /* Parse and verify a whole entry held in buf[0, len): header, lengths against len, checksum, a
- * non-empty payload, names without NUL. NULL with *out pointing into buf, or a static text
- * saying what is wrong. Pure: no file, no device, no allocation; any bytes are safe (fuzzed). */
+ * non-empty payload, names without NUL, the parameter table (kiln__param_table_check). NULL with
+ * *out pointing into buf, or a static text saying what is wrong. Pure: no file, no device, no
+ * allocation; any bytes are safe (fuzzed). */
 const char *kiln__cache_entry_parse(const uint8_t *buf, size_t len, kiln__cache_entry *out);
 
 /* The bytes of an entry (malloc'd, caller frees; length to *len); NULL when out of host memory
@@ -55,6 +60,8 @@ typedef struct kiln__cache_loan {
     size_t size;
     const char *names; /* the kernels the program must have (nameslen bytes, no NUL) */
     size_t nameslen;
+    const uint8_t *params; /* the parameter table (paramslen bytes; 0: none) */
+    size_t paramslen;
     uint8_t *file; /* the entry's bytes, which the pointers above point into */
     char path[KILN__CACHE_PATH_MAX];
     char aside[KILN__CACHE_PATH_MAX + 64]; /* "" when another process had moved it first */
@@ -69,10 +76,12 @@ bool kiln__diskcache_load(const char *key, size_t keylen, kiln__cache_loan *loan
  * entry's kernels) or drop it, counted as rejected and logged with why. Frees the loan. */
 void kiln__diskcache_return(kiln__cache_loan *loan, const char *why);
 
-/* Save a binary and the kernel names of its program under key: temp file (O_EXCL, 0600) then
- * rename. Failures are counted and warned about once per process; never an error. */
+/* Save a binary, the kernel names of its program and its parameter table (NULL: none, a
+ * built-in program) under key: temp file (O_EXCL, 0600) then rename. Failures are counted and
+ * warned about once per process; never an error. */
 void kiln__diskcache_store(const char *key, size_t keylen, const char *names,
-                           const unsigned char *binary, size_t size);
+                           const kiln__param_table *params, const unsigned char *binary,
+                           size_t size);
 
 /* Count a built program whose binary could not be saved (why: logged at KILN_LOG=debug). */
 void kiln__diskcache_count_unsaved(const char *why);

@@ -60,6 +60,7 @@ static atomic_int enabled = -1;
 static atomic_long generated, reused, eager, folds;
 static _Thread_local int deferred;
 static atomic_int fold_on_cpu; /* test only: CPU devices evaluate first unless set */
+static _Atomic int64_t index32_limit_read = -1; /* index32_limit's value; -1: not read yet */
 
 static void init_lock(void)
 {
@@ -104,6 +105,12 @@ void kiln__fusion_counts(long *gen, long *hit, long *single)
     *gen = atomic_load(&generated);
     *hit = atomic_load(&reused);
     *single = atomic_load(&eager);
+}
+
+void kiln__fusion_index32_reread(void)
+{
+    atomic_store(&index32_limit_read, -1);
+    kiln__fusion_forget(NULL); /* the kernels generated with the previous limit */
 }
 
 void kiln__fusion_fold_on_cpu(bool on)
@@ -639,21 +646,64 @@ static void chain_function(const graph *g, sbuf *b, const char *params)
     sb_add(b, "    return v%d;\n}\n", g->nn - 1);
 }
 
+/* The largest index the generated kernels' 32-bit index path is for: 2^32 - 1, or the test-only
+ * KILN_TEST_FUSION_INDEX32_LIMIT rounded down to 2^k - 1 (1 <= k <= 32), read once. */
+static int64_t index32_limit(void)
+{
+    int64_t lim = atomic_load(&index32_limit_read);
+    if (lim >= 0)
+        return lim;
+    lim = 0xffffffff;
+    const char *env = getenv("KILN_TEST_FUSION_INDEX32_LIMIT");
+    char *end = NULL;
+    unsigned long long v = env && *env ? strtoull(env, &end, 0) : 0;
+    if (env && *env && *end == '\0' && v >= 1 && v < 0xffffffffull) {
+        lim = 1;
+        while (lim * 2 + 1 <= (int64_t)v)
+            lim = lim * 2 + 1;
+    }
+    atomic_store(&index32_limit_read, lim);
+    return lim;
+}
+
+/* x as a uint in the 32-bit index path: with a lowered limit (a test's), x is cut to the limit's
+ * bits, so that a value over the limit goes as wrong there as one over 2^32 - 1 does for real. */
+static const char *narrow(char *buf, size_t size, const char *x)
+{
+    int64_t lim = index32_limit();
+    if (lim == 0xffffffff)
+        snprintf(buf, size, "(uint)%s", x);
+    else
+        snprintf(buf, size, "(uint)(%s & 0x%" PRIx64 "L)", x, lim);
+    return buf;
+}
+
 /* kiln_chain(i, params): kiln_chain_at with the coordinates of i; names: the parameters' names. */
 static void chain_by_index(const graph *g, sbuf *b, const char *params, const char *names)
 {
     int C = g->any_bcast ? g->cnd : 0;
     sb_add(b, "%s kiln_chain(long i, %s)\n{\n", value_type(g->root->dtype), params);
     if (C > 1) {
-        /* 32-bit division where the index fits (a uniform branch): 64-bit is several times
-         * slower, and the index arithmetic dominates a short chain */
+        /* 32-bit division where the whole range fits (64-bit is several times slower, and the
+         * index arithmetic dominates a short chain). The choice is the range's, the same for
+         * every index (a uniform branch): the product of the collapsed dimensions is n, so when
+         * it fits so do every index, coordinate and dimension (the strides multiply the
+         * coordinates as long). Chosen per index, a dimension over the limit would be cut to 32
+         * bits for the indices under the limit. */
+        char r[64], d[64];
         for (int j = 0; j < C; j++)
             sb_add(b, "    long c%d;\n", j);
-        sb_add(b, "    if (i <= 0xffffffffL) {\n        uint r = (uint)i, q;\n");
-        for (int j = C - 1; j > 0; j--)
-            sb_add(b,
-                   "        q = r / (uint)d%d;\n        c%d = r - q * (uint)d%d;\n        r = q;\n",
-                   j, j, j);
+        sb_add(b, "    if (d0");
+        for (int j = 1; j < C; j++)
+            sb_add(b, " * d%d", j);
+        sb_add(b, " <= 0x%" PRIx64 "L) {\n        uint r = %s, q;\n", index32_limit(),
+               narrow(r, sizeof r, "i"));
+        for (int j = C - 1; j > 0; j--) {
+            char dj[16];
+            snprintf(dj, sizeof dj, "d%d", j);
+            narrow(d, sizeof d, dj);
+            sb_add(b, "        q = r / %s;\n        c%d = r - q * %s;\n        r = q;\n", d, j, d);
+        }
         sb_add(b, "        c0 = r;\n    } else {\n        long r = i, q;\n");
         for (int j = C - 1; j > 0; j--)
             sb_add(b, "        q = r / d%d;\n        c%d = r - q * d%d;\n        r = q;\n", j, j,
@@ -836,7 +886,7 @@ void kiln__fusion_forget(const kiln_device *dev)
     for (int b = 0; b < MEMO_BUCKETS; b++)
         for (memo_entry **p = &memo[b]; *p;) {
             memo_entry *e = *p;
-            if (e->dev != dev) {
+            if (dev && e->dev != dev) {
                 p = &e->next;
                 continue;
             }

@@ -77,7 +77,8 @@ kiln_status kiln__fusion_fold(const kiln_tensor *x, const char *source, const ch
                               size_t room, const char *op, kiln__fold **out);
 void kiln__fusion_fold_done(kiln__fold *f);
 
-/* dev's programs are going: forget the generated kernels kept for it (program.c). */
+/* dev's programs are going: forget the generated kernels kept for it (program.c); NULL: for
+ * every device. */
 void kiln__fusion_forget(const kiln_device *dev);
 
 /* Test only: since start, kernels generated (cache misses) and reused (hits), and chains of
@@ -85,6 +86,9 @@ void kiln__fusion_forget(const kiln_device *dev);
 void kiln__fusion_counts(long *generated, long *reused, long *single);
 /* Test only: reductions that folded a pending input into their loads since start. */
 long kiln__fusion_folds(void);
+/* Test only: read KILN_TEST_FUSION_INDEX32_LIMIT again (the limit of the generated kernels'
+ * 32-bit index path) and forget every kernel generated with the previous one. */
+void kiln__fusion_index32_reread(void);
 /* Test only: fold on CPU devices too (by default they evaluate the chain first). */
 void kiln__fusion_fold_on_cpu(bool on);
 

@@ -52,7 +52,8 @@ struct kiln_program {
     kiln_device *dev;
     cl_program program;
     char *names;
-    pthread_mutex_t lock; /* guards kernels */
+    kiln__param_table params; /* from the disk cache entry, or saved into it (paramtable.h) */
+    pthread_mutex_t lock;     /* guards kernels */
     kernel_node *kernels;
 };
 
@@ -157,8 +158,12 @@ static char *program_names(cl_program p)
     return names;
 }
 
-/* Save the binary of a program just built from source, or count why it cannot be saved. */
-static void save_binary(kiln_device *dev, cl_program p, const char *key, size_t keylen)
+static bool param_table_of(cl_program p, const char *names, kiln__param_table *out);
+
+/* Save the binary of a program just built from source, or count why it cannot be saved. params
+ * (a user program; NULL: a built-in one) receives the parameter table saved with it. */
+static void save_binary(kiln_device *dev, cl_program p, const char *key, size_t keylen,
+                        kiln__param_table *params)
 {
     size_t size = 0;
     const char *why = NULL;
@@ -166,8 +171,13 @@ static void save_binary(kiln_device *dev, cl_program p, const char *key, size_t 
     char *names = bin ? program_names(p) : NULL;
     if (bin && !names)
         why = "clGetProgramInfo(CL_PROGRAM_KERNEL_NAMES) failed";
+    if (names && params && !param_table_of(p, names, params)) {
+        why = "its kernels' argument info could not be read";
+        free(names);
+        names = NULL;
+    }
     if (bin && names)
-        kiln__diskcache_store(key, keylen, names, bin, size);
+        kiln__diskcache_store(key, keylen, names, params, bin, size);
     else
         kiln__diskcache_count_unsaved(why);
     free(bin);
@@ -417,8 +427,43 @@ static cl_program from_binary(kiln_device *dev, const kiln__cache_loan *loan, co
     return p;
 }
 
+/* The program of the disk cache entry for key, or *out NULL when there is no usable one (build
+ * from source). A user program (params not NULL) needs the entry's parameter table, copied to
+ * *params: the driver need give no argument info for a program created from a binary. */
+static kiln_status from_cache(kiln_device *dev, const char *key, size_t keylen, const char *options,
+                              kiln__param_table *params, const char *op, cl_program *out)
+{
+    *out = NULL;
+    kiln__cache_loan loan;
+    if (!kiln__diskcache_load(key, keylen, &loan))
+        return KILN_OK;
+    char why[512];
+    cl_program p = from_binary(dev, &loan, options, why, sizeof why);
+    if (p && params && loan.paramslen == 0 && loan.nameslen > 0) {
+        snprintf(why, sizeof why, "has no parameter table for its kernels' argument checks");
+        kiln__cl.ReleaseProgram(p);
+        p = NULL;
+    }
+    kiln_status s = KILN_OK;
+    if (p && params && loan.paramslen) {
+        params->bytes = kiln__malloc(loan.paramslen);
+        if (params->bytes) {
+            memcpy(params->bytes, loan.params, loan.paramslen);
+            params->len = loan.paramslen;
+        } else {
+            s = kiln__host_oom(op); /* the entry is fine: it stays */
+            kiln__cl.ReleaseProgram(p);
+            p = NULL;
+        }
+    }
+    kiln__diskcache_return(&loan, p || s != KILN_OK ? NULL : why);
+    *out = p;
+    return s;
+}
+
 kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len, const char *name,
-                                  const char *options, const char *op, cl_program *out)
+                                  const char *options, const char *op, cl_program *out,
+                                  kiln__param_table *params)
 {
     *out = NULL;
     size_t keylen = 0;
@@ -427,25 +472,19 @@ kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
     if (!key)
         return kiln__host_oom(op);
     cacheable = cacheable && kiln__diskcache_usable();
-    kiln__cache_loan loan;
-    if (cacheable && kiln__diskcache_load(key, keylen, &loan)) {
-        char why[512];
-        cl_program p = from_binary(dev, &loan, options, why, sizeof why);
-        kiln__diskcache_return(&loan, p ? NULL : why);
-        if (p) {
-            free(key);
-            *out = p;
-            return KILN_OK;
-        }
+    kiln_status s = cacheable ? from_cache(dev, key, keylen, options, params, op, out) : KILN_OK;
+    if (s != KILN_OK || *out) {
+        free(key);
+        return s;
     }
     double t0 = kiln__now();
-    kiln_status s = from_source(dev, src, len, name, options, op, out);
+    s = from_source(dev, src, len, name, options, op, out);
     if (s == KILN_OK) {
         kiln__diskcache_count_miss();
         kiln__log(KILN_LOG_INFO, "%s: built a program from source on %s in %.3f s", op,
                   dev->info.spec, kiln__now() - t0);
         if (cacheable)
-            save_binary(dev, *out, key, keylen);
+            save_binary(dev, *out, key, keylen, params);
     }
     free(key);
     return s;
@@ -490,39 +529,125 @@ static kiln__addr addr_of(cl_kernel_arg_address_qualifier q)
     }
 }
 
-/* The parameters of a user kernel from the driver's argument info, queried once per kernel
- * (launches check every argument against them, argcheck.c); *out stays NULL when the driver
- * gives no argument info, and launches are then checked by count only. */
-static kiln_status query_params(kiln__kernel *k, const char *op)
+/* The driver's argument info of kernel k's nargs parameters: texts[i] points into bufs[i]. The
+ * error of the first query that failed (no argument info), or CL_SUCCESS. */
+static cl_int arg_texts(cl_kernel k, cl_uint nargs, kiln__param_text *texts, char (*bufs)[2][256])
+{
+    for (cl_uint i = 0; i < nargs; i++) {
+        cl_kernel_arg_address_qualifier q = 0;
+        cl_int err =
+            kiln__cl.GetKernelArgInfo(k, i, CL_KERNEL_ARG_ADDRESS_QUALIFIER, sizeof q, &q, NULL);
+        if (err != CL_SUCCESS)
+            return err;
+        texts[i].addr = addr_of(q);
+        texts[i].type = arg_text(k, i, CL_KERNEL_ARG_TYPE_NAME, bufs[i][0], 256);
+        texts[i].name = arg_text(k, i, CL_KERNEL_ARG_NAME, bufs[i][1], 256);
+    }
+    return CL_SUCCESS;
+}
+
+/* The record of kernel `name` of program p for its parameter table, appended to *t (grown). */
+static bool add_param_record(cl_program p, const char *name, kiln__param_table *t)
+{
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = kiln__cl.CreateKernel(p, name, &err);
+    if (err != CL_SUCCESS || !k)
+        return false;
+    cl_uint nargs = 0;
+    bool ok =
+        kiln__cl.GetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof nargs, &nargs, NULL) == CL_SUCCESS &&
+        nargs <= 0xffff;
+    kiln__param_text *texts = ok ? kiln__calloc(nargs + 1, sizeof *texts) : NULL;
+    char(*bufs)[2][256] = texts ? kiln__malloc((nargs + 1) * sizeof *bufs) : NULL;
+    ok = bufs != NULL;
+    err = ok ? arg_texts(k, nargs, texts, bufs) : CL_SUCCESS;
+    bool info = err == CL_SUCCESS;
+    /* Only the driver's "none" is saved as no argument info: another failure saves no entry. */
+    size_t n = ok && (info || err == CL_KERNEL_ARG_INFO_NOT_AVAILABLE)
+                   ? kiln__param_record_encode(NULL, name, info, nargs, texts)
+                   : 0;
+    uint8_t *grown =
+        n && t->len + n <= KILN__PARAM_TABLE_CAP ? kiln__realloc(t->bytes, t->len + n) : NULL;
+    if (grown) {
+        kiln__param_record_encode(grown + t->len, name, info, nargs, texts);
+        t->bytes = grown;
+        t->len += n;
+    }
+    free(bufs);
+    free(texts);
+    kiln__cl.ReleaseKernel(k);
+    return grown != NULL;
+}
+
+/* The parameter table of program p, whose kernels are names ("a;b"): each kernel's argument
+ * info as the driver gives it now, for the disk cache entry (paramtable.h). false (and an empty
+ * *out) when a kernel cannot be created or described, or host memory runs out. */
+static bool param_table_of(cl_program p, const char *names, kiln__param_table *out)
+{
+    kiln__param_table t = {NULL, 0};
+    bool ok = true;
+    for (const char *s = names; ok && *s;) {
+        size_t n = strcspn(s, ";");
+        char name[sizeof((kiln__kernel *)0)->name];
+        if (n > 0 && n < sizeof name) {
+            memcpy(name, s, n);
+            name[n] = '\0';
+            ok = add_param_record(p, name, &t);
+        } else {
+            ok = n == 0;
+        }
+        s += n + (s[n] == ';');
+    }
+    if (!ok) {
+        free(t.bytes);
+        t = (kiln__param_table){NULL, 0};
+    }
+    *out = t;
+    return ok;
+}
+
+/* The parameters of a user kernel, described once per kernel (launches check every argument
+ * against them, argcheck.c): from the program's parameter table when it has the kernel, else
+ * from the driver's argument info. k->params stays NULL when neither gives argument info, and
+ * launches are then checked by count only. */
+static kiln_status query_params(kiln__kernel *k, const kiln__param_table *table, const char *op)
 {
     if (k->nargs == 0)
         return KILN_OK;
     kiln__param *ps = kiln__calloc(k->nargs, sizeof *ps);
-    if (!ps)
+    kiln__param_text *texts = kiln__calloc(k->nargs, sizeof *texts);
+    char(*bufs)[2][256] = kiln__malloc(k->nargs * sizeof *bufs);
+    if (!ps || !texts || !bufs) {
+        free(ps);
+        free(texts);
+        free(bufs);
         return kiln__host_oom(op);
-    for (cl_uint i = 0; i < k->nargs; i++) {
-        cl_kernel_arg_address_qualifier q = 0;
-        cl_int err = kiln__cl.GetKernelArgInfo(k->kernel, i, CL_KERNEL_ARG_ADDRESS_QUALIFIER,
-                                               sizeof q, &q, NULL);
-        if (err != CL_SUCCESS) {
-            kiln__log(KILN_LOG_DEBUG,
-                      "%s: no argument info for kernel %s (%s); its arguments are checked by "
-                      "count only",
-                      op, k->name, kiln__cl_error_name(err));
-            free(ps);
-            return KILN_OK;
-        }
-        char type[256], name[256];
-        kiln__param_parse(addr_of(q), arg_text(k->kernel, i, CL_KERNEL_ARG_TYPE_NAME, type, 256),
-                          arg_text(k->kernel, i, CL_KERNEL_ARG_NAME, name, 256), &ps[i]);
     }
-    k->params = ps;
+    kiln__params_found found =
+        kiln__param_table_find(table->bytes, table->len, k->name, k->nargs, ps);
+    cl_int err = CL_KERNEL_ARG_INFO_NOT_AVAILABLE;
+    if (found == KILN__PARAMS_ABSENT)
+        err = arg_texts(k->kernel, k->nargs, texts, bufs);
+    if (found == KILN__PARAMS_ABSENT && err == CL_SUCCESS)
+        for (cl_uint i = 0; i < k->nargs; i++)
+            kiln__param_parse(texts[i].addr, texts[i].type, texts[i].name, &ps[i]);
+    free(texts);
+    free(bufs);
+    if (found == KILN__PARAMS_FOUND || err == CL_SUCCESS) {
+        k->params = ps;
+        return KILN_OK;
+    }
+    kiln__log(KILN_LOG_DEBUG,
+              "%s: no argument info for kernel %s (%s); its arguments are checked by count only",
+              op, k->name, kiln__cl_error_name(err));
+    free(ps);
     return KILN_OK;
 }
 
-/* A kernel of program p; arginfo: a user kernel, whose parameters are described (query_params). */
-static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name, bool arginfo,
-                               const char *op, kernel_node **out)
+/* A kernel of program p; params: a user kernel's program's parameter table (NULL: a built-in
+ * kernel), whose parameters are described (query_params). */
+static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
+                               const kiln__param_table *params, const char *op, kernel_node **out)
 {
     *out = NULL;
     if (strlen(name) >= sizeof((kiln__kernel *)0)->name)
@@ -550,7 +675,7 @@ static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
         err = kiln__cl.GetKernelWorkGroupInfo(k, dev->id,
                                               CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
                                               sizeof n->k.wg_multiple, &n->k.wg_multiple, NULL);
-    kiln_status s = err == CL_SUCCESS ? (arginfo ? query_params(&n->k, op) : KILN_OK)
+    kiln_status s = err == CL_SUCCESS ? (params ? query_params(&n->k, params, op) : KILN_OK)
                                       : kiln__cl_fail(err, op, "clGetKernelInfo", dev->info.spec);
     if (s != KILN_OK) {
         kiln__cl.ReleaseKernel(k);
@@ -576,9 +701,10 @@ static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
     return KILN_OK;
 }
 
-/* Find or create the kernel `name` in a list guarded by the caller's lock. */
+/* Find or create the kernel `name` in a list guarded by the caller's lock (params: as for
+ * make_kernel). */
 static kiln_status list_kernel(kiln_device *dev, cl_program p, kernel_node **list, const char *name,
-                               bool arginfo, const char *op, kiln__kernel **out)
+                               const kiln__param_table *params, const char *op, kiln__kernel **out)
 {
     for (kernel_node *n = *list; n; n = n->next) {
         if (strcmp(n->k.name, name) == 0) {
@@ -587,7 +713,7 @@ static kiln_status list_kernel(kiln_device *dev, cl_program p, kernel_node **lis
         }
     }
     kernel_node *n;
-    kiln_status s = make_kernel(dev, p, name, arginfo, op, &n);
+    kiln_status s = make_kernel(dev, p, name, params, op, &n);
     if (s != KILN_OK)
         return s;
     n->next = *list;
@@ -647,7 +773,7 @@ static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *sr
     text[plen] = '\n';
     memcpy(text + plen + 1, src->text, src->length + 1);
     kiln__log_hold(); /* the compiler's message is logged once, rewrapped */
-    s = kiln__program_compile(dev, text, len, NULL, options, op, out);
+    s = kiln__program_compile(dev, text, len, NULL, options, op, out, NULL);
     if (s == KILN_ERR_BUILD_FAILED) {
         char *msg = dup_string(kiln_last_error()); /* it holds the compiler's log */
         bool generated = src->name == src->text;   /* kiln__generated_kernel */
@@ -743,7 +869,7 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
     builtin_entry *e = NULL;
     s = builtin_entry_get(dev, ps, src, defines ? defines : "", op, &e);
     if (s == KILN_OK)
-        s = list_kernel(dev, e->program, &e->kernels, kernel, false, op, out);
+        s = list_kernel(dev, e->program, &e->kernels, kernel, NULL, op, out);
     pthread_mutex_unlock(&ps->lock);
     return s;
 }
@@ -767,7 +893,7 @@ kiln_status kiln__generated_kernel(kiln_device *dev, const char *text, const cha
     builtin_entry *e = NULL;
     s = builtin_entry_get(dev, ps, &src, "", op, &e);
     if (s == KILN_OK)
-        s = list_kernel(dev, e->program, &e->kernels, kernel, false, op, out);
+        s = list_kernel(dev, e->program, &e->kernels, kernel, NULL, op, out);
     pthread_mutex_unlock(&ps->lock);
     return s;
 }
@@ -835,6 +961,7 @@ static void program_free(kiln_program *prog)
     if (live)
         pthread_mutex_destroy(&prog->lock);
     free(prog->names);
+    free(prog->params.bytes);
     free(prog);
 }
 
@@ -850,7 +977,8 @@ kiln_status kiln__program_kernel(kiln_program *prog, const char *name, const cha
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: kernel name is NULL; kernels: %s", op,
                            kiln_program_kernel_names(prog));
     pthread_mutex_lock(&prog->lock);
-    kiln_status s = list_kernel(prog->dev, prog->program, &prog->kernels, name, true, op, out);
+    kiln_status s =
+        list_kernel(prog->dev, prog->program, &prog->kernels, name, &prog->params, op, out);
     pthread_mutex_unlock(&prog->lock);
     return s;
 }
@@ -927,7 +1055,7 @@ static kiln_status program_build(kiln_device *dev, const char *source, size_t le
     atomic_init(&prog->refs, 1);
     prog->dev = dev;
     pthread_mutex_init(&prog->lock, NULL);
-    s = kiln__program_compile(dev, source, len, name, opts, op, &prog->program);
+    s = kiln__program_compile(dev, source, len, name, opts, op, &prog->program, &prog->params);
     if (s == KILN_OK)
         s = kernel_names(prog, op);
     if (s != KILN_OK)

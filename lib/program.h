@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "kiln_cl.h"
+#include "paramtable.h"
 
 /* One embedded lib/kernels/<name>.cl (generated table, see lib/kernels/embed.py). */
 typedef struct kiln__kernel_source {
@@ -60,9 +61,12 @@ kiln_status kiln__program_kernel(kiln_program *prog, const char *name, const cha
 /* Build source (len bytes) for dev with the full options string, loading or saving the binary
  * in the on-disk cache. A compile error is KILN_ERR_BUILD_FAILED with the trimmed log, its
  * positions naming the source `name` (a file's path; NULL: "<source>"); op names the caller.
- * *out is owned by the caller. */
+ * *out is owned by the caller. params (a user program; NULL: a built-in one) receives the
+ * parameter table of the entry loaded or saved (malloc'd, the caller frees its bytes), empty
+ * when there is none: the kernels' argument info then comes from the driver. */
 kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len, const char *name,
-                                  const char *options, const char *op, cl_program *out);
+                                  const char *options, const char *op, cl_program *out,
+                                  kiln__param_table *params);
 
 /* A compiler log with positions in the driver's temporary copy of the source (PoCL's
  * ".../tempfile_XXXXXX.cl:1:64", NVIDIA's "<kernel>:1:64") renamed to name ("<source>" when

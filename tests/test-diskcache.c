@@ -15,7 +15,8 @@
  *   directory read-only, disk full          read_only_dir_is_not_used, disk_full_builds_anyway
  *   8 processes, empty cache, one program   eight_processes_race
  *   binary of the second device (2 dev.)    second_device_entry_is_saved
- *   driver gives no binary                  unsaved_binary_is_a_write_error */
+ *   driver gives no binary                  unsaved_binary_is_a_write_error
+ *   no argument info for binaries (NVIDIA)  warm_run_keeps_argument_checks */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -1271,6 +1272,90 @@ START_TEST(half_binary_does_not_loop)
 }
 END_TEST
 
+/* ---- argument checks of programs from binaries (issue 19, item 6) ------------------------ */
+
+/* Programs created from binaries, and kernels whose argument info is asked for: a driver that,
+ * like NVIDIA's for PTX (OpenCL-CTS #1244), gives no argument info for them. */
+static cl_program from_binaries[64];
+static int n_from_binaries;
+static cl_int(CL_API_CALL *real_arg_info)(cl_kernel, cl_uint, cl_kernel_arg_info, size_t, void *,
+                                          size_t *);
+
+static cl_program CL_API_CALL recorded_binary(cl_context ctx, cl_uint n, const cl_device_id *devs,
+                                              const size_t *lens, const unsigned char **bins,
+                                              cl_int *bstatus, cl_int *err)
+{
+    cl_program p = clCreateProgramWithBinary(ctx, n, devs, lens, bins, bstatus, err);
+    if (p && n_from_binaries < 64)
+        from_binaries[n_from_binaries++] = p;
+    return p;
+}
+
+static cl_int CL_API_CALL no_info_from_binaries(cl_kernel k, cl_uint i, cl_kernel_arg_info what,
+                                                size_t n, void *v, size_t *ret)
+{
+    cl_program p = NULL;
+    if (clGetKernelInfo(k, CL_KERNEL_PROGRAM, sizeof p, &p, NULL) == CL_SUCCESS)
+        for (int j = 0; j < n_from_binaries; j++)
+            if (from_binaries[j] == p)
+                return CL_KERNEL_ARG_INFO_NOT_AVAILABLE;
+    return real_arg_info(k, i, what, n, v, ret);
+}
+
+static const char *scale_source = "__kernel void scale(__global float *x, float a, int n)\n"
+                                  "{\n"
+                                  "    int i = get_global_id(0);\n"
+                                  "    if (i < n)\n"
+                                  "        x[i] *= a;\n"
+                                  "}\n";
+
+/* Build scale_source on dev; a launch with kiln_arg_i32 for the float `a` must be refused, one
+ * with kiln_arg_f32 must scale. */
+static void scale_checked(void)
+{
+    kiln_program *prog = NULL;
+    ASSERT_OK(kiln_program_build(dev, scale_source, NULL, &prog));
+    const int64_t shape[1] = {4};
+    const float x[4] = {1, 2, 3, 4};
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_tensor_from_host(dev, KILN_F32, 1, shape, x, &t));
+    size_t global = 4;
+    kiln_arg args[3] = {kiln_arg_tensor(t), kiln_arg_i32(3), kiln_arg_i32(4)};
+    kiln_status s = kiln_program_launch(prog, "scale", 1, &global, NULL, 3, args);
+    ck_assert_msg(s == KILN_ERR_INVALID_ARGUMENT,
+                  "kiln_arg_i32 for the float parameter was accepted (status %s): the argument "
+                  "checks were lost",
+                  kiln_status_string(s));
+    ASSERT_ERROR_HAS("parameter 1 'a' (float)");
+    args[1] = kiln_arg_f32(3);
+    ASSERT_OK(kiln_program_launch(prog, "scale", 1, &global, NULL, 3, args));
+    float y[4];
+    ASSERT_OK(kiln_tensor_read(t, y, sizeof y));
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(y[i] == 3 * x[i], "element %d: %g, not %g", i, y[i], 3 * x[i]);
+    kiln_tensor_release(t);
+    kiln_program_release(prog);
+}
+
+/* A warm run checks arguments as the cold run did, even where the driver gives no argument info
+ * for programs loaded from binaries: the cache entry holds the parameter table. */
+START_TEST(warm_run_keeps_argument_checks)
+{
+    char dir[512];
+    use_dir("arginfo", dir, sizeof dir);
+    n_from_binaries = 0;
+    kiln__cl.CreateProgramWithBinary = recorded_binary;
+    real_arg_info = kiln__cl.GetKernelArgInfo;
+    kiln__cl.GetKernelArgInfo = no_info_from_binaries;
+    scale_checked(); /* cold: built from source */
+    ck_assert_uint_eq(stats().saves, 1);
+    ck_assert_int_eq(n_from_binaries, 0);
+    scale_checked(); /* warm: from the entry's binary */
+    ck_assert_uint_eq(stats().hits, 1);
+    ck_assert_int_eq(n_from_binaries, 1);
+}
+END_TEST
+
 START_TEST(stale_temp_files_are_cleaned)
 {
     char dir[512], tmp[600], fresh[600], aside[600];
@@ -1330,6 +1415,7 @@ Suite *diskcache_suite(void)
     tcase_add_test(tc, disk_full_builds_anyway);
     tcase_add_test(tc, unsaved_binary_is_a_write_error);
     tcase_add_test(tc, second_device_entry_is_saved);
+    tcase_add_test(tc, warm_run_keeps_argument_checks);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("damaged");

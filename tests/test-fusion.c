@@ -3,7 +3,7 @@
  * after a pending read, release before evaluation, out of memory at evaluation, 8 threads, and
  * generated kernels kept in the disk cache across processes; pending chains folded into
  * reductions (every op and axis against the eager reduction, bit for bit), a launch fault
- * in the middle of a folded reduction. */
+ * in the middle of a folded reduction; the 32-bit index path chosen for the whole range. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -24,6 +24,7 @@ void kiln__registry_reset(void);
 void kiln__fusion_counts(long *generated, long *reused, long *single);
 long kiln__fusion_folds(void);
 void kiln__fusion_fold_on_cpu(bool on);
+void kiln__fusion_index32_reread(void);
 
 extern char **environ;
 
@@ -276,6 +277,78 @@ END_TEST
 
 /* Broadcast patterns that collapse to 1, 2 and 3 dims (a 2-D range without division, a 1-D
  * range with division): relu(a + b) * a - b against eager, bit for bit, and a C loop. */
+/* (a + b) relu * a - b over a of na dims and b of nb, broadcast, fused against eager (bit for
+ * bit) and against a C loop; what names the case in messages. */
+static void broadcast_case(int na_dims, const int64_t *sa, int nb_dims, const int64_t *sb_,
+                           const char *what)
+{
+    int64_t na = 1, nb = 1;
+    for (int j = 0; j < na_dims; j++)
+        na *= sa[j];
+    for (int j = 0; j < nb_dims; j++)
+        nb *= sb_[j];
+    double *va = malloc(sizeof(double) * (size_t)na), *vb = malloc(sizeof(double) * (size_t)nb);
+    ck_assert_ptr_nonnull(va);
+    ck_assert_ptr_nonnull(vb);
+    for (int64_t i = 0; i < na; i++)
+        va[i] = 4 * rnd() - 2;
+    for (int64_t i = 0; i < nb; i++)
+        vb[i] = 2 * rnd() - 1;
+    kiln_tensor *a = upload(dev, KILN_F32, na_dims, sa, va),
+                *b = upload(dev, KILN_F32, nb_dims, sb_, vb), *r[2] = {NULL, NULL};
+    for (int on = 0; on < 2; on++) {
+        kiln__fusion_set(on == 1);
+        kiln_tensor *t = NULL, *u = NULL, *v = NULL;
+        ASSERT_OK(kiln_add(a, b, &t));
+        ASSERT_OK(kiln_unary(KILN_UNARY_RELU, t, &u));
+        ASSERT_OK(kiln_mul(u, a, &v));
+        ASSERT_OK(kiln_sub(v, b, &r[on]));
+        kiln_tensor_release(t);
+        kiln_tensor_release(u);
+        kiln_tensor_release(v);
+    }
+    /* the C loop first (it names the element that is wrong): NumPy broadcasting over the
+     * result's shape */
+    int nd = na_dims > nb_dims ? na_dims : nb_dims;
+    int64_t rs[8];
+    for (int j = 0; j < nd; j++) {
+        int ja = j - (nd - na_dims), jb = j - (nd - nb_dims);
+        int64_t da = ja >= 0 ? sa[ja] : 1, db = jb >= 0 ? sb_[jb] : 1;
+        rs[j] = da > db ? da : db;
+    }
+    ck_assert_int_eq(kiln_tensor_ndim(r[1]), nd);
+    double *got = download(r[1]);
+    for (int64_t i = 0; i < kiln_tensor_numel(r[1]); i++) {
+        int64_t rem = i, ia = 0, ib = 0, ma = 1, mb = 1;
+        for (int j = nd - 1; j >= 0; j--) {
+            int64_t cj = rem % rs[j];
+            rem /= rs[j];
+            int ja = j - (nd - na_dims), jb = j - (nd - nb_dims);
+            if (ja >= 0) {
+                ia += (sa[ja] == 1 ? 0 : cj) * ma;
+                ma *= sa[ja];
+            }
+            if (jb >= 0) {
+                ib += (sb_[jb] == 1 ? 0 : cj) * mb;
+                mb *= sb_[jb];
+            }
+        }
+        float x = (float)va[ia], y = (float)vb[ib], z = x + y;
+        float want = (z > 0 ? z : 0) * x - y;
+        ck_assert_msg((float)got[i] == want, "%s element %lld: %g, want %g", what, (long long)i,
+                      got[i], (double)want);
+    }
+    assert_same(r[1], r[0], what);
+    free(got);
+    free(va);
+    free(vb);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(r[0]);
+    kiln_tensor_release(r[1]);
+    kiln__fusion_set(false);
+}
+
 START_TEST(test_broadcast_patterns)
 {
     static const struct {
@@ -291,69 +364,29 @@ START_TEST(test_broadcast_patterns)
         {3, 3, {1, 3, 4}, {2, 1, 1}}, /* both broadcast: root [2,3,4] */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        int64_t na = 1, nb = 1;
-        for (int j = 0; j < cases[c].na; j++)
-            na *= cases[c].a[j];
-        for (int j = 0; j < cases[c].nb; j++)
-            nb *= cases[c].b[j];
-        double va[24], vb[24];
-        for (int i = 0; i < na; i++)
-            va[i] = 4 * rnd() - 2;
-        for (int i = 0; i < nb; i++)
-            vb[i] = 2 * rnd() - 1;
-        kiln_tensor *a = upload(dev, KILN_F32, cases[c].na, cases[c].a, va),
-                    *b = upload(dev, KILN_F32, cases[c].nb, cases[c].b, vb), *r[2] = {NULL, NULL};
-        for (int on = 0; on < 2; on++) {
-            kiln__fusion_set(on == 1);
-            kiln_tensor *t = NULL, *u = NULL, *v = NULL;
-            ASSERT_OK(kiln_add(a, b, &t));
-            ASSERT_OK(kiln_unary(KILN_UNARY_RELU, t, &u));
-            ASSERT_OK(kiln_mul(u, a, &v));
-            ASSERT_OK(kiln_sub(v, b, &r[on]));
-            kiln_tensor_release(t);
-            kiln_tensor_release(u);
-            kiln_tensor_release(v);
-        }
         char what[32];
         snprintf(what, sizeof what, "case %zu", c);
-        assert_same(r[1], r[0], what);
-        /* the C loop: NumPy broadcasting over the result's shape */
-        int nd = cases[c].na > cases[c].nb ? cases[c].na : cases[c].nb;
-        int64_t rs[3];
-        for (int j = 0; j < nd; j++) {
-            int ja = j - (nd - cases[c].na), jb = j - (nd - cases[c].nb);
-            int64_t da = ja >= 0 ? cases[c].a[ja] : 1, db = jb >= 0 ? cases[c].b[jb] : 1;
-            rs[j] = da > db ? da : db;
-        }
-        ck_assert_int_eq(kiln_tensor_ndim(r[1]), nd);
-        double *got = download(r[1]);
-        for (int64_t i = 0; i < kiln_tensor_numel(r[1]); i++) {
-            int64_t rem = i, ia = 0, ib = 0, sa = 1, sb = 1;
-            for (int j = nd - 1; j >= 0; j--) {
-                int64_t cj = rem % rs[j];
-                rem /= rs[j];
-                int ja = j - (nd - cases[c].na), jb = j - (nd - cases[c].nb);
-                if (ja >= 0) {
-                    ia += (cases[c].a[ja] == 1 ? 0 : cj) * sa;
-                    sa *= cases[c].a[ja];
-                }
-                if (jb >= 0) {
-                    ib += (cases[c].b[jb] == 1 ? 0 : cj) * sb;
-                    sb *= cases[c].b[jb];
-                }
-            }
-            float x = (float)va[ia], y = (float)vb[ib], z = x + y;
-            float want = (z > 0 ? z : 0) * x - y;
-            ck_assert_msg((float)got[i] == want, "case %zu element %lld: %g, want %g", c,
-                          (long long)i, got[i], (double)want);
-        }
-        free(got);
-        kiln_tensor_release(a);
-        kiln_tensor_release(b);
-        kiln_tensor_release(r[0]);
-        kiln_tensor_release(r[1]);
+        broadcast_case(cases[c].na, cases[c].a, cases[c].nb, cases[c].b, what);
     }
-    kiln__fusion_set(false);
+}
+END_TEST
+
+/* The fused kernels' 32-bit index path is chosen for the whole range, never per index (issue 19,
+ * item 9: a collapsed dimension over 2^32 elements was cut to 32 bits for the indices below
+ * 2^32). With the path's limit lowered to 31 (KILN_TEST_FUSION_INDEX32_LIMIT), [2, 3, 40] with
+ * [2, 1, 40] (three collapsed dims, the last over the limit; n = 240) must take the 64-bit path
+ * for every index, and [2, 3, 5] with [2, 1, 5] (n = 30) the 32-bit one; both against a C loop. */
+START_TEST(test_index32_whole_range)
+{
+    setenv("KILN_TEST_FUSION_INDEX32_LIMIT", "31", 1);
+    kiln__fusion_index32_reread();
+    const int64_t big_a[3] = {2, 3, 40}, big_b[3] = {2, 1, 40};
+    const int64_t small_a[3] = {2, 3, 5}, small_b[3] = {2, 1, 5};
+    broadcast_case(3, big_a, 3, big_b, "[2,3,40] limit 31");
+    broadcast_case(3, small_a, 3, small_b, "[2,3,5] limit 31");
+    unsetenv("KILN_TEST_FUSION_INDEX32_LIMIT");
+    kiln__fusion_index32_reread();
+    broadcast_case(3, big_a, 3, big_b, "[2,3,40]");
 }
 END_TEST
 
@@ -1012,6 +1045,11 @@ Suite *fusion_suite(void)
         TCase *reset = tcase_create("registry reset"); /* its own devices: no fixture */
         tcase_add_test(reset, test_registry_reset_forgets_kernels);
         suite_add_tcase(s, reset);
+        TCase *index32 = tcase_create("index32");
+        tcase_add_unchecked_fixture(index32, setup, teardown_devices);
+        tcase_set_timeout(index32, 600);
+        tcase_add_test(index32, test_index32_whole_range);
+        suite_add_tcase(s, index32);
     }
     TCase *child = tcase_create("cache child");
     tcase_add_unchecked_fixture(child, setup, teardown_devices);
