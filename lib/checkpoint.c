@@ -3,9 +3,8 @@
  * tensors' bytes, little-endian, in order. The header is read and written with jansson. Files
  * are written atomically (a temporary file in the same folder, unnamed where the filesystem
  * allows, fsync, rename, fsync of the folder) and checked whole before any device allocation
- * when loaded. Built without jansson
- * (meson -Djansson=disabled), the public functions refuse with KILN_ERR_UNSUPPORTED
- * (kiln__checkpoint_support). */
+ * when loaded. Built without jansson (meson -Djansson=disabled), the public functions refuse
+ * with KILN_ERR_UNSUPPORTED (kiln__checkpoint_support). */
 #include "checkpoint.h"
 
 #include <ctype.h>
@@ -598,19 +597,18 @@ static bool keep_mode(int fd, const char *path)
     return fchmod(fd, st.st_mode & 0777) == 0;
 }
 
-/* The folder of path, open for the temporary file and the final fsync; -1 with errno. */
-static int open_folder(const char *path)
+/* The folder of path, open for the temporary file and the final fsync. */
+static kiln_status open_folder(const char *op, const char *path, int *dfd)
 {
+    *dfd = -1;
     char *copy = kiln__strdup(path);
-    if (!copy) {
-        errno = ENOMEM;
-        return -1;
-    }
-    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (!copy)
+        return kiln__host_oom(op);
+    *dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int saved = errno;
     free(copy);
     errno = saved;
-    return dfd;
+    return *dfd >= 0 ? KILN_OK : io_error(op, "could not open the folder of", path);
 }
 
 /* The header's length, the header and the tensors' bytes to fd, synced. */
@@ -646,10 +644,9 @@ kiln_status kiln_save(const char *path, const kiln_named_tensor *tensors, int n)
     char *header = make_header(tensors, n, &hlen); /* the names are valid: NULL is no memory */
     if (!header)
         return kiln__host_oom(op);
-    int dfd = open_folder(path);
-    if (dfd < 0) {
-        s = errno == ENOMEM ? kiln__host_oom(op)
-                            : io_error(op, "could not open the folder of", path);
+    int dfd;
+    s = open_folder(op, path, &dfd);
+    if (s != KILN_OK) {
         free(header);
         return s;
     }
