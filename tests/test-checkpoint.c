@@ -535,8 +535,8 @@ static void *unblock_fifo(void *arg)
     return NULL;
 }
 
-/* Every load function on path fails promptly with KILN_ERR_IO and "not a regular file". */
-static void expect_not_regular(const char *path)
+/* Every load function on path fails promptly with KILN_ERR_IO and "not a regular file (kind)". */
+static void expect_not_regular(const char *path, const char *kind)
 {
     kiln_tensor *t = NULL;
     ASSERT_OK(kiln_tensor_zeros(test_device(), KILN_F32, 1, (const int64_t[]){2}, &t));
@@ -550,6 +550,7 @@ static void expect_not_regular(const char *path)
     ASSERT_FAILS(kiln_load(path, test_device(), &ck), KILN_ERR_IO, "not a regular file");
     ck_assert_ptr_null(ck);
     ASSERT_ERROR_HAS("kiln_load: ");
+    ASSERT_ERROR_HAS(kind);
     ASSERT_FAILS(kiln_load_into(path, (kiln_named_tensor[]){{"t", t}}, 1), KILN_ERR_IO,
                  "not a regular file");
     ASSERT_ERROR_HAS("kiln_load_into: ");
@@ -565,8 +566,8 @@ START_TEST(test_load_fifo_and_device)
 {
     const char *fifo = path_of("fifo.safetensors");
     ck_assert_int_eq(mkfifo(fifo, 0600), 0);
-    expect_not_regular(fifo);
-    expect_not_regular("/dev/zero");
+    expect_not_regular(fifo, "(a FIFO)");
+    expect_not_regular("/dev/zero", "(a character device)");
 }
 END_TEST
 
