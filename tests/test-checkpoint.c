@@ -9,12 +9,14 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -672,6 +674,106 @@ START_TEST(test_stale_temporaries)
 }
 END_TEST
 
+/* Whether process pid has its temporary in folder open: "#<inode> (deleted)" while unnamed
+ * (O_TMPFILE), else ".kiln-tmp-<pid>-<n>". */
+static bool has_temporary_open(pid_t pid, const char *folder, bool named)
+{
+    char fds[64];
+    snprintf(fds, sizeof fds, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(fds);
+    if (!d)
+        return false;
+    bool found = false;
+    size_t fl = strlen(folder);
+    const struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        char link[600], target[600];
+        snprintf(link, sizeof link, "%s/%s", fds, e->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = '\0';
+        found = strncmp(target, folder, fl) == 0 && target[fl] == '/' &&
+                strncmp(target + fl + 1, named ? ".kiln-tmp-" : "#", named ? 10 : 1) == 0;
+    }
+    closedir(d);
+    return found;
+}
+
+/* tests/checkpoint-helper loads in and saves its tensors to out; SIGKILL as soon as its
+ * temporary file is open (while it writes or syncs). False where it finished first, 5 times. */
+static bool save_killed_midway(const char *folder, const char *in, const char *out, bool named)
+{
+    char helper[1024];
+    snprintf(helper, sizeof helper, "%s/tests/checkpoint-helper", getenv("KILN_TEST_BUILDDIR"));
+    char *argv[] = {helper,
+                    (char *)kiln_device_spec(test_device()),
+                    (char *)in,
+                    (char *)out,
+                    named ? "named" : NULL,
+                    NULL};
+    for (int attempt = 0; attempt < 5; attempt++) {
+        pid_t pid = fork(); /* then only async-signal-safe calls until exec */
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            int devnull = open("/dev/null", O_WRONLY);
+            dup2(devnull, 1);
+            execv(helper, argv);
+            _exit(127);
+        }
+        int status;
+        bool seen;
+        while (!(seen = has_temporary_open(pid, folder, named)) &&
+               waitpid(pid, &status, WNOHANG) == 0)
+            nanosleep(&(struct timespec){.tv_nsec = 100 * 1000}, NULL);
+        if (seen) {
+            kill(pid, SIGKILL);
+            ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+            ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+            return true;
+        }
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s failed (status %#x)",
+                      helper, status);
+        unlink(out); /* it finished first: again */
+    }
+    return false;
+}
+
+/* A save killed while it writes leaves nothing with O_TMPFILE; without, its temporary, which
+ * the next save into the folder removes. */
+START_TEST(test_save_killed)
+{
+    kiln_tensor *big = NULL, *t = NULL;
+    ASSERT_OK(kiln_tensor_zeros(test_device(), KILN_F32, 1, (const int64_t[]){1 << 23}, &big));
+    ASSERT_OK(kiln_arange(test_device(), KILN_F32, 0, 8, 1, &t));
+    for (int named = 0; named < 2; named++) {
+        kiln__st_no_tmpfile = false;
+        char folder[300], in[400], out[400];
+        snprintf(folder, sizeof folder, "%s/killed%d", dir, named);
+        ck_assert_int_eq(mkdir(folder, 0700), 0);
+        snprintf(in, sizeof in, "%s/in.safetensors", folder);
+        snprintf(out, sizeof out, "%s/out.safetensors", folder);
+        ASSERT_OK(kiln_save(in, (kiln_named_tensor[]){{"big", big}}, 1)); /* 32 MiB */
+        ck_assert_msg(save_killed_midway(folder, in, out, named),
+                      "the helper finished its save 5 times before it could be killed");
+        const char *left = listing(folder);
+        if (named)
+            ck_assert_msg(strstr(left, ".kiln-tmp-"), "no temporary left: %s", left);
+        else
+            ck_assert_str_eq(left, "in.safetensors ");
+        kiln__st_no_tmpfile = named;
+        ASSERT_OK(kiln_save(out, (kiln_named_tensor[]){{"t", t}}, 1));
+        left = listing(folder);
+        ck_assert_msg(strcmp(left, "in.safetensors out.safetensors ") == 0 ||
+                          strcmp(left, "out.safetensors in.safetensors ") == 0,
+                      "after the next save: %s", left);
+    }
+    kiln__st_no_tmpfile = false;
+    kiln_tensor_release(big);
+    kiln_tensor_release(t);
+}
+END_TEST
+
 /* The position of the first byte of name that is not valid UTF-8, in the message. */
 static void expect_bad_name(const char *name, const char *where)
 {
@@ -785,6 +887,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tf, test_load_fifo_and_device);
     tcase_add_test(tf, test_save_long_name);
     tcase_add_test(tf, test_stale_temporaries);
+    tcase_add_test(tf, test_save_killed);
     tcase_add_test(tf, test_save_name_not_utf8);
     tcase_add_test(tf, test_c1_controls_in_messages);
     tcase_add_test(tf, test_replace_keeps_mode);
