@@ -2,16 +2,34 @@
  *
  * Input: 8 bytes of data length (little-endian, taken modulo 2^40), then the JSON header.
  * Properties: no crash or sanitizer report; a failure leaves *entries NULL and a printable
- * message naming the file; a success gives entries whose names are non-empty, unique and not
- * "__metadata__", whose dtypes are kiln's, whose shapes have 0 to KILN_MAX_DIMS non-negative
- * sizes, each holding exactly end - begin bytes, and whose ranges tile [0, data length) in
- * order. */
+ * message naming the file (valid UTF-8 without C0 or C1 controls: U+009B is a terminal's CSI);
+ * a success gives entries whose names are non-empty, unique and not "__metadata__", whose
+ * dtypes are kiln's, whose shapes have 0 to KILN_MAX_DIMS non-negative sizes, each holding
+ * exactly end - begin bytes, and whose ranges tile [0, data length) in order. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../lib/checkpoint.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Whether m is valid UTF-8 (loosely: lead and continuation bytes) without C0 controls but '\n',
+ * DEL or C1 controls (U+0080 to U+009F, 0xc2 0x80 to 0xc2 0x9f). */
+static bool printable(const unsigned char *m)
+{
+    for (size_t i = 0; m[i];) {
+        size_t len = m[i] < 0x80 ? 1 : m[i] >= 0xf0 ? 4 : m[i] >= 0xe0 ? 3 : m[i] >= 0xc2 ? 2 : 0;
+        if (len == 0 || (m[i] < 0x20 && m[i] != '\n') || m[i] == 0x7f ||
+            (m[i] == 0xc2 && m[i + 1] <= 0x9f))
+            return false;
+        for (size_t k = 1; k < len; k++)
+            if ((m[i + k] & 0xc0) != 0x80)
+                return false;
+        i += len;
+    }
+    return true;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -33,9 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *m = kiln_last_error();
         if (es != NULL || n != 0 || !strstr(m, "fuzz.safetensors") || strlen(m) > 4096)
             abort();
-        for (const char *p = m; *p; p++)
-            if ((unsigned char)*p < 0x20 && *p != '\n')
-                abort();
+        if (!printable((const unsigned char *)m))
+            abort();
     } else {
         uint64_t at = 0;
         for (int i = 0; i < n; i++) {

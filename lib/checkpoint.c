@@ -1,13 +1,14 @@
 /* checkpoint.c - named tensors saved to and loaded from safetensors files: an 8-byte
  * little-endian header length, a JSON header (name -> dtype, shape, data_offsets), then the
  * tensors' bytes, little-endian, in order. The header is read and written with jansson. Files
- * are written atomically (a temporary file in the same folder, fsync, rename, fsync of the
- * folder) and checked whole before any device allocation when loaded. Built without jansson
- * (meson -Djansson=disabled), the public functions refuse with KILN_ERR_UNSUPPORTED
- * (kiln__checkpoint_support). */
+ * are written atomically (a temporary file in the same folder, unnamed where the filesystem
+ * allows, fsync, rename, fsync of the folder) and checked whole before any device allocation
+ * when loaded. Built without jansson (meson -Djansson=disabled), the public functions refuse
+ * with KILN_ERR_UNSUPPORTED (kiln__checkpoint_support). */
 #include "checkpoint.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -58,6 +60,31 @@ void kiln__st_entries_free(kiln__st_entry *entries, int n)
     free(entries);
 }
 
+/* The length (1 to 4) of the UTF-8 character at s and its code point in *cp; 0 where s does not
+ * start a valid one (a stray or missing continuation byte, an overlong form, a surrogate, past
+ * U+10FFFF), as jansson decides. */
+static int utf8_char(const unsigned char *s, uint32_t *cp)
+{
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000}; /* shorter forms: overlong */
+    if (s[0] < 0x80) {
+        *cp = s[0];
+        return 1;
+    }
+    int len = s[0] >= 0xf8 ? 0 : s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc0 ? 2 : 0;
+    if (len == 0)
+        return 0;
+    uint32_t c = s[0] & (0x7fu >> len);
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) /* the terminating NUL too */
+            return 0;
+        c = c << 6 | (s[i] & 0x3fu);
+    }
+    if (c < least[len] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    *cp = c;
+    return len;
+}
+
 #ifdef KILN_HAVE_JANSSON
 
 /* kiln's dtype of a safetensors dtype name: the kiln name in capitals ("F32" is f32). */
@@ -91,23 +118,38 @@ static int by_begin(const void *a, const void *b)
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
-/* A name (or other text) from a file, shortened to fit out and with control bytes as '?', for
- * messages: a file must not put escape sequences on the user's terminal. */
+/* C0 and C1 controls and DEL: what a terminal may act on (U+009B is CSI, ESC [ in one). */
+static bool is_control(uint32_t c)
+{
+    return c < 0x20 || (c >= 0x7f && c <= 0x9f);
+}
+
+/* A name (or other text) from a file, shortened to fit out, with control characters and bytes
+ * that are not UTF-8 as '?', for messages: a file must not put escape sequences on the user's
+ * terminal. */
 static const char *shown(const char *in, char *out, size_t size)
 {
-    size_t i = 0;
-    while (in[i] && i + 4 < size) {
-        char c = in[i];
-        if ((unsigned char)c < 0x20 || (unsigned char)c == 0x7f)
-            c = '?';
-        out[i] = c;
-        i++;
+    const unsigned char *s = (const unsigned char *)in;
+    size_t i = 0, o = 0;
+    while (s[i]) {
+        uint32_t c = 0;
+        int len = utf8_char(s + i, &c);
+        bool bad = len == 0 || is_control(c);
+        size_t take = len ? (size_t)len : 1, put = bad ? 1 : take;
+        if (o + put + 4 > size) /* room for "..." and the NUL */
+            break;
+        if (bad)
+            out[o] = '?';
+        else
+            memcpy(out + o, s + i, take);
+        o += put;
+        i += take;
     }
-    if (in[i]) {
-        memcpy(out + i, "...", 3);
-        i += 3;
+    if (s[i]) {
+        memcpy(out + o, "...", 3);
+        o += 3;
     }
-    out[i] = '\0';
+    out[o] = '\0';
     return out;
 }
 
@@ -310,7 +352,25 @@ static bool read_all(int fd, void *buf, size_t n, off_t at)
     return true;
 }
 
-/* The checks of kiln_save's list: names present, unique, not "__metadata__"; tensors valid. */
+/* A name is a JSON string in the file: valid UTF-8, or the position of the first bad byte. */
+static kiln_status check_name_utf8(const char *op, const char *name, int i)
+{
+    const unsigned char *s = (const unsigned char *)name;
+    uint32_t c;
+    for (size_t at = 0; s[at];) {
+        int len = utf8_char(s + at, &c);
+        if (len == 0)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: tensors[%d].name is not valid UTF-8: byte %zu (0x%02x) does "
+                               "not %s a character; safetensors names are JSON strings",
+                               op, i, at, s[at], s[at] >= 0x80 && s[at] < 0xc0 ? "start" : "make");
+        at += (size_t)len;
+    }
+    return KILN_OK;
+}
+
+/* The checks of kiln_save's list: names present, UTF-8, unique, not "__metadata__"; tensors
+ * valid. */
 static kiln_status check_list(const char *op, const kiln_named_tensor *ts, int n)
 {
     if (n < 0 || (n > 0 && !ts))
@@ -325,6 +385,8 @@ static kiln_status check_list(const char *op, const kiln_named_tensor *ts, int n
                                "other than __metadata__",
                                op, i, ts[i].name ? ts[i].name : "NULL");
         kiln_status s = kiln__check_tensor(ts[i].tensor, op, arg);
+        if (s == KILN_OK)
+            s = check_name_utf8(op, ts[i].name, i);
         if (s != KILN_OK)
             return s;
         for (int j = 0; j < i; j++)
@@ -402,17 +464,169 @@ static kiln_status write_tensor(int fd, kiln_tensor *t, const char *path)
     return u;
 }
 
-static void fsync_folder(const char *path)
+/* ---- kiln_save's temporary file ---------------------------------------------------------- */
+
+bool kiln__st_no_tmpfile;
+
+/* Temporaries are named TEMP_PREFIX "<pid>-<n>": short whatever the target's name (which may
+ * have 255 bytes), and recognisable, so that a later save removes those a killed save left. */
+#define TEMP_PREFIX ".kiln-tmp-"
+
+typedef struct temp_file {
+    int fd;
+    char name[48]; /* its name in the folder; "" while it has none (O_TMPFILE) */
+} temp_file;
+
+static void temp_name(char *buf, size_t size)
 {
+    static atomic_uint counter;
+    snprintf(buf, size, TEMP_PREFIX "%ld-%u", (long)getpid(), atomic_fetch_add(&counter, 1));
+}
+
+/* Whether name is TEMP_PREFIX, digits, '-', digits; the first digits (a pid) to *pid. */
+static bool is_temp_name(const char *name, long *pid)
+{
+    size_t plen = strlen(TEMP_PREFIX);
+    if (strncmp(name, TEMP_PREFIX, plen) != 0 || !isdigit((unsigned char)name[plen]))
+        return false;
+    char *end;
+    errno = 0;
+    *pid = strtol(name + plen, &end, 10);
+    if (errno != 0 || *end != '-' || !isdigit((unsigned char)end[1]))
+        return false;
+    const char *p = end + 1;
+    while (isdigit((unsigned char)*p))
+        p++;
+    return *p == '\0';
+}
+
+/* Whether name in the folder is still the file open as fd (a cleaner may have removed it). */
+static bool still_named(int dfd, const char *name, int fd)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && fstatat(dfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Removes the temporary name when it is stale: a regular file no save holds locked, that is
+ * one whose save was killed before its rename (a save holds its temporary locked from birth to
+ * rename, and the lock dies with the process). Best effort: what fails stays. */
+static void remove_if_stale(int dfd, const char *name)
+{
+    int fd = openat(dfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        still_named(dfd, name, fd))
+        unlinkat(dfd, name, 0);
+    close(fd);
+}
+
+/* The stale temporaries of the folder. This process's own are skipped: where flock is emulated
+ * with per-process locks (NFS), another thread's live save would look unlocked. */
+static void remove_stale_temporaries(int dfd)
+{
+    int lfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+    if (!d) {
+        if (lfd >= 0)
+            close(lfd);
+        return;
+    }
+    long pid;
+    const struct dirent *e;
+    while ((e = readdir(d)))
+        if (is_temp_name(e->d_name, &pid) && pid != (long)getpid())
+            remove_if_stale(dfd, e->d_name);
+    closedir(d);
+}
+
+/* A temporary file in the folder, locked: unnamed (O_TMPFILE) where the filesystem has them, so
+ * that a save killed while writing leaves nothing; else named. */
+static kiln_status temp_create(const char *op, int dfd, const char *path, temp_file *t)
+{
+    t->name[0] = '\0';
+    t->fd = -1;
+    if (!kiln__st_no_tmpfile && access("/proc/self/fd", X_OK) == 0) /* temp_link needs it */
+        t->fd = openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+    if (t->fd >= 0 && flock(t->fd, LOCK_EX | LOCK_NB) == 0)
+        return KILN_OK;
+    if (t->fd >= 0)
+        close(t->fd);
+    for (int tries = 0; tries < 100; tries++) {
+        temp_name(t->name, sizeof t->name);
+        t->fd = openat(dfd, t->name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (t->fd < 0 && errno == EEXIST)
+            continue;
+        if (t->fd < 0)
+            break;
+        /* a cleaner that found it before the lock removes it: take another name */
+        if (flock(t->fd, LOCK_EX | LOCK_NB) == 0 && still_named(dfd, t->name, t->fd))
+            return KILN_OK;
+        close(t->fd);
+        t->fd = -1;
+    }
+    t->name[0] = '\0';
+    return io_error(op, "could not create a temporary file beside", path);
+}
+
+/* An unnamed temporary gets its name, as late as possible: just before the rename. */
+static bool temp_link(int dfd, temp_file *t)
+{
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", t->fd);
+    for (int tries = 0; tries < 100; tries++) {
+        temp_name(t->name, sizeof t->name);
+        if (linkat(AT_FDCWD, proc, dfd, t->name, AT_SYMLINK_FOLLOW) == 0)
+            return true;
+        if (errno != EEXIST)
+            break;
+    }
+    t->name[0] = '\0';
+    return false;
+}
+
+/* The permission bits of the file path replaces, when there is one: a 0600 checkpoint stays
+ * 0600. A new file has the umask's. */
+static bool keep_mode(int fd, const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return true;
+    return fchmod(fd, st.st_mode & 0777) == 0;
+}
+
+/* The folder of path, open for the temporary file and the final fsync. */
+static kiln_status open_folder(const char *op, const char *path, int *dfd)
+{
+    *dfd = -1;
     char *copy = kiln__strdup(path);
     if (!copy)
-        return;
-    int dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd); /* the rename is durable; a failure here loses nothing already written */
-        close(dfd);
-    }
+        return kiln__host_oom(op);
+    *dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int saved = errno;
     free(copy);
+    errno = saved;
+    return *dfd >= 0 ? KILN_OK : io_error(op, "could not open the folder of", path);
+}
+
+/* The header's length, the header and the tensors' bytes to fd, synced. */
+static kiln_status write_contents(int fd, const char *header, size_t hlen,
+                                  const kiln_named_tensor *tensors, int n, const char *path)
+{
+    const char *op = "kiln_save";
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    kiln_status s = KILN_OK;
+    if (!write_all(fd, len8, 8) || !write_all(fd, header, hlen))
+        s = io_error(op, "could not write the temporary file of", path);
+    for (int i = 0; s == KILN_OK && i < n; i++)
+        s = write_tensor(fd, tensors[i].tensor, path);
+    if (s == KILN_OK && fsync(fd) != 0)
+        s = io_error(op, "could not sync the temporary file of", path);
+    return s;
 }
 
 kiln_status kiln_save(const char *path, const kiln_named_tensor *tensors, int n)
@@ -427,43 +641,35 @@ kiln_status kiln_save(const char *path, const kiln_named_tensor *tensors, int n)
     if (s != KILN_OK)
         return s;
     size_t hlen = 0;
-    char *header = make_header(tensors, n, &hlen);
-    size_t tlen = strlen(path) + 16;
-    char *tmp = kiln__malloc(tlen + 32);
-    if (!header || !tmp) {
-        free(header);
-        free(tmp);
+    char *header = make_header(tensors, n, &hlen); /* the names are valid: NULL is no memory */
+    if (!header)
         return kiln__host_oom(op);
-    }
-    /* A name of its own (pid and a counter), created with the umask's permissions. */
-    static atomic_uint counter;
-    snprintf(tmp, tlen + 32, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        s = io_error(op, "could not create a temporary file beside", path);
+    int dfd;
+    s = open_folder(op, path, &dfd);
+    if (s != KILN_OK) {
         free(header);
-        free(tmp);
         return s;
     }
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++)
-        len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    if (!write_all(fd, len8, 8) || !write_all(fd, header, hlen))
-        s = io_error(op, "could not write", tmp);
-    for (int i = 0; s == KILN_OK && i < n; i++)
-        s = write_tensor(fd, tensors[i].tensor, tmp);
-    if (s == KILN_OK && fsync(fd) != 0)
-        s = io_error(op, "could not sync", tmp);
-    if (close(fd) != 0 && s == KILN_OK)
-        s = io_error(op, "could not close", tmp);
-    if (s == KILN_OK && rename(tmp, path) != 0)
+    remove_stale_temporaries(dfd);
+    temp_file t;
+    s = temp_create(op, dfd, path, &t);
+    if (s == KILN_OK && !keep_mode(t.fd, path))
+        s = io_error(op, "could not give the temporary file the mode of", path);
+    if (s == KILN_OK)
+        s = write_contents(t.fd, header, hlen, tensors, n, path);
+    if (s == KILN_OK && !t.name[0] && !temp_link(dfd, &t))
+        s = io_error(op, "could not name the temporary file of", path);
+    /* renamed while still locked, so that no other save takes it for stale */
+    if (s == KILN_OK && renameat(dfd, t.name, AT_FDCWD, path) != 0)
         s = io_error(op, "could not rename the temporary file to", path);
     if (s == KILN_OK)
-        fsync_folder(path);
-    else
-        unlink(tmp);
+        fsync(dfd); /* the rename is durable; a failure here loses nothing already written */
+    else if (t.name[0])
+        unlinkat(dfd, t.name, 0);
+    if (t.fd >= 0 && close(t.fd) != 0 && s == KILN_OK)
+        s = io_error(op, "could not close the file", path);
+    close(dfd);
     free(header);
-    free(tmp);
     return s;
 }
 
@@ -492,6 +698,16 @@ static void st_close(st_file *f)
         close(f->fd);
 }
 
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode)    ? "a folder"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "not a file";
+}
+
 static kiln_status st_open(const char *op, const char *path, st_file *f)
 {
     *f = (st_file){.fd = -1};
@@ -501,13 +717,24 @@ static kiln_status st_open(const char *op, const char *path, st_file *f)
     kiln_status s = kiln__checkpoint_support(op);
     if (s != KILN_OK)
         return s;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: open() of a FIFO would wait for a writer, before the check below */
+    f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
-    if (f->fd < 0 || fstat(f->fd, &st) != 0)
-        return io_error(op, "could not open", path);
+    if (f->fd < 0 || fstat(f->fd, &st) != 0) {
+        s = io_error(op, "could not open", path);
+        st_close(f);
+        return s;
+    }
     if (!S_ISREG(st.st_mode)) {
         st_close(f);
-        return kiln__error(KILN_ERR_IO, "%s: %s is not a regular file", op, path);
+        return kiln__error(KILN_ERR_IO, "%s: %s is not a regular file (%s)", op, path,
+                           file_kind(st.st_mode));
+    }
+    int flags = fcntl(f->fd, F_GETFL);
+    if (flags < 0 || fcntl(f->fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        s = io_error(op, "could not read", path);
+        st_close(f);
+        return s;
     }
     f->size = (uint64_t)st.st_size;
     unsigned char len8[8];

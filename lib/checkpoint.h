@@ -3,6 +3,7 @@
 #ifndef KILN_CHECKPOINT_H
 #define KILN_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +34,10 @@ kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_le
                                   kiln__st_entry **entries, int *n);
 
 void kiln__st_entries_free(kiln__st_entry *entries, int n);
+
+/* For tests: true makes kiln_save write a named temporary file, as it does on filesystems
+ * without O_TMPFILE. */
+extern bool kiln__st_no_tmpfile;
 
 /* KILN_OK where kiln was built with jansson; else KILN_ERR_UNSUPPORTED, with a message naming op
  * (the public function) and saying that kiln was built without jansson. The checkpoint functions

@@ -76,6 +76,25 @@ static kiln_status check_dims(const char *op, const char *a, int64_t va, const c
                        va < 1 ? a : b, va < 1 ? va : vb);
 }
 
+/* A layer's weight of shape fits: its element count in int64 and its bytes in size_t (the bias
+ * and layer norm's are no larger). sizes names the layer's arguments for the message. */
+static kiln_status check_weight(const char *op, const char *sizes, kiln_dtype dtype, int ndim,
+                                const int64_t *shape)
+{
+    int64_t n = 1;
+    bool fits = true;
+    for (int d = 0; fits && d < ndim; d++)
+        fits = kiln__dim_mul(n, shape[d], &n);
+    if (fits && (uint64_t)n <= SIZE_MAX / kiln_dtype_size(dtype))
+        return KILN_OK;
+    char buf[128];
+    return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                       "%s: %s: the weight %s of %s has more bytes than an address can count; "
+                       "the layer is too large",
+                       op, sizes, kiln__shape_str(buf, sizeof buf, ndim, shape),
+                       kiln_dtype_name(dtype));
+}
+
 /* A parameter: made by make (status s), then a leaf requiring grad, owned by the module and
  * kept out of the caller's scope. */
 static kiln_status param(kiln_status s, kiln_tensor **t)
@@ -106,14 +125,19 @@ kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in, i
         s = check_dims(op, "in", in, "out", out);
     if (s == KILN_OK && (init < KILN_INIT_DEFAULT || init > KILN_INIT_XAVIER))
         s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown init %d", op, (int)init);
+    int64_t ws[2] = {out, in};
+    char sizes[64];
+    snprintf(sizes, sizeof sizes, "in %" PRId64 ", out %" PRId64, in, out);
+    if (s == KILN_OK)
+        s = check_weight(op, sizes, dtype, 2, ws);
     kiln_module *l = NULL;
     if (s == KILN_OK)
         s = new_module(LINEAR, op, &l);
     if (s != KILN_OK)
         return s;
-    int64_t ws[2] = {out, in};
+    /* fan_in + fan_out in double: the sum of two int64 may not fit */
     double bound =
-        init == KILN_INIT_XAVIER ? sqrt(6.0 / (double)(in + out)) : 1.0 / sqrt((double)in);
+        init == KILN_INIT_XAVIER ? sqrt(6.0 / ((double)in + (double)out)) : 1.0 / sqrt((double)in);
     if (init == KILN_INIT_HE)
         s = kiln_rand_normal(dev, dtype, 2, ws, seed, 0.0, sqrt(2.0 / (double)in), &l->weight);
     else
@@ -144,6 +168,10 @@ kiln_status kiln_layer_norm_create(kiln_device *dev, kiln_dtype dtype, int64_t d
     if (s == KILN_OK && !(eps >= 0 && isfinite(eps)))
         s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: eps is %g; it must be finite and >= 0", op,
                         eps);
+    char sizes[32];
+    snprintf(sizes, sizeof sizes, "dim %" PRId64, dim);
+    if (s == KILN_OK)
+        s = check_weight(op, sizes, dtype, 1, &dim);
     kiln_module *l = NULL;
     if (s == KILN_OK)
         s = new_module(LAYER_NORM, op, &l);
@@ -168,12 +196,16 @@ kiln_status kiln_embedding_create(kiln_device *dev, kiln_dtype dtype, int64_t co
     kiln_status s = check_create(op, dev, dtype, m);
     if (s == KILN_OK)
         s = check_dims(op, "count", count, "dim", dim);
+    int64_t shape[2] = {count, dim};
+    char sizes[64];
+    snprintf(sizes, sizeof sizes, "count %" PRId64 ", dim %" PRId64, count, dim);
+    if (s == KILN_OK)
+        s = check_weight(op, sizes, dtype, 2, shape);
     kiln_module *l = NULL;
     if (s == KILN_OK)
         s = new_module(EMBEDDING, op, &l);
     if (s != KILN_OK)
         return s;
-    int64_t shape[2] = {count, dim};
     s = param(kiln_rand_normal(dev, dtype, 2, shape, seed, 0.0, 1.0, &l->weight), &l->weight);
     if (s != KILN_OK) {
         kiln_module_free(l);

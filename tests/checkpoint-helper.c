@@ -1,10 +1,14 @@
 /* checkpoint-helper.c - for tests/test-safetensors.py: load IN (a safetensors file written by
  * Python) with kiln onto SPEC, and save every tensor of it to OUT together with one kiln made
- * itself ("kiln.arange": f32 0..9), for Python to read back. Exit 0, or 1 with kiln's message. */
+ * itself ("kiln.arange": f32 0..9), for Python to read back. Exit 0, or 1 with kiln's message.
+ * A fourth argument, "named", makes kiln_save use a named temporary file as without O_TMPFILE
+ * (tests/test-checkpoint.c kills the helper while it writes). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kiln.h"
+#include "lib/checkpoint.h"
 
 static int fail(const char *what, kiln_status s)
 {
@@ -15,10 +19,11 @@ static int fail(const char *what, kiln_status s)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: checkpoint-helper SPEC IN OUT\n");
+    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "named") == 0)) {
+        fprintf(stderr, "usage: checkpoint-helper SPEC IN OUT [named]\n");
         return 2;
     }
+    kiln__st_no_tmpfile = argc == 5;
     kiln_device *dev;
     kiln_status s = kiln_device_get(argv[1], &dev);
     if (s != KILN_OK)

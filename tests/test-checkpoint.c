@@ -3,13 +3,21 @@
  * of a valid file included), atomic replacement, and training resumed from a checkpoint
  * bit-identical to training that never stopped. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kiln.h"
@@ -503,6 +511,367 @@ START_TEST(test_without_jansson)
 }
 END_TEST
 
+/* ---- files that are not what they seem, names and temporaries (issue 21) -------------------- */
+
+/* Opens a FIFO for writing once `wait_ms` have passed without `done`: a reader blocked in open()
+ * returns then, so that a load that blocks fails the test instead of hanging it. */
+typedef struct fifo_watch {
+    const char *path;
+    atomic_int done;
+    int unblocked;
+} fifo_watch;
+
+static void *unblock_fifo(void *arg)
+{
+    fifo_watch *w = arg;
+    for (int waited = 0; !atomic_load(&w->done); waited += 10) {
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+        if (waited < 3000)
+            continue;
+        int fd = open(w->path, O_WRONLY | O_NONBLOCK); /* ENXIO until a reader has it open */
+        if (fd >= 0) {
+            w->unblocked = 1;
+            close(fd);
+        }
+    }
+    return NULL;
+}
+
+/* Every load function on path fails promptly with KILN_ERR_IO and "not a regular file (kind)". */
+static void expect_not_regular(const char *path, const char *kind)
+{
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_tensor_zeros(test_device(), KILN_F32, 1, (const int64_t[]){2}, &t));
+    kiln_params *p = NULL;
+    ASSERT_OK(kiln_params_create(&p));
+    ASSERT_OK(kiln_params_add(p, "t", t));
+    fifo_watch w = {.path = path};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, unblock_fifo, &w), 0);
+    kiln_checkpoint *ck = (kiln_checkpoint *)1;
+    ASSERT_FAILS(kiln_load(path, test_device(), &ck), KILN_ERR_IO, "not a regular file");
+    ck_assert_ptr_null(ck);
+    ASSERT_ERROR_HAS("kiln_load: ");
+    ASSERT_ERROR_HAS(kind);
+    ASSERT_FAILS(kiln_load_into(path, (kiln_named_tensor[]){{"t", t}}, 1), KILN_ERR_IO,
+                 "not a regular file");
+    ASSERT_ERROR_HAS("kiln_load_into: ");
+    ASSERT_FAILS(kiln_params_load(p, path), KILN_ERR_IO, "not a regular file");
+    atomic_store(&w.done, 1);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_msg(!w.unblocked, "a load from %s blocked in open() until a writer came", path);
+    kiln_params_free(p);
+    kiln_tensor_release(t);
+}
+
+START_TEST(test_load_fifo_and_device)
+{
+    const char *fifo = path_of("fifo.safetensors");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    expect_not_regular(fifo, "(a FIFO)");
+    expect_not_regular("/dev/zero", "(a character device)");
+}
+END_TEST
+
+/* The entries of dir other than "." and "..", in one string ("a b c "). */
+static char *listing(const char *folder)
+{
+    static char out[4096];
+    out[0] = '\0';
+    DIR *d = opendir(folder);
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            strncat(out, e->d_name, sizeof out - strlen(out) - 2);
+            strcat(out, " ");
+        }
+    closedir(d);
+    return out;
+}
+
+/* A 250-byte name (255 is the limit) saves: the temporary file has a short name of its own,
+ * or none (O_TMPFILE), and nothing else is left in the folder. */
+START_TEST(test_save_long_name)
+{
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_arange(test_device(), KILN_F32, 0, 8, 1, &t));
+    char name[251];
+    memset(name, 'n', 250);
+    memcpy(name + 250 - 12, ".safetensors", 12);
+    name[250] = '\0';
+    for (int named = 0; named < 2; named++) { /* O_TMPFILE, then as without it */
+        kiln__st_no_tmpfile = named;
+        char folder[300];
+        snprintf(folder, sizeof folder, "%s/long%d", dir, named);
+        ck_assert_int_eq(mkdir(folder, 0700), 0);
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", folder, name);
+        ASSERT_OK(kiln_save(p, (kiln_named_tensor[]){{"t", t}}, 1)); /* a new file */
+        ASSERT_OK(kiln_save(p, (kiln_named_tensor[]){{"t", t}}, 1)); /* replaced */
+        kiln_checkpoint *ck = NULL;
+        ASSERT_OK(kiln_load(p, test_device(), &ck));
+        assert_same_bytes(kiln_checkpoint_find(ck, "t"), t);
+        kiln_checkpoint_free(ck);
+        char want[300];
+        snprintf(want, sizeof want, "%s ", name);
+        ck_assert_str_eq(listing(folder), want); /* nothing else left */
+    }
+    kiln__st_no_tmpfile = false;
+    kiln_tensor_release(t);
+}
+END_TEST
+
+/* A temporary of kiln_save's pattern in folder, of n bytes; its fd, locked when asked (a live
+ * save holds its temporary locked), else closed (-1): what a save killed by SIGKILL leaves. */
+static int make_temporary(const char *folder, const char *name, size_t n, bool live)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s/%s", folder, name);
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)n), 0);
+    if (live) {
+        ck_assert_int_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
+        return fd;
+    }
+    close(fd);
+    return -1;
+}
+
+/* A save killed by SIGKILL leaves nothing with O_TMPFILE, and at most a temporary of kiln_save's
+ * pattern (.kiln-tmp-<pid>-<n>) without: the next save into the folder removes those no live
+ * save holds locked, and nothing else. */
+START_TEST(test_stale_temporaries)
+{
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_arange(test_device(), KILN_F32, 0, 8, 1, &t));
+    for (int named = 0; named < 2; named++) {
+        kiln__st_no_tmpfile = named;
+        char folder[300];
+        snprintf(folder, sizeof folder, "%s/stale%d", dir, named);
+        ck_assert_int_eq(mkdir(folder, 0700), 0);
+        make_temporary(folder, ".kiln-tmp-999999-0", 1 << 20, false); /* killed mid-save */
+        make_temporary(folder, ".kiln-tmp-2-17", 100, false);
+        int live = make_temporary(folder, ".kiln-tmp-1-3", 100, true); /* a save in progress */
+        make_temporary(folder, ".kiln-tmp-notes", 10, false);          /* not the pattern */
+        make_temporary(folder, ".kiln-tmp-4-4x", 10, false);
+        make_temporary(folder, "kiln-tmp-5-5", 10, false);
+        char p[400];
+        snprintf(p, sizeof p, "%s/model.safetensors", folder);
+        ASSERT_OK(kiln_save(p, (kiln_named_tensor[]){{"t", t}}, 1));
+        const char *left = listing(folder);
+        ck_assert_msg(!strstr(left, ".kiln-tmp-999999-0") && !strstr(left, ".kiln-tmp-2-17"),
+                      "stale temporaries left: %s", left);
+        ck_assert_msg(strstr(left, ".kiln-tmp-1-3 ") && strstr(left, ".kiln-tmp-notes ") &&
+                          strstr(left, ".kiln-tmp-4-4x ") && strstr(left, "kiln-tmp-5-5 ") &&
+                          strstr(left, "model.safetensors "),
+                      "a file that is not a stale temporary was removed: %s", left);
+        close(live);
+    }
+    kiln__st_no_tmpfile = false;
+    kiln_tensor_release(t);
+}
+END_TEST
+
+/* Whether process pid has its temporary in folder open: "#<inode> (deleted)" while unnamed
+ * (O_TMPFILE), else ".kiln-tmp-<pid>-<n>". */
+static bool has_temporary_open(pid_t pid, const char *folder, bool named)
+{
+    char fds[64];
+    snprintf(fds, sizeof fds, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(fds);
+    if (!d)
+        return false;
+    bool found = false;
+    size_t fl = strlen(folder);
+    const struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        char link[600], target[600];
+        snprintf(link, sizeof link, "%s/%s", fds, e->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = '\0';
+        found = strncmp(target, folder, fl) == 0 && target[fl] == '/' &&
+                strncmp(target + fl + 1, named ? ".kiln-tmp-" : "#", named ? 10 : 1) == 0;
+    }
+    closedir(d);
+    return found;
+}
+
+/* tests/checkpoint-helper loads in and saves its tensors to out; SIGKILL as soon as its
+ * temporary file is open (while it writes or syncs). False where it finished first, 5 times. */
+static bool save_killed_midway(const char *folder, const char *in, const char *out, bool named)
+{
+    char helper[1024];
+    snprintf(helper, sizeof helper, "%s/tests/checkpoint-helper", getenv("KILN_TEST_BUILDDIR"));
+    char *argv[] = {helper,
+                    (char *)kiln_device_spec(test_device()),
+                    (char *)in,
+                    (char *)out,
+                    named ? "named" : NULL,
+                    NULL};
+    for (int attempt = 0; attempt < 5; attempt++) {
+        pid_t pid = fork(); /* then only async-signal-safe calls until exec */
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            int devnull = open("/dev/null", O_WRONLY);
+            dup2(devnull, 1);
+            execv(helper, argv);
+            _exit(127);
+        }
+        int status;
+        bool seen;
+        while (!(seen = has_temporary_open(pid, folder, named)) &&
+               waitpid(pid, &status, WNOHANG) == 0)
+            nanosleep(&(struct timespec){.tv_nsec = 100 * 1000}, NULL);
+        if (seen) {
+            kill(pid, SIGKILL);
+            ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+            ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+            return true;
+        }
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s failed (status %#x)",
+                      helper, status);
+        unlink(out); /* it finished first: again */
+    }
+    return false;
+}
+
+/* A save killed while it writes leaves nothing with O_TMPFILE; without, its temporary, which
+ * the next save into the folder removes. */
+START_TEST(test_save_killed)
+{
+    kiln_tensor *big = NULL, *t = NULL;
+    float *zeros = calloc(1 << 22, sizeof *zeros); /* from the host: no kernel (Oclgrind) */
+    ck_assert_ptr_nonnull(zeros);
+    ASSERT_OK(
+        kiln_tensor_from_host(test_device(), KILN_F32, 1, (const int64_t[]){1 << 22}, zeros, &big));
+    free(zeros);
+    ASSERT_OK(kiln_arange(test_device(), KILN_F32, 0, 8, 1, &t));
+    for (int named = 0; named < 2; named++) {
+        kiln__st_no_tmpfile = false;
+        char folder[300], in[400], out[400];
+        snprintf(folder, sizeof folder, "%s/killed%d", dir, named);
+        ck_assert_int_eq(mkdir(folder, 0700), 0);
+        snprintf(in, sizeof in, "%s/in.safetensors", folder);
+        snprintf(out, sizeof out, "%s/out.safetensors", folder);
+        ASSERT_OK(kiln_save(in, (kiln_named_tensor[]){{"big", big}}, 1)); /* 16 MiB */
+        ck_assert_msg(save_killed_midway(folder, in, out, named),
+                      "the helper finished its save 5 times before it could be killed");
+        const char *left = listing(folder);
+        if (named)
+            ck_assert_msg(strstr(left, ".kiln-tmp-"), "no temporary left: %s", left);
+        else
+            ck_assert_str_eq(left, "in.safetensors ");
+        kiln__st_no_tmpfile = named;
+        ASSERT_OK(kiln_save(out, (kiln_named_tensor[]){{"t", t}}, 1));
+        left = listing(folder);
+        ck_assert_msg(strcmp(left, "in.safetensors out.safetensors ") == 0 ||
+                          strcmp(left, "out.safetensors in.safetensors ") == 0,
+                      "after the next save: %s", left);
+    }
+    kiln__st_no_tmpfile = false;
+    kiln_tensor_release(big);
+    kiln_tensor_release(t);
+}
+END_TEST
+
+/* The position of the first byte of name that is not valid UTF-8, in the message. */
+static void expect_bad_name(const char *name, const char *where)
+{
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_arange(test_device(), KILN_F32, 0, 4, 1, &t));
+    const char *p = path_of("utf8.safetensors");
+    ASSERT_FAILS(kiln_save(p, (kiln_named_tensor[]){{"ok", t}, {name, t}}, 2),
+                 KILN_ERR_INVALID_ARGUMENT, "kiln_save: tensors[1].name");
+    ASSERT_ERROR_HAS(where);
+    ASSERT_ERROR_HAS("UTF-8");
+    ck_assert_int_ne(access(p, F_OK), 0);
+    kiln_tensor_release(t);
+}
+
+START_TEST(test_save_name_not_utf8)
+{
+    expect_bad_name("ab\377cd", "byte 2");
+    expect_bad_name("\xc3", "byte 0");                        /* cut short */
+    expect_bad_name("w.\xc0\xaf", "byte 2");                  /* overlong '/' */
+    expect_bad_name("x\xed\xa0\x80", "byte 1");               /* a surrogate */
+    expect_bad_name("caf\xc3\xa9\xf4\x90\x80\x80", "byte 5"); /* past U+10FFFF */
+    /* valid UTF-8 saves and loads */
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_arange(test_device(), KILN_F32, 0, 4, 1, &t));
+    const char *p = path_of("utf8.safetensors");
+    ASSERT_OK(kiln_save(p, (kiln_named_tensor[]){{"caf\xc3\xa9.\xf0\x9f\x94\xa5", t}}, 1));
+    kiln_checkpoint *ck = NULL;
+    ASSERT_OK(kiln_load(p, test_device(), &ck));
+    ck_assert_str_eq(kiln_checkpoint_name(ck, 0), "caf\xc3\xa9.\xf0\x9f\x94\xa5");
+    kiln_checkpoint_free(ck);
+    kiln_tensor_release(t);
+}
+END_TEST
+
+/* The last message is valid UTF-8 without C0 or C1 control characters. */
+static void assert_no_controls(void)
+{
+    const unsigned char *m = (const unsigned char *)kiln_last_error();
+    for (size_t i = 0; m[i];) {
+        int len = m[i] < 0x80 ? 1 : m[i] >= 0xc2 && m[i] < 0xe0 ? 2 : m[i] < 0xf0 ? 3 : 4;
+        uint32_t c = len == 1 ? m[i] : m[i] & (0x7f >> len);
+        for (int k = 1; k < len; k++) {
+            ck_assert_msg((m[i + k] & 0xc0) == 0x80, "not UTF-8 at byte %zu of '%s'", i, m);
+            c = c << 6 | (m[i + k] & 0x3f);
+        }
+        ck_assert_msg(m[i] < 0x80 || m[i] >= 0xc2, "not UTF-8 at byte %zu of '%s'", i, m);
+        ck_assert_msg(c >= 0x20 && (c < 0x7f || c > 0x9f), "control U+%04X in '%s'", c, m);
+        i += (size_t)len;
+    }
+}
+
+START_TEST(test_c1_controls_in_messages)
+{
+    const unsigned char z[8] = {0};
+    /* U+009B is CSI: ESC [ in one character */
+    expect_bad("{\"a\\u009b2Jb\":{\"dtype\":\"X\\u0085\",\"shape\":[1],\"data_offsets\":[0,4]}}", z,
+               4, KILN_ERR_UNSUPPORTED, "tensor \"a?2Jb\" has dtype X?,");
+    assert_no_controls();
+    expect_bad("{\"a\302\2332J\":{\"dtype\":\"X\",\"shape\":[1],\"data_offsets\":[0,4]}}", z, 4,
+               KILN_ERR_UNSUPPORTED, "tensor \"a?2J\"");
+    assert_no_controls();
+    /* text that is not UTF-8 at all, quoted by jansson's message */
+    expect_bad("{\"a\":\x9b[2J}", z, 0, KILN_ERR_INVALID_ARGUMENT, "not valid JSON");
+    assert_no_controls();
+    /* printable characters beyond ASCII stay */
+    expect_bad("{\"caf\xc3\xa9\":{\"dtype\":\"X\",\"shape\":[1],\"data_offsets\":[0,4]}}", z, 4,
+               KILN_ERR_UNSUPPORTED, "tensor \"caf\xc3\xa9\"");
+}
+END_TEST
+
+START_TEST(test_replace_keeps_mode)
+{
+    kiln_tensor *t = NULL;
+    ASSERT_OK(kiln_arange(test_device(), KILN_F32, 0, 4, 1, &t));
+    mode_t old = umask(022);
+    const char *p = path_of("private.safetensors");
+    ASSERT_OK(kiln_save(p, (kiln_named_tensor[]){{"t", t}}, 1));
+    struct stat st;
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_int_eq(st.st_mode & 07777, 0644); /* a new file: the umask's */
+    ck_assert_int_eq(chmod(p, 0600), 0);
+    ASSERT_OK(kiln_save(p, (kiln_named_tensor[]){{"t", t}}, 1));
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_msg((st.st_mode & 07777) == 0600, "mode %o after replacing a 0600 file",
+                  st.st_mode & 07777);
+    ck_assert_int_eq(chmod(p, 0640), 0);
+    ASSERT_OK(kiln_save(p, (kiln_named_tensor[]){{"t", t}}, 1));
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_int_eq(st.st_mode & 07777, 0640);
+    umask(old);
+    kiln_tensor_release(t);
+}
+END_TEST
+
 Suite *checkpoint_suite(void)
 {
     Suite *s = suite_create("checkpoint");
@@ -516,6 +885,17 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_save_errors_and_atomicity);
     tcase_add_test(tc, test_resume_bit_identical);
     suite_add_tcase(s, tc);
+    TCase *tf = tcase_create("files");
+    tcase_add_unchecked_fixture(tf, setup, teardown);
+    tcase_set_timeout(tf, 120);
+    tcase_add_test(tf, test_load_fifo_and_device);
+    tcase_add_test(tf, test_save_long_name);
+    tcase_add_test(tf, test_stale_temporaries);
+    tcase_add_test(tf, test_save_killed);
+    tcase_add_test(tf, test_save_name_not_utf8);
+    tcase_add_test(tf, test_c1_controls_in_messages);
+    tcase_add_test(tf, test_replace_keeps_mode);
+    suite_add_tcase(s, tf);
     /* Only where the build has no jansson (tests/meson.build sets the variable there). */
     if (getenv("KILN_TEST_NO_JANSSON")) {
         TCase *nj = tcase_create("nojansson");

@@ -600,6 +600,38 @@ END_TEST
 /* ---- errors and failed allocations ------------------------------------------------------------
  */
 
+/* Sizes whose arithmetic overflows int64 (in + out, in * out) or an address: an error naming the
+ * layer and its shape, never UB or a message about kiln_rand_uniform's bounds (issue 21). */
+START_TEST(test_huge_sizes)
+{
+    const int64_t half = ((int64_t)1 << 62) + 1, big = INT64_MAX;
+    static const kiln_init inits[] = {KILN_INIT_DEFAULT, KILN_INIT_HE, KILN_INIT_XAVIER};
+    kiln_module *m = NULL;
+    for (int i = 0; i < 3; i++) {
+        m = (kiln_module *)&m;
+        ASSERT_FAILS(kiln_linear_create(dev, KILN_F32, half, half, true, inits[i], 1, &m),
+                     KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_linear_create: in 4611686018427387905, "
+                     "out 4611686018427387905: the weight");
+        ASSERT_ERROR_HAS("[4611686018427387905, 4611686018427387905]");
+        ck_assert_ptr_null(m);
+        ASSERT_FAILS(kiln_linear_create(dev, KILN_F32, big, 1, false, inits[i], 1, &m),
+                     KILN_ERR_INVALID_ARGUMENT, "kiln_linear_create: in 9223372036854775807");
+        ASSERT_ERROR_HAS("[1, 9223372036854775807] of f32");
+        ck_assert_ptr_null(m);
+        ASSERT_FAILS(kiln_linear_create(dev, KILN_F64, 1, big / 4 + 1, true, inits[i], 1, &m),
+                     KILN_ERR_INVALID_ARGUMENT, "kiln_linear_create: in 1, out");
+        ck_assert_ptr_null(m);
+    }
+    ASSERT_FAILS(kiln_embedding_create(dev, KILN_F32, big, 2, 1, &m), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_embedding_create: count 9223372036854775807, dim 2: the weight");
+    ck_assert_ptr_null(m);
+    ASSERT_FAILS(kiln_layer_norm_create(dev, KILN_F32, big, 1e-5, &m), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_layer_norm_create: dim 9223372036854775807: the weight");
+    ck_assert_ptr_null(m);
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     uint64_t before = live_bytes();
@@ -773,5 +805,9 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_out_of_memory);
     suite_add_tcase(s, tc);
+    TCase *th = tcase_create("sizes");
+    tcase_add_unchecked_fixture(th, setup, teardown);
+    tcase_add_test(th, test_huge_sizes);
+    suite_add_tcase(s, th);
     return s;
 }

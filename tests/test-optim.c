@@ -4,6 +4,7 @@
  * skipped, zero_grad, gradient clipping, a training loop, checkpoint and resume bit for bit,
  * errors, and out of memory at creation and at the first step's state allocation. */
 #include <check.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -652,6 +653,58 @@ START_TEST(test_checkpoint_resume)
 }
 END_TEST
 
+/* A step count from a checkpoint is checked for what it is used for: t + 1 in int64 and
+ * beta^t in double. INT64_MAX once overflowed there (UB), returned KILN_OK and made every weight
+ * NaN (issue 21). */
+START_TEST(test_step_count_range)
+{
+    char *path = tmp_path("steps");
+    const int64_t shape[1] = {4};
+    const double v[4] = {1, -2, 3, -4}, g[4] = {0.5, 0.5, -0.5, -0.5};
+    const int64_t limit = ((int64_t)1 << 53) - 1; /* t + 1 exact in double and int64 */
+    const int64_t counts[] = {INT64_MAX, INT64_MAX - 1, limit + 1, limit, limit - 1};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        kiln_tensor *w = leaf(dev, KILN_F32, 1, shape, v, true);
+        kiln_params *params = NULL, *state = NULL;
+        ASSERT_OK(kiln_params_create(&params));
+        ASSERT_OK(kiln_params_add(params, "w", w));
+        kiln_optimizer *opt = NULL;
+        ASSERT_OK(kiln_adam_create(params, 0.1, 0.9, 0.999, 1e-8, 0, &opt));
+        ASSERT_OK(kiln_params_create(&state));
+        ASSERT_OK(kiln_params_add(state, "w", w));
+        ASSERT_OK(kiln_optimizer_state(opt, state));
+        /* the count, through a file */
+        ASSERT_OK(kiln_tensor_write(kiln_params_find(state, "w.step"), &counts[c], 8));
+        ASSERT_OK(kiln_params_save(state, path));
+        ASSERT_OK(kiln_fill_i64(kiln_params_find(state, "w.step"), 0));
+        ASSERT_OK(kiln_params_load(state, path));
+        give_grad(w, g);
+        float before[4], after[4];
+        ASSERT_OK(kiln_tensor_read(w, before, sizeof before));
+        kiln_status s = kiln_optimizer_step(opt);
+        ASSERT_OK(kiln_tensor_read(w, after, sizeof after));
+        if (counts[c] < limit) {
+            ck_assert_msg(s == KILN_OK, "step count %" PRId64 ": %s", counts[c], kiln_last_error());
+            for (int i = 0; i < 4; i++)
+                ck_assert_msg(isfinite(after[i]) && after[i] != before[i],
+                              "step count %" PRId64 ": w[%d] %g -> %g", counts[c], i,
+                              (double)before[i], (double)after[i]);
+        } else {
+            ck_assert_msg(s == KILN_ERR_INVALID_ARGUMENT, "step count %" PRId64 ": %s (%s)",
+                          counts[c], kiln_status_string(s), kiln_last_error());
+            ASSERT_ERROR_HAS("kiln_optimizer_step: parameter 'w': its step count (w.step)");
+            ck_assert_msg(memcmp(before, after, sizeof before) == 0,
+                          "step count %" PRId64 ": the weights changed", counts[c]);
+        }
+        kiln_optimizer_free(opt);
+        kiln_params_free(state);
+        kiln_params_free(params);
+        kiln_tensor_release(w);
+    }
+    remove(path);
+}
+END_TEST
+
 /* ---- errors -------------------------------------------------------------------------------- */
 
 START_TEST(test_errors)
@@ -1017,5 +1070,9 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_create_oom);
     tcase_add_test(tc, test_state_oom);
     suite_add_tcase(s, tc);
+    TCase *ts = tcase_create("step-range");
+    tcase_add_unchecked_fixture(ts, setup, teardown);
+    tcase_add_test(ts, test_step_count_range);
+    suite_add_tcase(s, ts);
     return s;
 }

@@ -268,21 +268,26 @@ static kiln_status ensure_state(const kiln_optimizer *o, opt_param *q, const cha
     return rewrap(s, op, q->name);
 }
 
-/* The host's step count from q's step tensor when something (a load) wrote it since. */
+/* Adam steps from counts below 2^53 - 1: t + 1 cannot overflow int64 and beta^t is computed with
+ * t exact in double. No training run comes near (2^53 steps at a million a second: 285 years). */
+#define STEP_LIMIT (((int64_t)1 << 53) - 1)
+
+/* The host's step count from q's step tensor when something (a load) wrote it since, checked
+ * for the step to come. */
 static kiln_status sync_step(opt_param *q, const char *op)
 {
     unsigned v = version_of(q->step);
-    if (v == q->seen)
-        return KILN_OK;
-    int64_t t;
-    kiln__log_hold();
-    kiln_status s = rewrap(kiln_tensor_item_i64(q->step, &t), op, q->name);
-    if (s != KILN_OK)
-        return s;
-    if (t < 0)
+    int64_t t = q->t;
+    if (v != q->seen) {
+        kiln__log_hold();
+        kiln_status s = rewrap(kiln_tensor_item_i64(q->step, &t), op, q->name);
+        if (s != KILN_OK)
+            return s;
+    }
+    if (t < 0 || t >= STEP_LIMIT)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: parameter '%s': its step count (%s.step) is %lld; it must be >= "
-                           "0 (a checkpoint from elsewhere?)",
+                           "%s: parameter '%s': its step count (%s.step) is %lld; Adam steps from "
+                           "counts in [0, 2^53 - 1) (a checkpoint from elsewhere, or damaged?)",
                            op, q->name, q->name, (long long)t);
     q->t = t;
     q->seen = v;
