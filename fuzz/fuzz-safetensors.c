@@ -5,12 +5,15 @@
  * message naming the file (valid UTF-8 without C0 or C1 controls: U+009B is a terminal's CSI);
  * a success gives entries whose names are non-empty, unique and not "__metadata__", whose
  * dtypes are kiln's, whose shapes have 0 to KILN_MAX_DIMS non-negative sizes, each holding
- * exactly end - begin bytes, and whose ranges tile [0, data length) in order. */
+ * exactly end - begin bytes and one kiln can create (kiln__check_shape: no product of the nonzero
+ * sizes over INT64_MAX, a zero-size dim in any position), and whose ranges tile [0, data length)
+ * in order. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../lib/checkpoint.h"
+#include "../lib/tensor.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -46,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(json, data + 8, len);
     kiln__st_entry *es = (kiln__st_entry *)1;
     int n = -1;
-    kiln_status s = kiln__st_parse_header(json, len, data_len, "fuzz.safetensors", &es, &n);
+    kiln_status s =
+        kiln__st_parse_header("kiln_load", json, len, data_len, "fuzz.safetensors", &es, &n);
     if (s != KILN_OK) {
         const char *m = kiln_last_error();
         if (es != NULL || n != 0 || !strstr(m, "fuzz.safetensors") || strlen(m) > 4096)
@@ -68,6 +72,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 numel *= (uint64_t)e->shape[d];
             }
             if (numel * kiln_dtype_size(e->dtype) != e->end - e->begin)
+                abort();
+            /* a shape kiln can create, whatever the order of its dims */
+            int64_t count;
+            size_t nbytes;
+            if (kiln__check_shape(e->ndim, e->shape, e->dtype, "fuzz", &count, &nbytes) != KILN_OK)
                 abort();
             for (int j = 0; j < i; j++)
                 if (strcmp(es[j].name, e->name) == 0)

@@ -1154,9 +1154,11 @@ KILN_API void kiln_module_free(kiln_module *m);
  *
  * Scopes nest per thread; a scope is ended on the thread that began it. kiln_scope_end of a
  * scope that is not the innermost logs a KILN_ERR_STATE error and ends the scopes begun inside
- * it first (innermost first), then this one; of a scope not open on this thread (another
- * thread's, or a forged handle), it logs the error and does nothing. NULL is a no-op. The scope
- * handle is invalid after its end.
+ * it first (innermost first), then this one; of a scope open on another thread, it logs a
+ * KILN_ERR_STATE error and does nothing; of a handle whose scope has ended (ended twice, or
+ * ended by the end of a scope around it) or that kiln_scope_begin never returned, it logs a
+ * KILN_ERR_INVALID_ARGUMENT error and does nothing. NULL is a no-op. A handle is a serial number,
+ * never reused: a stale one can never name a later scope.
  * ---------------------------------------------------------------------------------------- */
 
 typedef struct kiln_scope kiln_scope;
@@ -1165,8 +1167,9 @@ typedef struct kiln_scope kiln_scope;
 KILN_API kiln_status kiln_scope_begin(kiln_scope **out);
 
 /* Take t out of scope: into the enclosing scope of the thread if there is one, else the caller
- * owns its creation reference (releases it). KILN_ERR_INVALID_ARGUMENT when t does not belong
- * to scope (created outside it or in an inner scope, or already kept or released). */
+ * owns its creation reference (releases it). KILN_ERR_INVALID_ARGUMENT when scope is not open
+ * (NULL, ended, or not from kiln_scope_begin) or t does not belong to it (created outside it or
+ * in an inner scope, or already kept or released). */
 KILN_API kiln_status kiln_scope_keep(kiln_scope *scope, kiln_tensor *t);
 
 /* Release every tensor scope still owns and pop it (see above for a non-innermost scope). */

@@ -154,9 +154,9 @@ static const char *shown(const char *in, char *out, size_t size)
 }
 
 /* One "name": {...} of the header into *e; what names the file in messages. */
-static kiln_status parse_entry(const char *key, json_t *v, const char *what, kiln__st_entry *e)
+static kiln_status parse_entry(const char *op, const char *key, json_t *v, const char *what,
+                               kiln__st_entry *e)
 {
-    const char *op = "kiln_load";
     char name[72];
     shown(key, name, sizeof name);
     if (!json_is_object(v))
@@ -195,6 +195,16 @@ static kiln_status parse_entry(const char *key, json_t *v, const char *what, kil
         numel = next;
         e->shape[d] = (int64_t)v2;
     }
+    /* kiln's own rule for a tensor's shape (the product of the nonzero dims fits), checked here
+     * for every entry before anything is allocated: [0, 2^62, 2^62] has 0 elements but is no
+     * shape kiln can create. */
+    int64_t count;
+    size_t nbytes;
+    char where[200];
+    snprintf(where, sizeof where, "%s: %s: tensor \"%s\"", op, what, name);
+    kiln_status s = kiln__check_shape(e->ndim, e->shape, e->dtype, where, &count, &nbytes);
+    if (s != KILN_OK)
+        return s;
     json_t *b = json_array_get(off, 0), *en = json_array_get(off, 1);
     json_int_t bv = json_is_integer(b) ? json_integer_value(b) : -1;
     json_int_t ev = json_is_integer(en) ? json_integer_value(en) : -1;
@@ -213,7 +223,7 @@ static kiln_status parse_entry(const char *key, json_t *v, const char *what, kil
 }
 
 /* The ranges, sorted, must tile [0, data_len). */
-static kiln_status check_tiling(const kiln__st_entry *es, int n, uint64_t data_len,
+static kiln_status check_tiling(const char *op, const kiln__st_entry *es, int n, uint64_t data_len,
                                 const char *what)
 {
     uint64_t at = 0;
@@ -223,21 +233,20 @@ static kiln_status check_tiling(const kiln__st_entry *es, int n, uint64_t data_l
             return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                                "%s: %s: tensor \"%s\" starts at byte %" PRIu64 " of the data, "
                                "but the one before ends at %" PRIu64 " (%s)",
-                               "kiln_load", what, shown(es[i].name, name, sizeof name), es[i].begin,
-                               at, es[i].begin < at ? "overlap" : "gap");
+                               op, what, shown(es[i].name, name, sizeof name), es[i].begin, at,
+                               es[i].begin < at ? "overlap" : "gap");
         at = es[i].end;
     }
     if (at != data_len)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: %s: the tensors hold %" PRIu64 " bytes but the file has %" PRIu64
                            " bytes of data (%s)",
-                           "kiln_load", what, at, data_len,
-                           at < data_len ? "trailing bytes" : "truncated");
+                           op, what, at, data_len, at < data_len ? "trailing bytes" : "truncated");
     return KILN_OK;
 }
 
-kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_len, const char *what,
-                                  kiln__st_entry **entries, int *n)
+kiln_status kiln__st_parse_header(const char *op, const char *json, size_t len, uint64_t data_len,
+                                  const char *what, kiln__st_entry **entries, int *n)
 {
     *entries = NULL;
     *n = 0;
@@ -248,19 +257,19 @@ kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_le
          * message (found by fuzz/fuzz-safetensors.c) */
         char text[sizeof jerr.text];
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "kiln_load: %s: the header is not valid JSON: %s (byte %d)", what,
+                           "%s: %s: the header is not valid JSON: %s (byte %d)", op, what,
                            shown(jerr.text, text, sizeof text), jerr.position);
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "kiln_load: %s: the header is not a JSON object", what);
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s: the header is not a JSON object", op,
+                           what);
     }
     size_t count = json_object_size(root);
     kiln__st_entry *es = kiln__calloc(count ? count : 1, sizeof *es);
     if (!es) {
         json_decref(root);
-        return kiln__host_oom("kiln_load");
+        return kiln__host_oom(op);
     }
     int k = 0;
     kiln_status s = KILN_OK;
@@ -271,12 +280,12 @@ kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_le
         if (strcmp(key, "__metadata__") == 0)
             continue;
         if (!*key)
-            s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_load: %s: a tensor has an empty name",
+            s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s: a tensor has an empty name", op,
                             what);
         if (s == KILN_OK)
-            s = parse_entry(key, v, what, &es[k]);
+            s = parse_entry(op, key, v, what, &es[k]);
         if (s == KILN_OK && !(es[k].name = kiln__strdup(key)))
-            s = kiln__host_oom("kiln_load");
+            s = kiln__host_oom(op);
         if (s != KILN_OK)
             break;
         k++;
@@ -284,7 +293,7 @@ kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_le
     json_decref(root);
     if (s == KILN_OK) {
         qsort(es, (size_t)k, sizeof *es, by_begin);
-        s = check_tiling(es, k, data_len, what);
+        s = check_tiling(op, es, k, data_len, what);
     }
     if (s != KILN_OK) {
         kiln__st_entries_free(es, k); /* the one that failed holds no name yet */
@@ -297,16 +306,17 @@ kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_le
 
 #else /* !KILN_HAVE_JANSSON */
 
-kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_len, const char *what,
-                                  kiln__st_entry **entries, int *n)
+kiln_status kiln__st_parse_header(const char *op, const char *json, size_t len, uint64_t data_len,
+                                  const char *what, kiln__st_entry **entries, int *n)
 {
+    (void)op;
     (void)json;
     (void)len;
     (void)data_len;
     (void)what;
     *entries = NULL;
     *n = 0;
-    return kiln__checkpoint_support("kiln_load");
+    return kiln__checkpoint_support(op);
 }
 
 #endif
@@ -765,7 +775,7 @@ static kiln_status st_open(const char *op, const char *path, st_file *f)
         s = io_error(op, "could not read", path);
     f->data_at = 8 + hlen;
     if (s == KILN_OK)
-        s = kiln__st_parse_header(header, hlen, f->size - f->data_at, path, &f->es, &f->n);
+        s = kiln__st_parse_header(op, header, hlen, f->size - f->data_at, path, &f->es, &f->n);
     free(header);
     if (s != KILN_OK)
         st_close(f);
@@ -867,7 +877,12 @@ kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out)
 
 kiln_status kiln_load_into(const char *path, const kiln_named_tensor *tensors, int n)
 {
-    const char *op = "kiln_load_into";
+    return kiln__load_into("kiln_load_into", path, tensors, n);
+}
+
+kiln_status kiln__load_into(const char *op, const char *path, const kiln_named_tensor *tensors,
+                            int n)
+{
     kiln_status s = check_list(op, tensors, n);
     st_file f = {.fd = -1};
     if (s == KILN_OK)

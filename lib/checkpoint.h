@@ -30,10 +30,14 @@ typedef struct kiln__st_entry {
  * On success *entries (malloc'd, in data order; free with kiln__st_entries_free) and *n; on
  * failure a status with the reason in kiln_last_error(), naming `what` (the file). Pure: no
  * device, no file; any bytes are safe (fuzzed). */
-kiln_status kiln__st_parse_header(const char *json, size_t len, uint64_t data_len, const char *what,
-                                  kiln__st_entry **entries, int *n);
+kiln_status kiln__st_parse_header(const char *op, const char *json, size_t len, uint64_t data_len,
+                                  const char *what, kiln__st_entry **entries, int *n);
 
 void kiln__st_entries_free(kiln__st_entry *entries, int n);
+
+/* kiln_load_into, its messages naming op (the public function called: kiln_params_load). */
+kiln_status kiln__load_into(const char *op, const char *path, const kiln_named_tensor *tensors,
+                            int n);
 
 /* For tests: true makes kiln_save write a named temporary file, as it does on filesystems
  * without O_TMPFILE. */

@@ -142,7 +142,7 @@ kiln_status kiln_params_load(const kiln_params *p, const char *path)
     if (s == KILN_OK)
         s = kiln__checkpoint_support("kiln_params_load");
     if (s == KILN_OK)
-        s = kiln_load_into(path, named, p->n);
+        s = kiln__load_into("kiln_params_load", path, named, p->n);
     free(named);
     return s;
 }

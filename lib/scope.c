@@ -1,26 +1,34 @@
 /* scope.c - scopes for temporaries: a per-thread stack of scopes, each a list of the tensors
  * created on that thread while it was the innermost; kiln_scope_end releases their creation
- * references. One process-wide lock guards every list and every tensor's scope pointer, since a
- * tensor may be released (and so leave its scope) on any thread. */
+ * references. One process-wide lock guards every list, the registry of open scopes and every
+ * tensor's scope pointer, since a tensor may be released (and so leave its scope) on any thread.
+ *
+ * A kiln_scope handle is not the scope's memory: it is the scope's serial number, never reused,
+ * looked up in the registry of open scopes. So a handle used after its scope ended (ended twice,
+ * or an inner scope that its outer one's end ended) is recognised without reading freed memory,
+ * and can never name a later scope that happens to get the same memory. */
 #include "scope.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "alloc.h"
 #include "status.h"
 #include "tensor.h"
 
-#define KILN__SCOPE_MAGIC 0x6b73636fu /* "ksco" */
-
-struct kiln_scope {
-    uint32_t magic;
-    kiln_scope *parent;
-    kiln_tensor *head; /* the tensors it owns (t->scope_next) */
+struct kiln__scope_rec {
+    uintptr_t serial;                  /* the handle's value */
+    struct kiln__scope_rec *parent;    /* the enclosing scope of the same thread */
+    struct kiln__scope_rec *next_open; /* the registry of open scopes */
+    kiln_tensor *head;                 /* the tensors it owns (t->scope_next) */
 };
+typedef struct kiln__scope_rec scope_rec;
 
 static pthread_mutex_t scope_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Thread_local kiln_scope *top;
+static _Thread_local scope_rec *top;
+static scope_rec *open_scopes; /* every thread's open scopes, under scope_lock */
+static uintptr_t last_serial;  /* under scope_lock */
 static _Thread_local bool suspended;
 
 bool kiln__scope_suspend(void)
@@ -46,7 +54,7 @@ bool kiln__scope_active(void)
 }
 
 /* With the lock held. */
-static void link_into(kiln_scope *sc, kiln_tensor *t)
+static void link_into(scope_rec *sc, kiln_tensor *t)
 {
     t->scope_prev = NULL;
     t->scope_next = sc->head;
@@ -56,7 +64,7 @@ static void link_into(kiln_scope *sc, kiln_tensor *t)
     atomic_store(&t->scope, sc);
 }
 
-static void unlink_from(kiln_scope *sc, kiln_tensor *t)
+static void unlink_from(scope_rec *sc, kiln_tensor *t)
 {
     if (t->scope_prev)
         t->scope_prev->scope_next = t->scope_next;
@@ -84,10 +92,25 @@ void kiln__scope_forget(kiln_tensor *t)
     if (!t || !atomic_load(&t->scope))
         return;
     pthread_mutex_lock(&scope_lock);
-    kiln_scope *sc = atomic_load(&t->scope);
+    scope_rec *sc = atomic_load(&t->scope);
     if (sc)
         unlink_from(sc, t);
     pthread_mutex_unlock(&scope_lock);
+}
+
+static kiln_scope *handle_of(const scope_rec *sc)
+{
+    return (kiln_scope *)sc->serial;
+}
+
+/* The open scope that handle names, or NULL (never begun, ended, or forged). With the lock
+ * held; the handle itself is never dereferenced. */
+static scope_rec *find_open(const kiln_scope *handle)
+{
+    for (scope_rec *sc = open_scopes; sc; sc = sc->next_open)
+        if (handle_of(sc) == handle)
+            return sc;
+    return NULL;
 }
 
 kiln_status kiln_scope_begin(kiln_scope **out)
@@ -95,43 +118,50 @@ kiln_status kiln_scope_begin(kiln_scope **out)
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_scope_begin: out is NULL");
     *out = NULL;
-    kiln_scope *sc = kiln__calloc(1, sizeof *sc);
+    scope_rec *sc = kiln__calloc(1, sizeof *sc);
     if (!sc)
         return kiln__host_oom("kiln_scope_begin");
-    sc->magic = KILN__SCOPE_MAGIC;
+    pthread_mutex_lock(&scope_lock);
+    /* Serial numbers are even and never 0, so that no handle is NULL or a small-integer lookalike
+     * of a real pointer's low bits; 2^63 scopes before one could repeat. */
+    last_serial += 2;
+    sc->serial = last_serial;
+    sc->next_open = open_scopes;
+    open_scopes = sc;
+    pthread_mutex_unlock(&scope_lock);
     sc->parent = top;
     top = sc;
-    *out = sc;
+    *out = handle_of(sc);
     return KILN_OK;
 }
 
-static kiln_status check_scope(const kiln_scope *sc, const char *op)
+static kiln_status not_open(const kiln_scope *scope, const char *op)
 {
-    if (!sc)
+    if (!scope)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: scope is NULL", op);
-    if (sc->magic != KILN__SCOPE_MAGIC)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: scope (%p) is not an open scope from kiln_scope_begin", op,
-                           (const void *)sc);
-    return KILN_OK;
+    return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                       "%s: scope %p is not open: it has ended (ended twice, or ended by the end "
+                       "of a scope around it) or is not a handle from kiln_scope_begin",
+                       op, (const void *)scope);
 }
 
 kiln_status kiln_scope_keep(kiln_scope *scope, kiln_tensor *t)
 {
     const char *op = "kiln_scope_keep";
-    kiln_status s = check_scope(scope, op);
-    if (s == KILN_OK)
-        s = kiln__check_handle(t, op, "tensor");
+    kiln_status s = kiln__check_handle(t, op, "tensor");
     if (s != KILN_OK)
         return s;
     pthread_mutex_lock(&scope_lock);
-    bool mine = atomic_load(&t->scope) == scope;
+    scope_rec *sc = find_open(scope);
+    bool mine = sc && atomic_load(&t->scope) == sc;
     if (mine) {
-        unlink_from(scope, t);
-        if (scope->parent)
-            link_into(scope->parent, t);
+        unlink_from(sc, t);
+        if (sc->parent)
+            link_into(sc->parent, t);
     }
     pthread_mutex_unlock(&scope_lock);
+    if (!sc)
+        return not_open(scope, op);
     if (!mine)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: the tensor does not belong to this scope (it was created outside "
@@ -141,16 +171,19 @@ kiln_status kiln_scope_keep(kiln_scope *scope, kiln_tensor *t)
 }
 
 /* End one scope (the innermost of this thread): release what it owns. */
-static void end_one(kiln_scope *sc)
+static void end_one(scope_rec *sc)
 {
     pthread_mutex_lock(&scope_lock);
+    scope_rec **p = &open_scopes;
+    while (*p != sc)
+        p = &(*p)->next_open;
+    *p = sc->next_open;
     kiln_tensor *list = sc->head;
     sc->head = NULL;
     for (kiln_tensor *t = list; t; t = t->scope_next)
         atomic_store(&t->scope, NULL);
     pthread_mutex_unlock(&scope_lock);
     top = sc->parent;
-    sc->magic = 0;
     while (list) {
         kiln_tensor *t = list;
         list = t->scope_next;
@@ -165,29 +198,32 @@ void kiln_scope_end(kiln_scope *scope)
     const char *op = "kiln_scope_end";
     if (!scope)
         return;
-    if (check_scope(scope, op) != KILN_OK) {
-        kiln__log_last_error(KILN_LOG_ERROR);
-        return;
-    }
-    kiln_scope *sc = top;
-    while (sc && sc != scope)
+    /* This thread's open scopes are its own stack: no lock needed to search it. */
+    scope_rec *sc = top;
+    while (sc && handle_of(sc) != scope)
         sc = sc->parent;
     if (!sc) {
-        kiln__error(KILN_ERR_STATE,
-                    "%s: scope %p is not open on this thread (a scope ends on the thread that "
-                    "began it); ignored",
-                    op, (void *)scope);
+        pthread_mutex_lock(&scope_lock);
+        bool elsewhere = find_open(scope) != NULL;
+        pthread_mutex_unlock(&scope_lock);
+        if (elsewhere)
+            kiln__error(KILN_ERR_STATE,
+                        "%s: scope %p is not open on this thread (a scope ends on the thread "
+                        "that began it); ignored",
+                        op, (void *)scope);
+        else
+            not_open(scope, op);
         kiln__log_last_error(KILN_LOG_ERROR);
         return;
     }
-    if (top != scope) {
+    if (top != sc) {
         kiln__error(KILN_ERR_STATE,
                     "%s: scope %p is not the innermost scope of this thread; ending the scopes "
                     "begun inside it first",
                     op, (void *)scope);
         kiln__log_last_error(KILN_LOG_ERROR);
-        while (top != scope)
+        while (top != sc)
             end_one(top);
     }
-    end_one(scope);
+    end_one(sc);
 }

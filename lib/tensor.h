@@ -43,7 +43,7 @@ struct kiln_tensor {
     kiln_tensor *ag_acc;
     bool ag_listed;
     /* scopes (lib/scope.c): the scope holding the creation reference, under scope.c's lock */
-    _Atomic(struct kiln_scope *) scope;
+    _Atomic(struct kiln__scope_rec *) scope;
     kiln_tensor *scope_prev, *scope_next;
     /* lib/fusion.c: the expression of a pending tensor, whose storage has no buffer yet; NULL
      * once it holds its value (or never was pending). */

@@ -235,6 +235,43 @@ static void expect_bad(const char *header, const void *data, size_t n, kiln_stat
                   kiln_last_error(), text);
 }
 
+/* A zero-size dimension anywhere with a product of the others over INT64_MAX (issue 21, defect
+ * 8): [0, 2^62, 2^62] has 0 elements, but is no shape kiln can create. Every order fails in the
+ * header check, before any tensor is made, naming the public function, the file and the tensor
+ * (the first order used to pass it and fail in kiln_tensor_from_host after "a" was loaded). */
+START_TEST(test_zero_size_dims_anywhere)
+{
+    static const char *shapes[] = {"[0,4611686018427387904,4611686018427387904]",
+                                   "[4611686018427387904,0,4611686018427387904]",
+                                   "[4611686018427387904,4611686018427387904,0]"};
+    const unsigned char z[8] = {0};
+    for (int i = 0; i < 3; i++) {
+        char header[256];
+        snprintf(header, sizeof header,
+                 "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                 "\"b\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[4,4]}}",
+                 shapes[i]);
+        expect_bad(header, z, 4, KILN_ERR_INVALID_ARGUMENT, "tensor \"b\"");
+        ASSERT_ERROR_HAS("kiln_load: ");
+        ASSERT_ERROR_HAS("bad.safetensors");
+        ck_assert_msg(!strstr(kiln_last_error(), "kiln_tensor_from_host"), "%s: %s", shapes[i],
+                      kiln_last_error());
+        /* kiln_params_load names itself */
+        kiln_tensor *t = NULL;
+        ASSERT_OK(kiln_arange(test_device(), KILN_F32, 0, 1, 1, &t));
+        kiln_params *p = NULL;
+        ASSERT_OK(kiln_params_create(&p));
+        ASSERT_OK(kiln_params_add(p, "a", t));
+        ck_assert_int_eq(kiln_params_load(p, path_of("bad.safetensors")),
+                         KILN_ERR_INVALID_ARGUMENT);
+        ASSERT_ERROR_HAS("kiln_params_load: ");
+        ASSERT_ERROR_HAS("tensor \"b\"");
+        kiln_params_free(p);
+        kiln_tensor_release(t);
+    }
+}
+END_TEST
+
 START_TEST(test_malformed)
 {
     const unsigned char z[64] = {0};
@@ -445,19 +482,20 @@ START_TEST(test_parse_header)
     int n = -1;
     const char h[] = "{\"b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,8]},"
                      "\"a\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}";
-    ASSERT_OK(kiln__st_parse_header(h, strlen(h), 8, "test", &es, &n));
+    ASSERT_OK(kiln__st_parse_header("kiln_load", h, strlen(h), 8, "test", &es, &n));
     ck_assert_int_eq(n, 2);
     ck_assert_str_eq(es[0].name, "a");
     ck_assert_int_eq(es[0].dtype, KILN_I64);
     ck_assert_str_eq(es[1].name, "b");
     ck_assert_int_eq(es[1].shape[0], 0);
     kiln__st_entries_free(es, n);
-    ASSERT_OK(kiln__st_parse_header("{}", 2, 0, "test", &es, &n));
+    ASSERT_OK(kiln__st_parse_header("kiln_load", "{}", 2, 0, "test", &es, &n));
     ck_assert_int_eq(n, 0);
     kiln__st_entries_free(es, n);
-    ck_assert_int_eq(kiln__st_parse_header("{}", 2, 1, "test", &es, &n), KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(kiln__st_parse_header("kiln_load", "{}", 2, 1, "test", &es, &n),
+                     KILN_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_null(es);
-    ck_assert_int_eq(kiln__st_parse_header("{\"a\"", 4, 0, "test", &es, &n),
+    ck_assert_int_eq(kiln__st_parse_header("kiln_load", "{\"a\"", 4, 0, "test", &es, &n),
                      KILN_ERR_INVALID_ARGUMENT);
 }
 END_TEST
@@ -498,7 +536,8 @@ START_TEST(test_without_jansson)
     ASSERT_ERROR_HAS("built without jansson");
     kiln__st_entry *es = (kiln__st_entry *)1;
     int n = -1;
-    ck_assert_int_eq(kiln__st_parse_header("{}", 2, 0, "test", &es, &n), KILN_ERR_UNSUPPORTED);
+    ck_assert_int_eq(kiln__st_parse_header("kiln_load", "{}", 2, 0, "test", &es, &n),
+                     KILN_ERR_UNSUPPORTED);
     ck_assert_ptr_null(es);
     ck_assert_int_eq(n, 0);
     /* The tensor is untouched: 0, 1, 2, 3. */
@@ -882,6 +921,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_known_bytes);
     tcase_add_test(tc, test_malformed);
+    tcase_add_test(tc, test_zero_size_dims_anywhere);
     tcase_add_test(tc, test_save_errors_and_atomicity);
     tcase_add_test(tc, test_resume_bit_identical);
     suite_add_tcase(s, tc);

@@ -388,6 +388,59 @@ START_TEST(test_end_not_innermost)
 }
 END_TEST
 
+/* A handle used after its scope ended (issue 21, defect 2): a stale handle while a new scope is
+ * open (which, when a scope's handle was its memory, could be the very same address: the stale
+ * handle ended the new scope), ended twice, and ended by its outer scope's end. Each is refused
+ * with a message and changes nothing; under ASan the old code read freed memory. */
+START_TEST(test_stale_handles)
+{
+    int64_t live0 = kiln__tensor_live();
+    kiln_tensor *a;
+    for (int round = 0; round < 8; round++) {
+        kiln_scope *old, *now;
+        ASSERT_OK(kiln_scope_begin(&old));
+        kiln_scope_end(old);
+        ASSERT_OK(kiln_scope_begin(&now)); /* malloc may hand it old's memory */
+        a = ones(1);
+        kiln_scope_end(old); /* stale: must not end `now` */
+        ck_assert_int_eq(kiln__tensor_live(), live0 + 1);
+        ASSERT_ERROR_HAS("is not open");
+        ck_assert_ptr_ne(now, old);
+        ck_assert_int_eq(kiln_scope_keep(old, a), KILN_ERR_INVALID_ARGUMENT);
+        ASSERT_ERROR_HAS("kiln_scope_keep: scope");
+        ck_assert_int_eq(kiln__tensor_live(), live0 + 1);
+        ASSERT_OK(kiln_scope_keep(now, a)); /* still now's */
+        kiln_scope_end(now);
+        ck_assert_int_eq(kiln__tensor_live(), live0 + 1);
+        kiln_tensor_release(a);
+        ck_assert_int_eq(kiln__tensor_live(), live0);
+    }
+
+    kiln_scope *outer, *inner;
+    ASSERT_OK(kiln_scope_begin(&outer));
+    ASSERT_OK(kiln_scope_begin(&inner));
+    (void)ones(1);         /* inner's */
+    kiln_scope_end(outer); /* ends inner first, logs an error */
+    ASSERT_ERROR_HAS("not the innermost scope");
+    ck_assert_int_eq(kiln__tensor_live(), live0);
+    kiln_scope_end(inner); /* ended by outer's end */
+    ASSERT_ERROR_HAS("is not open: it has ended");
+    kiln_scope_end(outer); /* ended twice */
+    ASSERT_ERROR_HAS("is not open: it has ended");
+
+    /* A forged handle and NULL. */
+    a = ones(1);
+    ck_assert_int_eq(kiln_scope_keep((kiln_scope *)&live0, a), KILN_ERR_INVALID_ARGUMENT);
+    ASSERT_ERROR_HAS("not a handle from kiln_scope_begin");
+    ck_assert_int_eq(kiln_scope_keep(NULL, a), KILN_ERR_INVALID_ARGUMENT);
+    ASSERT_ERROR_HAS("kiln_scope_keep: scope is NULL");
+    kiln_scope_end((kiln_scope *)&live0);
+    ASSERT_ERROR_HAS("is not open");
+    kiln_tensor_release(a);
+    ck_assert_int_eq(kiln__tensor_live(), live0);
+}
+END_TEST
+
 /* ---- what kiln keeps itself -------------------------------------------------------------------
  */
 
@@ -493,6 +546,7 @@ Suite *scope_suite(void)
     tcase_add_test(tc, test_release_inside);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_end_not_innermost);
+    tcase_add_test(tc, test_stale_handles);
     tcase_add_test(tc, test_kiln_keeps);
     tcase_add_test(tc, test_modules_optimizer);
     suite_add_tcase(s, tc);
