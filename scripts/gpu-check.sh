@@ -488,7 +488,9 @@ fi
 # order, each with its own limit in seconds; 'serial' ones run alone (timing, shared caches);
 # 'nostandin' ones are skipped in --standin (kiln-bench's --quick sizes take minutes on
 # Oclgrind; the bench steps cover kiln-bench there).
-# Sizes are the tests' default tier (KILN_TEST_FULL=1 would select the full ones). Not here:
+# The suites run under `meson test --setup full` (KILN_TEST_FULL=1: the full tier's sizes; on an
+# H200 they took 242 s in all, 4 at a time, before the tiers existed), which also makes the
+# full tier's tests (bench-startup-*) runnable by name. Not here:
 # the -2dev/-oclgrind/-gpuonly configurations and registry-no-device (they need PoCL or
 # Oclgrind), consumers (installs kiln: covered by CI), mpi, gpu-check-* (this script).
 gpu_suites="
@@ -544,18 +546,23 @@ collect_suite_output() { # NAME: its output into tests.log, meson's log into tes
         echo "=== suite $n"
         cat "$work/tests/$n.out" 2>/dev/null
     } >>"$OUT/tests.log"
-    if [ -f "$build/meson-logs/gpu-$n.txt" ]; then
-        {
-            echo "=== suite $n"
-            cat "$build/meson-logs/gpu-$n.txt"
-        } >>"$OUT/testlog.txt"
-    fi
+    # Meson appends the setup's name to the log's: gpu-NAME-full.txt.
+    local f
+    for f in "$build/meson-logs/gpu-$n-full.txt" "$build/meson-logs/gpu-$n.txt"; do
+        if [ -f "$f" ]; then
+            {
+                echo "=== suite $n"
+                cat "$f"
+            } >>"$OUT/testlog.txt"
+            break
+        fi
+    done
 }
 
 run_tests() {
     local defined want=() n lim ser t names=() limits=() serial=() flag
     # Meson up to 1.x lists "kiln:SUITE / NAME" (or "kiln / NAME"), newer ones "SUITE - kiln:NAME".
-    defined=$(meson test -C "$build" --no-rebuild --list 2>/dev/null |
+    defined=$(meson test -C "$build" --no-rebuild --setup full --list 2>/dev/null |
         sed -E 's/^[^ ]+ - [^ :]+://; s/^.* \/ //')
     if [ -n "$suites_arg" ]; then
         for n in $suites_arg; do want+=("$n"); done
@@ -614,7 +621,8 @@ run_tests() {
             lim=${limits[$i]}
             [ "$l" -lt "$lim" ] && lim=$l
             echo "=== suite $n started (limit $lim s of its ${limits[$i]} s)" >>"$log"
-            timeout --kill-after=10 "$lim" meson test -C "$build" --no-rebuild --print-errorlogs \
+            timeout --kill-after=10 "$lim" meson test -C "$build" --no-rebuild --setup full \
+                --print-errorlogs \
                 --logbase "gpu-$n" "$n" >"$work/tests/$n.out" 2>&1 </dev/null &
             job_pid[$n]=$!
             job_t0[$n]=$(now_ms)
