@@ -1022,15 +1022,20 @@ static kiln_status eval_locked(kiln_tensor *t, kiln_tensor *dest, const char *op
 kiln_status kiln__fusion_force(const kiln_tensor *ct, const char *op)
 {
     kiln_tensor *t = (kiln_tensor *)ct;
-    if (deferred || (!lazy_of(t) && atomic_load(&t->storage->readers) == 0))
+    kiln__storage *st = t->storage;
+    bool shared = atomic_load(&st->mem_shared);
+    if (deferred || (!lazy_of(t) && atomic_load(&st->readers) == 0 && !shared))
         return KILN_OK;
     lock_all();
     kiln_status s = eval_locked(t, NULL, op);
-    /* A write into t's storage may follow: evaluate what reads it. */
+    /* A write into t's storage may follow: evaluate what reads it, also through another tensor
+     * wrapping the same cl_mem (kiln_tensor_from_cl_mem). */
     for (struct kiln__lazy *z = pending; s == KILN_OK && z;) {
         bool reads = false;
-        for (int i = 0; i < z->nin; i++)
-            reads = reads || z->in[i]->storage == t->storage;
+        for (int i = 0; i < z->nin; i++) {
+            const kiln__storage *in = z->in[i]->storage;
+            reads = reads || in == st || (shared && st->mem && in->mem == st->mem);
+        }
         if (!reads) {
             z = z->next;
             continue;

@@ -163,6 +163,7 @@ static kiln__storage *storage_new(kiln_device *dev, cl_mem mem, size_t bytes, si
     atomic_init(&st->mapped, 0);
     atomic_init(&st->version, 0u);
     atomic_init(&st->readers, 0);
+    atomic_init(&st->mem_shared, !pooled);
     st->dev = dev;
     st->mem = mem;
     st->bytes = bytes;
@@ -729,7 +730,10 @@ kiln_status kiln_tensor_unmap(kiln_tensor *t)
 
 cl_mem kiln_tensor_cl_mem(const kiln_tensor *t)
 {
-    if (!tensor_valid(t) || kiln__fusion_force(t, "kiln_tensor_cl_mem") != KILN_OK)
+    if (!tensor_valid(t))
+        return NULL;
+    atomic_store(&t->storage->mem_shared, true); /* it may come back wrapped in another tensor */
+    if (kiln__fusion_force(t, "kiln_tensor_cl_mem") != KILN_OK)
         return NULL; /* the caller may write the buffer: pending readers are evaluated first */
     return t->storage->mem;
 }

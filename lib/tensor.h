@@ -21,6 +21,10 @@ typedef struct kiln__storage {
     void *map_ptr;
     atomic_uint version; /* bumped by every in-place write (autograd's saved-tensor check) */
     atomic_int readers;  /* pending expressions (lib/fusion.c) that read this storage */
+    /* The cl_mem may be reached through another storage too: kiln_tensor_cl_mem handed it out
+     * (a user may wrap it again), or it was adopted with kiln_tensor_from_cl_mem. Fusion then
+     * matches pending readers by cl_mem, not by storage (kiln__fusion_force). */
+    atomic_bool mem_shared;
 } kiln__storage;
 
 struct kiln__ag_node;

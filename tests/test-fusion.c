@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "kiln.h"
+#include "kiln_cl.h"
 #include "lib/clcall.h"
 #include "testutil.h"
 
@@ -493,6 +494,42 @@ START_TEST(test_single_op_runs_eager)
 END_TEST
 
 /* A write into an input of a pending tensor evaluates it first: it keeps the old value. */
+/* A write through another tensor wrapping the same cl_mem (kiln_tensor_from_cl_mem) evaluates
+ * the pending chains that read the buffer first, both ways: into the wrap while a chain reads the
+ * original, into the original while a chain reads the wrap (issue 21, defect 6: the chain saw the
+ * new values, 15 where eager gives 3). */
+START_TEST(test_write_through_another_wrap)
+{
+    kiln__fusion_set(true);
+    int64_t n = 4;
+    double va[4] = {1, 2, 3, 4};
+    kiln_tensor *a = upload(dev, KILN_F32, 1, &n, va), *w = NULL, *t = NULL, *p = NULL, *q = NULL;
+    cl_mem mem = kiln_tensor_cl_mem(a);
+    ck_assert_ptr_nonnull(mem);
+    ASSERT_OK(kiln_tensor_from_cl_mem(dev, mem, KILN_F32, 1, &n, &w));
+    ASSERT_OK(kiln_add(a, a, &t)); /* pending, reads a */
+    ASSERT_OK(kiln_binary_scalar(KILN_BINARY_ADD, t, 1, &p));
+    ASSERT_OK(kiln_fill(w, 7));    /* a's buffer, through w */
+    ASSERT_OK(kiln_mul(w, w, &q)); /* pending, reads w: 49 */
+    ASSERT_OK(kiln_fill(a, 0));    /* w's buffer, through a */
+    double *rp = download(p), *rq = download(q), *ra = download(a);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_msg(rp[i] == 2 * va[i] + 1, "element %d: %g, eager %g", i, rp[i], 2 * va[i] + 1);
+        ck_assert_msg(rq[i] == 49, "element %d: %g, eager 49", i, rq[i]);
+        ck_assert_double_eq(ra[i], 0);
+    }
+    free(rp);
+    free(rq);
+    free(ra);
+    kiln_tensor_release(t);
+    kiln_tensor_release(p);
+    kiln_tensor_release(q);
+    kiln_tensor_release(w);
+    kiln_tensor_release(a);
+    kiln__fusion_set(false);
+}
+END_TEST
+
 START_TEST(test_write_after_pending_read)
 {
     kiln__fusion_set(true);
@@ -1031,6 +1068,7 @@ Suite *fusion_suite(void)
         tcase_add_test(tc, test_single_op_runs_eager);
         tcase_add_test(tc, test_release_before_eval);
         tcase_add_test(tc, test_write_after_pending_read);
+        tcase_add_test(tc, test_write_through_another_wrap);
         tcase_add_test(tc, test_oom_at_eval);
         tcase_add_test(tc, test_disk_cache_across_processes);
         TCase *folds = tcase_create("reduce folds");
