@@ -47,8 +47,8 @@ static void check_tensor(const char *what, kiln_tensor *t, const double *ref, in
 
 /* f32-exact values. References of f32 arithmetic compute in float: (double)((float)x - (float)y)
  * is the rounded f32 result. The same as (double)(float)(x - y) in exact arithmetic, but GCC 12.2
- * at -O3 dropped that rounding for some elements of a vectorized loop (48 of 5460 here), which
- * failed this suite in release builds only (issue 19, item 5). */
+ * at -O3 dropped that rounding for some elements of a vectorized loop (48 of 5460 in a
+ * reproducer), which failed this suite in release builds only (issue 19, item 5). */
 static double *values(int64_t n)
 {
     double *v = malloc((size_t)n * sizeof *v);
