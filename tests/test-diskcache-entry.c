@@ -48,11 +48,12 @@ static const uint8_t table[] = {5,   't', 'w', 'i', 'c', 'e', 1,   2, 0, 1,   6,
 static const uint8_t payload[] = {0x7f, 'E', 'L', 'F', 0, 1, 2, 3, 0xff, 0xfe, 9};
 #define TABLE_AT (HDR + sizeof key - 1 + sizeof names - 1) /* where the table starts */
 
-/* The entry for key, names, table and payload, assembled byte by byte; its length goes to *len. */
-static uint8_t *hand_entry(size_t *len)
+/* An entry for key, names, the parameter table t (n bytes) and payload, assembled byte by byte
+ * and sealed; its length goes to *len. */
+static uint8_t *entry_with_table(const uint8_t *t, size_t n, size_t *len)
 {
-    size_t kl = strlen(key), nl = strlen(names), tl = sizeof table, pl = sizeof payload;
-    *len = HDR + kl + nl + tl + pl;
+    size_t kl = strlen(key), nl = strlen(names), pl = sizeof payload;
+    *len = HDR + kl + nl + n + pl;
     uint8_t *b = calloc(1, *len);
     ck_assert_ptr_nonnull(b);
     memcpy(b, "KILNBIN", 8);
@@ -60,14 +61,21 @@ static uint8_t *hand_entry(size_t *len)
     b[12] = HDR;
     le64(b + 16, kl);
     le64(b + 24, nl);
-    le64(b + 32, tl);
+    le64(b + 32, n);
     le64(b + 40, pl);
     memcpy(b + HDR, key, kl);
     memcpy(b + HDR + kl, names, nl);
-    memcpy(b + HDR + kl + nl, table, tl);
-    memcpy(b + HDR + kl + nl + tl, payload, pl);
+    if (n)
+        memcpy(b + HDR + kl + nl, t, n);
+    memcpy(b + HDR + kl + nl + n, payload, pl);
     reseal(b, *len);
     return b;
+}
+
+/* The entry for key, names, table and payload; its length goes to *len. */
+static uint8_t *hand_entry(size_t *len)
+{
+    return entry_with_table(table, sizeof table, len);
 }
 
 /* Parse a private copy of exactly n bytes, so that ASan sees any read past them. */
@@ -306,22 +314,8 @@ static const char *parse_with_table_byte(size_t at, uint8_t v)
 /* The hand entry with another table (n bytes) in place of its own, resealed. */
 static const char *parse_with_table(const uint8_t *t, size_t n)
 {
-    size_t kl = strlen(key), nl = strlen(names), len = HDR + kl + nl + n + sizeof payload;
-    uint8_t *b = calloc(1, len);
-    ck_assert_ptr_nonnull(b);
-    memcpy(b, "KILNBIN", 8);
-    b[8] = 3;
-    b[12] = HDR;
-    le64(b + 16, kl);
-    le64(b + 24, nl);
-    le64(b + 32, n);
-    le64(b + 40, sizeof payload);
-    memcpy(b + HDR, key, kl);
-    memcpy(b + HDR + kl, names, nl);
-    if (n)
-        memcpy(b + HDR + kl + nl, t, n);
-    memcpy(b + HDR + kl + nl + n, payload, sizeof payload);
-    reseal(b, len);
+    size_t len;
+    uint8_t *b = entry_with_table(t, n, &len);
     const char *why = parse_copy(b, len);
     free(b);
     return why;
