@@ -861,13 +861,26 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
     if (!src || !kernel)
         return kiln__error(KILN_ERR_NOT_FOUND, "%s: no built-in kernel source \"%s\" (kiln bug)",
                            op, source ? source : "(null)");
+    /* One kernel per program where the source allows it: a driver that makes a binary (PoCL, for
+     * the disk cache) compiles every kernel of the program, ~0.1 s each, used or not. Tests and
+     * kiln-info --prewarm ask for the whole program with -DKILN_ALL_KERNELS. */
+    char one[512];
+    if (!defines)
+        defines = "";
+    if (src->one_kernel && !strstr(defines, "-DKILN_ALL_KERNELS")) {
+        int n = snprintf(one, sizeof one, "%s -DKILN_ONLY -DKILN_WANT_%s", defines, kernel);
+        if (n < 0 || (size_t)n >= sizeof one)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: kernel name \"%s\" too long (kiln bug)",
+                               op, kernel);
+        defines = one;
+    }
     struct kiln__programs *ps = NULL;
     s = programs_of(dev, op, &ps);
     if (s != KILN_OK)
         return s;
     pthread_mutex_lock(&ps->lock);
     builtin_entry *e = NULL;
-    s = builtin_entry_get(dev, ps, src, defines ? defines : "", op, &e);
+    s = builtin_entry_get(dev, ps, src, defines, op, &e);
     if (s == KILN_OK)
         s = list_kernel(dev, e->program, &e->kernels, kernel, NULL, op, out);
     pthread_mutex_unlock(&ps->lock);
@@ -886,7 +899,7 @@ kiln_status kiln__generated_kernel(kiln_device *dev, const char *text, const cha
     if (s != KILN_OK)
         return s;
     /* The text is its own key: a source named by its text (build_builtin's messages know). */
-    kiln__kernel_source src = {text, text, strlen(text)};
+    kiln__kernel_source src = {text, text, strlen(text), false};
     pthread_mutex_lock(&ps->lock);
     for (builtin_entry *e = ps->entries; e && !*hit; e = e->next)
         *hit = !e->building && strcmp(e->source, text) == 0 && e->defines[0] == '\0';

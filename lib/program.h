@@ -14,6 +14,9 @@ typedef struct kiln__kernel_source {
     const char *name; /* file name without .cl: "elementwise" */
     const char *text; /* NUL-terminated */
     size_t length;
+    /* Built one kernel per program (the source says KILN_ONLY; lib/kernels/embed.py): a program
+     * of it holds the kernel asked for, so a process compiles only the kernels it uses. */
+    bool one_kernel;
 } kiln__kernel_source;
 
 extern const kiln__kernel_source kiln__kernel_sources[];
