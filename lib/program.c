@@ -870,8 +870,8 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
     if (src->one_kernel && !strstr(defines, "-DKILN_ALL_KERNELS")) {
         int n = snprintf(one, sizeof one, "%s -DKILN_ONLY -DKILN_WANT_%s", defines, kernel);
         if (n < 0 || (size_t)n >= sizeof one)
-            return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: kernel name \"%s\" too long (kiln bug)",
-                               op, kernel);
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: kernel name \"%s\" too long (kiln bug)", op, kernel);
         defines = one;
     }
     struct kiln__programs *ps = NULL;
