@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -461,6 +462,40 @@ static kiln_status from_cache(kiln_device *dev, const char *key, size_t keylen, 
     return s;
 }
 
+/* Progress while a process compiles (issue 22): once its builds have taken more than a second
+ * in all, a line on stderr when stderr is a terminal (unless KILN_LOG=off), then one per further
+ * 2 s of building, so that a first run never sits silent. Elsewhere KILN_LOG=info logs each
+ * build. kiln_device_prewarm prints its own count instead (kiln__build_progress_hold). */
+static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
+static double progress_seconds, progress_next = 1.0;
+static int progress_builds;
+static atomic_int progress_held;
+
+void kiln__build_progress_hold(bool hold)
+{
+    atomic_fetch_add(&progress_held, hold ? 1 : -1);
+}
+
+static void build_progress(const kiln_device *dev, double seconds, bool cached)
+{
+    const char *log = getenv("KILN_LOG");
+    if (atomic_load(&progress_held) > 0 || (log && strcasecmp(log, "off") == 0) ||
+        !isatty(STDERR_FILENO))
+        return;
+    pthread_mutex_lock(&progress_lock);
+    progress_seconds += seconds;
+    progress_builds++;
+    if (progress_seconds >= progress_next) {
+        progress_next = progress_seconds + 2.0;
+        fprintf(stderr, "kiln: compiling kernels for %s: %d built so far (%.1f s)%s\n",
+                dev->info.spec, progress_builds, progress_seconds,
+                cached ? "; kept in the program cache for later runs (kiln-info --prewarm builds "
+                         "them all ahead)"
+                       : "");
+    }
+    pthread_mutex_unlock(&progress_lock);
+}
+
 kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len, const char *name,
                                   const char *options, const char *op, cl_program *out,
                                   kiln__param_table *params)
@@ -485,6 +520,7 @@ kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
                   dev->info.spec, kiln__now() - t0);
         if (cacheable)
             save_binary(dev, *out, key, keylen, params);
+        build_progress(dev, kiln__now() - t0, cacheable);
     }
     free(key);
     return s;

@@ -19,6 +19,10 @@ typedef struct kiln__kernel_source {
     bool one_kernel;
 } kiln__kernel_source;
 
+/* Hold (true) or resume (false) the progress lines a long first compile prints on a terminal;
+ * calls nest. kiln_device_prewarm holds them while it prints its own count. */
+void kiln__build_progress_hold(bool hold);
+
 extern const kiln__kernel_source kiln__kernel_sources[];
 extern const int kiln__kernel_source_count;
 
