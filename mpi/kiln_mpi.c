@@ -1,11 +1,14 @@
 /* kiln_mpi.c - all-reduce and broadcast of kiln tensors over MPI (libkiln-mpi).
  *
- * One engine for every call: prepare (map the tensors of unified-memory devices, pack small
- * tensors into per-dtype buckets, read discrete devices' tensors into host buffers), agree (one
- * small all-reduce: do all ranks hold the same list, did any rank fail to prepare?), transfer
- * (one MPI collective per bucket, in place), finish (unpack, write back, unmap). The agreement
- * step is what keeps a rank's local failure or a mismatched list from leaving the others blocked
- * in a collective. Uses only kiln's public API. */
+ * One engine for every call: map (the tensors of unified-memory devices), agree (one small
+ * all-reduce: do all ranks hold the same list, did any rank fail, which bucket size), plan (the
+ * buckets: a pure function of the agreed list and bucket size, so every rank cuts the same
+ * buckets whatever its device), fill (pack small tensors into per-dtype buckets, read discrete
+ * devices' tensors into host buffers), agree again (did any rank fail to fill?), transfer (one MPI
+ * collective per bucket, in place), finish (unpack, write back, unmap). The agreement steps are
+ * what keep a rank's local failure, a mismatched list or a different bucket size from leaving
+ * the others blocked in a collective or summing misaligned buffers. Uses only kiln's public
+ * API. */
 #include "kiln_mpi.h"
 
 #include <limits.h>
@@ -51,6 +54,7 @@ typedef struct job {
     int *order;
     bucket *buckets;
     int nbuckets;
+    size_t limit; /* the bucket size all ranks agreed on (the largest KILN_MPI_BUCKET_BYTES) */
 } job;
 
 static kiln_status mpi_error(const char *op, const char *call, int rc)
@@ -172,11 +176,13 @@ static kiln_status check_args(job *j, kiln_tensor *const *ts)
     return KILN_OK;
 }
 
-/* Group the items into buckets: per dtype (in the order dtypes first appear), large mapped
- * tensors alone and in place, the others packed up to the bucket limit. */
+/* Group the items into buckets: per dtype (in the order dtypes first appear), large tensors
+ * alone (in place when mapped, else in a buffer of their own), the others packed up to the
+ * agreed bucket size. Only the agreed list and size decide: never whether this rank's device
+ * maps its tensors, so that every rank cuts the same buckets (issue 21, defect 1). */
 static kiln_status plan(job *j)
 {
-    size_t limit = bucket_limit();
+    size_t limit = j->limit;
     int placed = 0;
     bool *done = calloc((size_t)j->n + 1, sizeof *done);
     if (!done)
@@ -192,8 +198,10 @@ static kiln_status plan(job *j)
                 continue;
             done[i] = true;
             j->order[placed] = i;
-            if (it->mapped && it->nbytes >= DIRECT_MIN) {
-                j->buckets[j->nbuckets++] = (bucket){dt, placed, 1, it->nbytes, it->mapped, false};
+            if (it->nbytes >= DIRECT_MIN) {
+                it->off = 0;
+                j->buckets[j->nbuckets++] =
+                    (bucket){dt, placed, 1, it->nbytes, it->mapped, it->mapped == NULL};
             } else {
                 if (!open || open->bytes + it->nbytes > limit) {
                     open = &j->buckets[j->nbuckets++];
@@ -210,8 +218,8 @@ static kiln_status plan(job *j)
     return KILN_OK;
 }
 
-/* Map or read every tensor into the buckets. */
-static kiln_status prepare(job *j)
+/* Map the tensors of unified-memory devices. */
+static kiln_status map_all(job *j)
 {
     /* The root of a broadcast only reads: its tensors keep their version (autograd). */
     kiln_map_flags flags =
@@ -224,6 +232,12 @@ static kiln_status prepare(job *j)
         if (s != KILN_OK)
             return s;
     }
+    return KILN_OK;
+}
+
+/* Plan the buckets, then pack or read every tensor into them. */
+static kiln_status fill(job *j)
+{
     kiln_status s = plan(j);
     if (s != KILN_OK)
         return s;
@@ -251,15 +265,17 @@ static kiln_status prepare(job *j)
     return KILN_OK;
 }
 
-/* All ranks: the same call? Any rank failed? (MPI_MAX of fingerprint, -fingerprint and the
- * negated status; 62-bit fingerprints so that negation cannot overflow.) */
+/* All ranks: the same call? Any rank failed? Which bucket size? (MPI_MAX of fingerprint,
+ * -fingerprint, the negated status and the bucket size; 62-bit fingerprints so that negation
+ * cannot overflow.) Ranks whose KILN_MPI_BUCKET_BYTES differ all use the largest. */
 static kiln_status agree(job *j, kiln_status local)
 {
     int64_t fp = (int64_t)(fingerprint(j) >> 2);
-    int64_t mine[3] = {fp, -fp, -(int64_t)local}, all[3];
-    int rc = MPI_Allreduce(mine, all, 3, MPI_INT64_T, MPI_MAX, j->comm);
+    int64_t mine[4] = {fp, -fp, -(int64_t)local, (int64_t)bucket_limit()}, all[4];
+    int rc = MPI_Allreduce(mine, all, 4, MPI_INT64_T, MPI_MAX, j->comm);
     if (rc != MPI_SUCCESS)
         return local != KILN_OK ? local : mpi_error(j->op, "MPI_Allreduce", rc);
+    j->limit = (size_t)all[3];
     if (local != KILN_OK)
         return local;
     if (all[2] != 0)
@@ -273,6 +289,23 @@ static kiln_status agree(job *j, kiln_status local)
                                    "lists (count, dtypes or sizes)%s; every rank must pass the "
                                    "same",
                                    j->op, j->mode == MODE_BROADCAST ? " or roots" : "");
+    return KILN_OK;
+}
+
+/* After the buckets are filled: did any rank fail to fill (host memory, a device read)? */
+static kiln_status agree_filled(job *j, kiln_status local)
+{
+    int64_t mine = -(int64_t)local, all = 0;
+    int rc = MPI_Allreduce(&mine, &all, 1, MPI_INT64_T, MPI_MAX, j->comm);
+    if (rc != MPI_SUCCESS)
+        return local != KILN_OK ? local : mpi_error(j->op, "MPI_Allreduce", rc);
+    if (local != KILN_OK)
+        return local;
+    if (all != 0)
+        return kiln_set_last_error((kiln_status)(-all),
+                                   "%s: another rank of the communicator failed to read its "
+                                   "tensors before the transfer (%s); its own message says why",
+                                   j->op, kiln_status_string((kiln_status)(-all)));
     return KILN_OK;
 }
 
@@ -383,8 +416,10 @@ static kiln_status run(const char *op, MPI_Comm comm, kiln_tensor *const *ts, in
             j.n = 0; /* nothing mapped; keep finish() away from unfilled items */
     }
     if (s == KILN_OK)
-        s = prepare(&j);
+        s = map_all(&j);
     s = agree(&j, s);
+    if (s == KILN_OK)
+        s = agree_filled(&j, fill(&j));
     bool sent = s == KILN_OK;
     if (sent)
         s = transfer(&j);

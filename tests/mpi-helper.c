@@ -7,6 +7,10 @@
  *   mpi-helper errors    bad arguments: the status on every rank, and no hang
  *   mpi-helper mismatch  rank 0 passes a different list: KILN_ERR_SHAPE_MISMATCH everywhere
  *   mpi-helper die       the last rank exits without MPI_Finalize while the others all-reduce
+ *   mpi-helper plans     all-reduce and broadcast of a list with tensors above and below the
+ *                        1 MiB direct threshold: test-mpi.py runs it with ranks whose bucket size
+ *                        (KILN_MPI_BUCKET_BYTES) or device (unified memory or not) differ, which
+ *                        must not change how the ranks cut their buckets (issue 21, defect 1)
  *
  * The device is KILN_TEST_MPI_DEVICE (default "cpu"); KILN_TEST_MPI_SMALL=1 takes small sizes. */
 #include <math.h>
@@ -202,6 +206,31 @@ static void test_values(void)
     kiln_params_free(p);
 }
 
+static void test_plans(void)
+{
+    /* f32 above the 1 MiB direct threshold, small ones between, f64 above it, i32 small. */
+    const kiln_dtype dts[] = {KILN_F32, KILN_F32, KILN_I32, KILN_F32, KILN_F64, KILN_I32};
+    const int64_t ns[] = {300000, 1000, 5000, 17, 140000, 3};
+    enum { NT = 6 };
+    kiln_tensor *ts[NT];
+    for (int i = 0; i < NT; i++)
+        ts[i] = make(dts[i], ns[i], i, rank);
+    kiln_status st = kiln_mpi_allreduce(MPI_COMM_WORLD, ts, NT, KILN_MPI_SUM);
+    EXPECT(st == KILN_OK, "allreduce: %s", kiln_status_string(st));
+    for (int i = 0; i < NT; i++) {
+        verify(ts[i], dts[i], ns[i], i, false, -1);
+        kiln_tensor_release(ts[i]);
+    }
+    for (int i = 0; i < NT; i++)
+        ts[i] = make(dts[i], ns[i], i, rank);
+    st = kiln_mpi_broadcast(MPI_COMM_WORLD, ts, NT, size - 1);
+    EXPECT(st == KILN_OK, "broadcast: %s", kiln_status_string(st));
+    for (int i = 0; i < NT; i++) {
+        verify(ts[i], dts[i], ns[i], i, false, size - 1);
+        kiln_tensor_release(ts[i]);
+    }
+}
+
 static void test_errors(void)
 {
     kiln_tensor *t = make(KILN_F32, 4, 0, rank), *h = make(KILN_F16, 4, 0, rank);
@@ -291,8 +320,10 @@ int main(int argc, char **argv)
         test_mismatch();
     else if (strcmp(mode, "die") == 0)
         test_die();
+    else if (strcmp(mode, "plans") == 0)
+        test_plans();
     else {
-        printf("usage: mpi-helper values|errors|mismatch|die\n");
+        printf("usage: mpi-helper values|errors|mismatch|die|plans\n");
         failures++;
     }
     if (failures == 0)

@@ -7,6 +7,9 @@
   unified memory: the path through pinned staging;
 - kiln-mpi-helper die: a rank exits without MPI_Finalize; the job must end, non-zero and naming
   the rank, within a bounded time;
+- kiln-mpi-helper plans on ranks that differ: KILN_MPI_BUCKET_BYTES set on rank 0 only, and
+  (with OCLGRIND_VENDORS) rank 0 on Oclgrind (no unified memory) while rank 1 is on the CPU:
+  correct sums on every rank within seconds (once: a hang, or KILN_OK with wrong sums);
 - train_ddp on N ranks, each on its shard of the batch, against one process on the whole batch:
   the same loss curve and final parameters (safetensors, read here) within f32 rounding.
 Prints 'N passed, N failed' and exits non-zero on any failure.
@@ -60,6 +63,27 @@ def helper_ok(n, mode, extra_env=None):
     for r in range(n):
         assert f'rank {r}: ok' in p.stdout, out
     assert 'FAIL' not in out, out
+
+
+def ranks_differ(per_rank_env, timeout=120):
+    """kiln-mpi-helper plans on 2 ranks, each with its own extra environment (MPMD)."""
+    args = []
+    for r, extra in enumerate(per_rank_env):
+        if r:
+            args.append(':')
+        args += ['-np', '1']
+        for k, v in extra.items():
+            args += ['-x', f'{k}={v}']
+        args += [helper, 'plans']
+    t0 = time.monotonic()
+    p = subprocess.run([mpirun] + MPI_ARGS + args, capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    dt = time.monotonic() - t0
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f'exit {p.returncode} after {dt:.1f} s\n{out}'
+    for r in range(len(per_rank_env)):
+        assert f'rank {r}: ok' in p.stdout, out
+    assert dt < 60, f'took {dt:.0f} s\n{out}'
 
 
 def die(n):
@@ -145,6 +169,8 @@ for n in (2, 3):
     for mode in ('values', 'errors', 'mismatch'):
         case(f'{mode} -np {n}', lambda n=n, mode=mode: helper_ok(n, mode))
     case(f'die -np {n}', lambda n=n: die(n))
+case('plans: KILN_MPI_BUCKET_BYTES on rank 0 only',
+     lambda: ranks_differ([{'KILN_MPI_BUCKET_BYTES': '64'}, {}]))
 if oclgrind:
     # LeakSanitizer's exit scan is not run with Oclgrind's threads alive (as tests/meson.build's
     # -oclgrind configurations); the same code is leak-checked on PoCL above.
@@ -156,6 +182,12 @@ if oclgrind:
     for mode in ('values', 'errors'):
         case(f'{mode} -np 2 on Oclgrind (no unified memory: staging)',
              lambda mode=mode: helper_ok(2, mode, ocl_env))
+    # Rank 0 on Oclgrind (its tensors read into buffers), rank 1 on PoCL (mapped in place).
+    mixed = {'OCL_ICD_VENDORS': oclgrind.removesuffix('-gpuonly'), 'KILN_STAGING_CHUNK': '4096',
+             'ASAN_OPTIONS': 'detect_leaks=0:allocator_may_return_null=1'}
+    case('plans: rank 0 on Oclgrind, rank 1 on the CPU',
+         lambda: ranks_differ([dict(mixed, KILN_TEST_MPI_DEVICE='gpu:0'),
+                               dict(mixed, KILN_TEST_MPI_DEVICE='cpu:0')]))
 case('train_ddp, one process', train_single)
 for n in (2, 3):
     case(f'train_ddp -np {n} vs one process', lambda n=n: train_ranks(n))
