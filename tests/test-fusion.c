@@ -1050,6 +1050,139 @@ START_TEST(test_disk_cache_across_processes)
 }
 END_TEST
 
+/* ---- random chains (issue 21, defect 7) ------------------------------------------------ */
+
+static uint64_t rng_state;
+static uint32_t chain_rnd(uint32_t n) /* xorshift64*, uniform enough for choosing ops */
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 2685821657736338717ull) >> 33) % n;
+}
+
+/* An input value: special values often (NaN, infinities, signed zeros, huge, tiny), else small
+ * ones. */
+static float random_value(bool integer)
+{
+    static const float special[] = {NAN,   -NAN,    INFINITY, -INFINITY, 0.0f,    -0.0f,
+                                    3e38f, -1e-38f, 1e-45f,   88.7f,     -103.0f, 0.5f};
+    if (!integer && chain_rnd(4) == 0)
+        return special[chain_rnd(sizeof special / sizeof special[0])];
+    return integer ? (float)((int)chain_rnd(41) - 20) : ((float)chain_rnd(2001) - 1000.0f) / 97.0f;
+}
+
+static const kiln_unary_op float_unary[] = {KILN_UNARY_NEG,     KILN_UNARY_ABS,  KILN_UNARY_EXP,
+                                            KILN_UNARY_LOG,     KILN_UNARY_SQRT, KILN_UNARY_RSQRT,
+                                            KILN_UNARY_SIN,     KILN_UNARY_COS,  KILN_UNARY_TANH,
+                                            KILN_UNARY_SIGMOID, KILN_UNARY_RELU, KILN_UNARY_GELU};
+static const kiln_unary_op int_unary[] = {KILN_UNARY_NEG, KILN_UNARY_ABS, KILN_UNARY_RELU};
+
+/* One chain from the generator's current state: up to `depth` ops over the inputs and earlier
+ * nodes (unary, unary backward, binary tensor-tensor and with a scalar, compare + where), all
+ * of one dtype; the result is the last node. The same state gives the same chain. */
+static kiln_status build_random(kiln_tensor *const *in, int nin, kiln_dtype dt, int depth,
+                                kiln_tensor **out)
+{
+    enum { MAXN = 24 };
+    kiln_tensor *nodes[MAXN];
+    int n = 0;
+    for (int i = 0; i < nin; i++)
+        nodes[n++] = kiln_tensor_retain(in[i]);
+    bool fl = is_float(dt);
+    kiln_status s = KILN_OK;
+    for (int d = 0; d < depth && s == KILN_OK && n < MAXN; d++) {
+        kiln_tensor *a = nodes[chain_rnd(n)], *b = nodes[chain_rnd(n)], *r = NULL;
+        switch (chain_rnd(fl ? 5 : 4)) {
+        case 0:
+            s = kiln_unary(fl ? float_unary[chain_rnd(12)] : int_unary[chain_rnd(3)], a, &r);
+            break;
+        case 1:
+        case 2: {
+            kiln_binary_op op = (kiln_binary_op)chain_rnd(KILN_BINARY_MAXIMUM + 1);
+            if (op == KILN_BINARY_POW && !fl)
+                op = KILN_BINARY_MUL;
+            if (chain_rnd(2))
+                s = kiln_binary(op, a, b, &r);
+            else
+                s = kiln_binary_scalar(op, a, (double)random_value(!fl), &r);
+            break;
+        }
+        case 3: {
+            kiln_tensor *c = NULL;
+            s = kiln_binary((kiln_binary_op)(KILN_BINARY_EQ + chain_rnd(6)), a, b, &c);
+            if (s == KILN_OK)
+                s = kiln_where(c, a, b, &r);
+            kiln_tensor_release(c);
+            break;
+        }
+        default:
+            s = kiln_unary_backward(float_unary[chain_rnd(12)], a, b, &r);
+            break;
+        }
+        if (s == KILN_OK)
+            nodes[n++] = r;
+    }
+    *out = s == KILN_OK ? kiln_tensor_retain(nodes[n - 1]) : NULL;
+    for (int i = 0; i < n; i++)
+        kiln_tensor_release(nodes[i]);
+    return s;
+}
+
+/* Seeded random chains of elementwise ops with special values, fused against eager: the same
+ * bits except a NaN's sign and payload (docs/fusion.md). A few hundred chains here, more in the
+ * full tier (fewer on Oclgrind, which simulates every work-item); every chain is a new kernel. */
+START_TEST(test_random_chains)
+{
+    static const kiln_dtype dts[] = {KILN_F32, KILN_F32, KILN_F16, KILN_I32, KILN_F64};
+    long chains = simulated(dev) ? test_size(40, 200) : test_size(200, 1000);
+    int ran = 0;
+    for (long c = 0; c < chains; c++) {
+        rng_state = 0x9e3779b97f4a7c15ull * (uint64_t)(c + 1);
+        kiln_dtype dt = dts[chain_rnd(5)];
+        if (!usable(dt))
+            dt = KILN_F32;
+        int64_t shape[3] = {1 + chain_rnd(7), 1 + chain_rnd(9), 1 + chain_rnd(13)};
+        int ndim = 1 + (int)chain_rnd(3);
+        int64_t numel = 1;
+        for (int d = 0; d < ndim; d++)
+            numel *= shape[d];
+        kiln_tensor *in[3] = {NULL, NULL, NULL};
+        float *host = malloc(sizeof(float) * (size_t)numel);
+        for (int i = 0; i < 3; i++) {
+            for (int64_t k = 0; k < numel; k++)
+                host[k] = random_value(!is_float(dt));
+            kiln_tensor *t = NULL;
+            ASSERT_OK(kiln_tensor_from_host(dev, KILN_F32, ndim, shape, host, &t));
+            ASSERT_OK(kiln_cast(t, dt, &in[i]));
+            ASSERT_OK(kiln_tensor_eval(in[i]));
+            kiln_tensor_release(t);
+        }
+        free(host);
+        int depth = 2 + (int)chain_rnd(11);
+        uint64_t state = rng_state;
+        kiln_tensor *fr = NULL, *er = NULL;
+        kiln__fusion_set(true);
+        kiln_status s = build_random(in, 3, dt, depth, &fr);
+        kiln__fusion_set(false);
+        ck_assert_msg(s == KILN_OK, "chain %ld: %s", c, kiln_last_error());
+        ASSERT_OK(kiln_tensor_eval(fr));
+        rng_state = state;
+        ASSERT_OK(build_random(in, 3, dt, depth, &er));
+        char what[64];
+        snprintf(what, sizeof what, "random chain %ld (depth %d)", c, depth);
+        assert_same(fr, er, what);
+        kiln_tensor_release(fr);
+        kiln_tensor_release(er);
+        for (int i = 0; i < 3; i++)
+            kiln_tensor_release(in[i]);
+        ran++;
+    }
+    kiln__fusion_set(true);
+    ck_assert_int_eq(ran, chains);
+}
+END_TEST
+
 Suite *fusion_suite(void)
 {
     Suite *s = suite_create("fusion");
@@ -1063,6 +1196,7 @@ Suite *fusion_suite(void)
         tcase_add_test(ops, test_every_op_and_dtype);
         suite_add_tcase(s, ops);
         tcase_add_test(tc, test_chain_depths);
+        tcase_add_test(tc, test_random_chains);
         tcase_add_test(tc, test_broadcast_patterns);
         tcase_add_test(tc, test_f64_to_f16_rounds_once);
         tcase_add_test(tc, test_single_op_runs_eager);
