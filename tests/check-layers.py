@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""check-layers.py - lib/'s layers, checked: data flows down.
+
+Usage: check-layers.py LIBDIR [--baseline N]
+
+Reads LIBDIR/layers.txt (the layer map: layers bottom to top, each file of lib/ in exactly one)
+and every .c and .h under LIBDIR, and reports each reference from a file to a file of a higher
+layer:
+
+  - an `#include "..."` of a header of lib/ (resolved beside the file, then in lib/);
+  - a use of a kiln_ or kiln__ function or variable that another file of lib/ defines (a call,
+    a declaration, or its address taken), found by scanning the sources with comments, strings
+    and preprocessor lines removed.
+
+It also reports include cycles between modules: a module is one line of layers.txt (a .c and
+its .h, or a few files that make one unit), and module A includes module B when a file of A
+includes a header of B.
+
+A reference is counted once per (file, symbol or header); every line it stands on is printed.
+layers.txt may allow a reference with `allow FILE SYMBOL  # why`: only for a hook, a lower
+layer that must be told of an event by a higher one, and the reason must say so.
+
+Exit status: 0 when the upward references and the include cycles are at most their baselines
+(0 without --baseline and --baseline-cycles: none), 1 otherwise, 2 on a malformed map.
+"""
+
+import argparse
+import collections
+import os
+import re
+import sys
+
+TOKEN = re.compile(r"[A-Za-z_]\w*|\S")
+SYMBOL = re.compile(r"kiln_\w+$")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def strip_comments_and_strings(src):
+    """src with comments removed and string and character literals emptied; newlines kept."""
+    out = []
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * src.count("\n", i, j))
+            i = j
+        elif src.startswith("//", i):
+            j = src.find("\n", i)
+            i = n if j < 0 else j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and src[j] != c and src[j] != "\n":
+                j += 2 if src[j] == "\\" else 1
+            out.append(c + c)
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def tokens(path):
+    """The tokens of path's code (no comments, strings or preprocessor lines), with lines."""
+    with open(path, encoding="utf-8") as f:
+        text = strip_comments_and_strings(f.read())
+    result = []
+    continued = False
+    for line_no, line in enumerate(text.split("\n"), 1):
+        directive = continued or line.lstrip().startswith("#")
+        continued = directive and line.rstrip().endswith("\\")
+        if directive:
+            continue
+        result.extend((m.group(), line_no) for m in TOKEN.finditer(line))
+    return result
+
+
+def definitions(toks):
+    """The names of the external functions and variables a .c file defines (not static)."""
+    names = []
+    depth = 0
+    stmt = []
+    for tok, _ in toks:
+        if tok == "{":
+            words = [t for t, _ in stmt]
+            if depth == 0 and words and "static" not in words and "typedef" not in words:
+                if words[-1] == ")":  # a function body: the name precedes its parameter list
+                    level, i = 0, len(words) - 1
+                    while i >= 0:
+                        level += {")": 1, "(": -1}.get(words[i], 0)
+                        if level == 0:
+                            break
+                        i -= 1
+                    name = words[i - 1] if i >= 1 else ""
+                    if name == ")" and i >= 2:  # kiln_status(kiln__name)(...): macro-proof
+                        name = words[i - 2]
+                    if SYMBOL.match(name):
+                        names.append(name)
+                elif words[-1] == "=" and "extern" not in words:  # an initialised variable
+                    ids = [w for w in words if SYMBOL.match(w)]
+                    if ids:
+                        names.append(ids[-1])
+            depth += 1
+            stmt = []
+        elif tok == "}":
+            depth -= 1
+            stmt = []
+        elif tok == ";":
+            words = [t for t, _ in stmt]
+            if (depth == 0 and words and "(" not in words
+                    and not {"static", "extern", "typedef"} & set(words)):
+                ids = [w for w in words if SYMBOL.match(w)]
+                if ids and ids[-1] != words[0]:  # a variable, not a lone type name
+                    names.append(ids[-1])
+            stmt = []
+        elif depth == 0:
+            stmt.append((tok, _))
+    return names
+
+
+def read_map(libdir):
+    """layers (names, bottom first), file -> layer index, file -> module (its line's first
+    file), allowed {(file, symbol)}, errors."""
+    path = os.path.join(libdir, "layers.txt")
+    layers, where, modules, allowed, errors = [], {}, {}, set(), []
+    with open(path, encoding="utf-8") as f:
+        for line_no, raw in enumerate(f, 1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            words = line.split()
+            if words[0] == "layer" and len(words) == 2:
+                layers.append(words[1])
+            elif words[0] == "allow" and len(words) == 3:
+                if "#" not in raw or "hook" not in raw.split("#", 1)[1]:
+                    errors.append(f"layers.txt:{line_no}: an allow line must say why (a hook)")
+                allowed.add((words[1], words[2]))
+            elif not layers:
+                errors.append(f"layers.txt:{line_no}: a file before the first layer line")
+            else:
+                for name in words:
+                    if name in where:
+                        errors.append(f"layers.txt:{line_no}: {name} is in two layers "
+                                      f"({layers[where[name]]} and {layers[-1]})")
+                    where[name] = len(layers) - 1
+                    modules[name] = os.path.splitext(words[0])[0]
+    return layers, where, modules, allowed, errors
+
+
+def include_cycles(includes, modules):
+    """The include cycles: the module graph's strongly connected components of more than one
+    module, each as (its modules, the include edges inside it). An edge inside a component lies
+    on a cycle; their count can only fall as includes go."""
+    graph = collections.defaultdict(set)
+    for (src, header) in includes:
+        if modules[src] != modules[header]:
+            graph[modules[src]].add(modules[header])
+    index, low, on_stack, stack, components = {}, {}, set(), [], []
+
+    def connect(node):  # Tarjan's algorithm; the graph is a few dozen modules
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                members = set(component)
+                edges = sorted((a, b) for a in members for b in graph[a] if b in members)
+                components.append((sorted(members), edges))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return components
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("libdir")
+    ap.add_argument("--baseline", type=int, default=0,
+                    help="the upward references allowed (a count that may only go down)")
+    ap.add_argument("--baseline-cycles", type=int, default=0,
+                    help="the includes on cycles allowed (a count that may only go down)")
+    args = ap.parse_args()
+    libdir = os.path.abspath(args.libdir)
+
+    layers, where, modules, allowed, errors = read_map(libdir)
+    files = sorted(
+        os.path.relpath(os.path.join(d, f), libdir)
+        for d, _, names in os.walk(libdir) for f in names if f.endswith((".c", ".h")))
+    for f in files:
+        if f not in where:
+            errors.append(f"{f}: in no layer of layers.txt")
+    for f in where:
+        if f not in files:
+            errors.append(f"layers.txt names {f}, which is not in lib/")
+    if errors:
+        print("\n".join(errors))
+        return 2
+
+    toks = {f: tokens(os.path.join(libdir, f)) for f in files}
+    defined = {}
+    for f in files:
+        if f.endswith(".c"):
+            for name in definitions(toks[f]):
+                defined.setdefault(name, f)
+
+    # (file, target) -> (target file, [lines])
+    refs = collections.OrderedDict()
+    includes = []
+    for f in files:
+        with open(os.path.join(libdir, f), encoding="utf-8") as src:
+            for line_no, line in enumerate(src, 1):
+                m = INCLUDE.match(line)
+                if not m:
+                    continue
+                for base in (os.path.dirname(f), ""):
+                    target = os.path.normpath(os.path.join(base, m.group(1)))
+                    if target in where:
+                        includes.append((f, target))
+                        refs.setdefault((f, '#include "' + m.group(1) + '"'),
+                                        (target, []))[1].append(line_no)
+                        break
+        for tok, line_no in toks[f]:
+            target = defined.get(tok)
+            if target and modules[target] != modules[f]:
+                refs.setdefault((f, tok), (target, []))[1].append(line_no)
+
+    upward = []
+    for (f, what), (target, lines) in refs.items():
+        if where[target] > where[f] and (f, what.split()[-1].strip('"')) not in allowed \
+                and (f, what) not in allowed:
+            upward.append((f, lines, what, target))
+    by_pair = collections.Counter((layers[where[f]], layers[where[t]]) for f, _, _, t in upward)
+    for f, lines, what, target in upward:
+        line_list = ",".join(str(n) for n in lines[:8]) + (",..." if len(lines) > 8 else "")
+        print(f"lib/{f}:{line_list}: {what} -> lib/{target}: "
+              f"{layers[where[f]]} -> {layers[where[target]]}")
+    cycles = include_cycles(includes, modules)
+    cycle_edges = sum(len(edges) for _, edges in cycles)
+    for members, edges in cycles:
+        print(f"include cycle among {', '.join(members)}: "
+              + ", ".join(f"{a} -> {b}" for a, b in edges))
+    for (lo, hi), n in sorted(by_pair.items(), key=lambda kv: -kv[1]):
+        print(f"  {n:4d} {lo} -> {hi}")
+    print(f"{len(upward)} upward references, {cycle_edges} includes on cycles "
+          f"({len(files)} files, {len(set(modules.values()))} modules, {len(layers)} layers; "
+          f"baselines {args.baseline} and {args.baseline_cycles})")
+
+    status = 0
+    for what, count, baseline, flag in (("upward references", len(upward), args.baseline,
+                                         "--baseline"),
+                                        ("includes on cycles", cycle_edges, args.baseline_cycles,
+                                         "--baseline-cycles")):
+        if count > baseline:
+            print(f"FAIL: {count} {what}, more than the baseline {baseline}")
+            status = 1
+        elif count < baseline:
+            print(f"note: {count} {what}, fewer than the baseline: lower {flag} to {count} "
+                  "in tests/meson.build")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
