@@ -865,10 +865,19 @@ static kiln__kernel *memo_find(const kiln_device *dev, const unsigned char *key,
     return k;
 }
 
+/* The memo's entries go with their device's programs (program.c tells us: a hook). */
+static pthread_once_t forget_once = PTHREAD_ONCE_INIT;
+
+static void register_forget(void)
+{
+    kiln__programs_on_free(kiln__fusion_forget);
+}
+
 /* Remember k (a failed allocation only loses the shortcut). */
 static void memo_add(kiln_device *dev, const unsigned char *key, size_t len, uint64_t h,
                      kiln__kernel *k)
 {
+    pthread_once(&forget_once, register_forget);
     memo_entry *e = kiln__malloc(sizeof *e + len);
     if (!e)
         return;

@@ -15,9 +15,8 @@
 #include "argcheck.h"
 #include "clcall.h"
 #include "diskcache.h"
-#include "fusion.h"
-#include "launch.h"
 #include "registry.h"
+#include "splits.h"
 #include "status.h"
 
 #define KILN__PROGRAM_MAGIC 0x6b70726fu /* "kpro" */
@@ -909,12 +908,31 @@ static void kernels_free(kernel_node *n)
     }
 }
 
+/* The hooks of kiln__programs_on_free, called in the order registered. */
+#define FREE_HOOKS 4
+static void (*free_hooks[FREE_HOOKS])(const kiln_device *dev);
+static int nfree_hooks;
+static pthread_mutex_t free_hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void kiln__programs_on_free(void (*fn)(const kiln_device *dev))
+{
+    pthread_mutex_lock(&free_hooks_lock);
+    if (nfree_hooks < FREE_HOOKS)
+        free_hooks[nfree_hooks++] = fn;
+    else
+        abort(); /* a programming error: raise FREE_HOOKS */
+    pthread_mutex_unlock(&free_hooks_lock);
+}
+
 void kiln__programs_free(kiln_device *dev)
 {
     struct kiln__programs *ps = dev->programs;
     if (!ps)
         return;
-    kiln__fusion_forget(dev);
+    pthread_mutex_lock(&free_hooks_lock);
+    for (int i = 0; i < nfree_hooks; i++)
+        free_hooks[i](dev);
+    pthread_mutex_unlock(&free_hooks_lock);
     dev->programs = NULL;
     builtin_entry *e = ps->entries;
     while (e) {
