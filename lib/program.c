@@ -729,8 +729,17 @@ static const kiln__kernel_source *find_source(const char *name)
     return NULL;
 }
 
+/* Programs go with their device (registry.c tells us: a hook). */
+static pthread_once_t reset_once = PTHREAD_ONCE_INIT;
+
+static void register_reset(void)
+{
+    kiln__registry_on_reset(kiln__programs_free);
+}
+
 static kiln_status programs_of(kiln_device *dev, const char *op, struct kiln__programs **out)
 {
+    pthread_once(&reset_once, register_reset);
     pthread_mutex_lock(&dev->lock);
     if (!dev->programs) {
         struct kiln__programs *ps = kiln__calloc(1, sizeof *ps);

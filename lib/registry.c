@@ -13,10 +13,7 @@
 #include "alloc.h"
 #include "clcall.h"
 #include "diagnose.h"
-#include "memory.h"
-#include "program.h"
 #include "spec.h"
-#include "staging.h"
 #include "status.h"
 
 #define KILN__MAX_PLATFORMS 32
@@ -342,15 +339,32 @@ static void ensure(void)
     pthread_mutex_unlock(&reg_lock);
 }
 
+/* The hooks of kiln__registry_on_reset. */
+#define RESET_HOOKS 8
+static void (*reset_hooks[RESET_HOOKS])(kiln_device *dev);
+static int nreset_hooks;
+static pthread_mutex_t reset_hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void kiln__registry_on_reset(void (*fn)(kiln_device *dev))
+{
+    pthread_mutex_lock(&reset_hooks_lock);
+    if (nreset_hooks < RESET_HOOKS)
+        reset_hooks[nreset_hooks++] = fn;
+    else
+        abort(); /* a programming error: raise RESET_HOOKS */
+    pthread_mutex_unlock(&reset_hooks_lock);
+}
+
 void kiln__registry_reset(void)
 {
     pthread_mutex_lock(&reg_lock);
     if (atomic_load_explicit(&reg_ready, memory_order_relaxed)) {
         for (int i = 0; i < reg.nvisible; i++) {
             kiln_device *dev = reg.visible[i];
-            kiln__staging_free(dev);
-            kiln__programs_free(dev);
-            kiln__mem_pool_free(dev);
+            pthread_mutex_lock(&reset_hooks_lock); /* the last registered first */
+            for (int h = nreset_hooks - 1; h >= 0; h--)
+                reset_hooks[h](dev);
+            pthread_mutex_unlock(&reset_hooks_lock);
             if (dev->queue)
                 kiln__cl.ReleaseCommandQueue(dev->queue);
             if (dev->private_queue)

@@ -81,6 +81,12 @@ kiln_device **kiln__devices(int *n);
  * out before become invalid. */
 void kiln__registry_reset(void);
 
+/* A hook, for a layer above that attaches something to a device (its memory pool, staging
+ * buffers, programs): kiln__registry_reset calls fn with each device before forgetting it, the
+ * last registered first, so that it frees what it attached. Register (once) before attaching
+ * the first; at most 8 hooks. */
+void kiln__registry_on_reset(void (*fn)(kiln_device *dev));
+
 /* Mark dev lost: clfn failed with err in a way that leaves its context unusable (a kernel
  * fault). The first reason stays; logged at KILN_LOG=error. */
 void kiln__device_mark_lost(kiln_device *dev, const char *clfn, cl_int err);
