@@ -34,7 +34,6 @@
 #include "ops/optables.h"
 #include "program.h"
 #include "registry.h"
-#include "scope.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -157,6 +156,14 @@ void kiln__fusion_dead(kiln_tensor *t)
     lock_all();
     drop(t);
     pthread_mutex_unlock(&lock);
+}
+
+/* A dead tensor's expression goes (tensor.c tells us: a hook). */
+static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+
+static void register_hooks(void)
+{
+    kiln__tensor_hooks_add(&(kiln__tensor_hooks){.dead = kiln__fusion_dead});
 }
 
 /* ---- a string builder ------------------------------------------------------------------ */
@@ -1087,6 +1094,7 @@ kiln_status kiln__fuse(const char *fn, kiln_device *dev, const kiln__fop *op, ki
         s = kiln__host_oom(fn);
         goto done;
     }
+    pthread_once(&hooks_once, register_hooks);
     if ((s = kiln__tensor_new_pending(dev, op->dtype, op->ndim, op->shape, fn, &t)) != KILN_OK) {
         free(z);
         goto done;

@@ -31,7 +31,7 @@ typedef struct kiln__fop {
     kiln__scalar scalar;
 } kiln__fop;
 
-/* The eager kernel of op into res: op's inputs and res materialised (elementwise.c). */
+/* The eager kernel of op into res: op's inputs and res materialised (eager.c). */
 kiln_status kiln__elementwise_run(const char *fn, kiln_device *dev, const kiln__fop *op,
                                   kiln_tensor *res);
 
@@ -53,7 +53,7 @@ kiln_status kiln__fusion_force(const kiln_tensor *t, const char *op);
 /* While on, on this thread, tensor checks do not force (the elementwise ops' own checks). */
 void kiln__fusion_defer(bool on);
 
-/* The last reference to a pending tensor went: drop its expression. */
+/* The last reference to a pending tensor went (a hook of tensor.c's): drop its expression. */
 void kiln__fusion_dead(kiln_tensor *t);
 
 /* A pending tensor's chain folded into the loads of another kernel (a reduction's): the
