@@ -1,7 +1,7 @@
-/* eager.c - the eager kernel runners of the elementwise ops: one op's built-in kernel into a
- * materialised result. The execution layer (lib/layers.txt): the elementwise ops (lib/ops/
+/* eager.c - the eager kernel runner of the elementwise ops (eager.h): one op's built-in kernel
+ * into a materialised result. The execution layer (lib/layers.txt): the elementwise ops (lib/ops/
  * elementwise.c) run them when fusion is off, and fusion.c for a chain of one op. */
-#include "fusion.h"
+#include "eager.h"
 #include "launch.h"
 #include "ops/common.h"
 #include "ops/optables.h"

@@ -158,12 +158,14 @@ void kiln__fusion_dead(kiln_tensor *t)
     pthread_mutex_unlock(&lock);
 }
 
-/* A dead tensor's expression goes (tensor.c tells us: a hook). */
+/* tensor.c tells us (hooks, registered before the first pending tensor): a dead tensor's
+ * expression goes; a tensor about to be used is evaluated, and its storage's pending readers. */
 static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
 static void register_hooks(void)
 {
-    kiln__tensor_hooks_add(&(kiln__tensor_hooks){.dead = kiln__fusion_dead});
+    kiln__tensor_hooks_add(
+        &(kiln__tensor_hooks){.dead = kiln__fusion_dead, .use = kiln__fusion_force});
 }
 
 /* ---- a string builder ------------------------------------------------------------------ */

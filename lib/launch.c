@@ -10,7 +10,6 @@
 #include "argcheck.h"
 #include "clcall.h"
 #include "dtype.h"
-#include "fusion.h"
 #include "program.h"
 #include "queue.h"
 #include "registry.h"
@@ -266,12 +265,12 @@ static kiln_status launch(kiln_device *dev, kiln__kernel *k, const char *op, int
     kiln_status s = kiln__device_check_lost(dev, op);
     if (s == KILN_OK)
         s = check_args(dev, k, op, nargs, args);
-    /* Every tensor of a launch holds its value (fusion.c), also where an internal caller passes
-     * one that no tensor check saw (a gradient inside backward); before k's lock, since an
-     * evaluation launches kernels itself. */
+    /* Every tensor of a launch holds its value (fusion.c, told through the tensor hooks), also
+     * where an internal caller passes one that no tensor check saw (a gradient inside backward);
+     * before k's lock, since an evaluation launches kernels itself. */
     for (int i = 0; s == KILN_OK && i < nargs; i++)
         if (args[i].kind == KILN_ARG_TENSOR && args[i].value.tensor)
-            s = kiln__fusion_force(args[i].value.tensor, op);
+            s = kiln__tensor_use(args[i].value.tensor, op);
     if (s != KILN_OK)
         return s;
     for (int d = 0; d < work_dim; d++)

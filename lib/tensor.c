@@ -10,7 +10,6 @@
 #include "alloc.h"
 #include "clcall.h"
 #include "dtype.h"
-#include "fusion.h"
 #include "memory.h"
 #include "queue.h"
 #include "registry.h"
@@ -55,6 +54,15 @@ static int hooks_count(void)
     return atomic_load_explicit(&nhooks, memory_order_acquire);
 }
 
+kiln_status kiln__tensor_use(const kiln_tensor *t, const char *op)
+{
+    kiln_status s = KILN_OK;
+    for (int i = 0, n = hooks_count(); s == KILN_OK && i < n; i++)
+        if (hooks[i].use)
+            s = hooks[i].use(t, op);
+    return s;
+}
+
 int64_t kiln__tensor_live(void)
 {
     return (int64_t)atomic_load(&live_headers);
@@ -91,7 +99,7 @@ kiln_status kiln__check_handle(const kiln_tensor *t, const char *op, const char 
                            "%s: %s (%p) is not a tensor handle from kiln (forged or corrupted)", op,
                            argname, (const void *)t);
     kiln_status s = kiln__device_check_lost(t->dev, op); /* a lost device is never used again */
-    return s == KILN_OK ? kiln__fusion_force(t, op) : s;
+    return s == KILN_OK ? kiln__tensor_use(t, op) : s;
 }
 
 kiln_status(kiln__check_tensor)(const kiln_tensor *t, const char *op, const char *argname)
@@ -734,7 +742,7 @@ cl_mem kiln_tensor_cl_mem(const kiln_tensor *t)
     if (!tensor_valid(t))
         return NULL;
     atomic_store(&t->storage->mem_shared, true); /* it may come back wrapped in another tensor */
-    if (kiln__fusion_force(t, "kiln_tensor_cl_mem") != KILN_OK)
+    if (kiln__tensor_use(t, "kiln_tensor_cl_mem") != KILN_OK)
         return NULL; /* the caller may write the buffer: pending readers are evaluated first */
     return t->storage->mem;
 }

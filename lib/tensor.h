@@ -137,7 +137,16 @@ typedef struct kiln__tensor_hooks {
     void (*born)(kiln_tensor *t);     /* a new tensor header, before it is returned */
     void (*released)(kiln_tensor *t); /* kiln_tensor_release by t's owner, before the drop */
     void (*dead)(kiln_tensor *t);     /* t's last reference went, before its storage goes */
+    /* t's storage is about to be used (read, written, shared) by op, from a check of t
+     * (kiln__check_handle, kiln__check_tensor) or kiln_tensor_cl_mem: work deferred on it (a
+     * pending value, pending readers of its storage: fusion.c) must be done first. A failure
+     * is the check's. */
+    kiln_status (*use)(const kiln_tensor *t, const char *op);
 } kiln__tensor_hooks;
 void kiln__tensor_hooks_add(const kiln__tensor_hooks *h);
+
+/* Tell the hooks that op is about to use t's storage (kiln__tensor_hooks.use), as the tensor
+ * checks do: for a use no check saw (launch.c's arguments). KILN_OK at once without hooks. */
+kiln_status kiln__tensor_use(const kiln_tensor *t, const char *op);
 
 #endif

@@ -12,15 +12,17 @@ layer:
     a declaration, or its address taken), found by scanning the sources with comments, strings
     and preprocessor lines removed.
 
-It also reports include cycles between modules: a module is one line of layers.txt (a .c and
-its .h, or a few files that make one unit), and module A includes module B when a file of A
-includes a header of B.
+It also reports cycles between modules, within a layer as across: a module is one line of
+layers.txt (a .c and its .h, or a few files that make one unit), and module A depends on module
+B when a file of A includes a header of B or uses a symbol a file of B defines. Such a cycle is
+an include cycle, or a call cycle whose includes hide it (a header declaring another module's
+function); both count.
 
 A reference is counted once per (file, symbol or header); every line it stands on is printed.
 layers.txt may allow a reference with `allow FILE SYMBOL  # why`: only for a hook, a lower
 layer that must be told of an event by a higher one, and the reason must say so.
 
-Exit status: 0 when the upward references and the include cycles are at most their baselines
+Exit status: 0 when the upward references and the cycles are at most their baselines
 (0 without --baseline and --baseline-cycles: none), 1 otherwise, 2 on a malformed map.
 """
 
@@ -148,14 +150,14 @@ def read_map(libdir):
     return layers, where, modules, allowed, errors
 
 
-def include_cycles(includes, modules):
-    """The include cycles: the module graph's strongly connected components of more than one
-    module, each as (its modules, the include edges inside it). An edge inside a component lies
-    on a cycle; their count can only fall as includes go."""
+def module_cycles(deps, modules):
+    """The cycles: the module graph's strongly connected components of more than one module,
+    each as (its modules, the dependencies inside it). A dependency inside a component lies on
+    a cycle; their count can only fall as dependencies go."""
     graph = collections.defaultdict(set)
-    for (src, header) in includes:
-        if modules[src] != modules[header]:
-            graph[modules[src]].add(modules[header])
+    for (src, target) in deps:
+        if modules[src] != modules[target]:
+            graph[modules[src]].add(modules[target])
     index, low, on_stack, stack, components = {}, {}, set(), [], []
 
     def connect(node):  # Tarjan's algorithm; the graph is a few dozen modules
@@ -193,7 +195,7 @@ def main():
     ap.add_argument("--baseline", type=int, default=0,
                     help="the upward references allowed (a count that may only go down)")
     ap.add_argument("--baseline-cycles", type=int, default=0,
-                    help="the includes on cycles allowed (a count that may only go down)")
+                    help="the dependencies on cycles allowed (a count that may only go down)")
     args = ap.parse_args()
     libdir = os.path.abspath(args.libdir)
 
@@ -220,7 +222,7 @@ def main():
 
     # (file, target) -> (target file, [lines])
     refs = collections.OrderedDict()
-    includes = []
+    deps = []
     for f in files:
         with open(os.path.join(libdir, f), encoding="utf-8") as src:
             for line_no, line in enumerate(src, 1):
@@ -230,7 +232,7 @@ def main():
                 for base in (os.path.dirname(f), ""):
                     target = os.path.normpath(os.path.join(base, m.group(1)))
                     if target in where:
-                        includes.append((f, target))
+                        deps.append((f, target))
                         refs.setdefault((f, '#include "' + m.group(1) + '"'),
                                         (target, []))[1].append(line_no)
                         break
@@ -238,6 +240,7 @@ def main():
             target = defined.get(tok)
             if target and modules[target] != modules[f]:
                 refs.setdefault((f, tok), (target, []))[1].append(line_no)
+                deps.append((f, target))
 
     upward = []
     for (f, what), (target, lines) in refs.items():
@@ -249,21 +252,21 @@ def main():
         line_list = ",".join(str(n) for n in lines[:8]) + (",..." if len(lines) > 8 else "")
         print(f"lib/{f}:{line_list}: {what} -> lib/{target}: "
               f"{layers[where[f]]} -> {layers[where[target]]}")
-    cycles = include_cycles(includes, modules)
+    cycles = module_cycles(deps, modules)
     cycle_edges = sum(len(edges) for _, edges in cycles)
     for members, edges in cycles:
-        print(f"include cycle among {', '.join(members)}: "
+        print(f"cycle among {', '.join(members)}: "
               + ", ".join(f"{a} -> {b}" for a, b in edges))
     for (lo, hi), n in sorted(by_pair.items(), key=lambda kv: -kv[1]):
         print(f"  {n:4d} {lo} -> {hi}")
-    print(f"{len(upward)} upward references, {cycle_edges} includes on cycles "
+    print(f"{len(upward)} upward references, {cycle_edges} dependencies on cycles "
           f"({len(files)} files, {len(set(modules.values()))} modules, {len(layers)} layers; "
           f"baselines {args.baseline} and {args.baseline_cycles})")
 
     status = 0
     for what, count, baseline, flag in (("upward references", len(upward), args.baseline,
                                          "--baseline"),
-                                        ("includes on cycles", cycle_edges, args.baseline_cycles,
+                                        ("dependencies on cycles", cycle_edges, args.baseline_cycles,
                                          "--baseline-cycles")):
         if count > baseline:
             print(f"FAIL: {count} {what}, more than the baseline {baseline}")
