@@ -877,9 +877,14 @@ static kiln__kernel *memo_find(const kiln_device *dev, const unsigned char *key,
 /* The memo's entries go with their device's programs (program.c tells us: a hook). */
 static pthread_once_t forget_once = PTHREAD_ONCE_INIT;
 
+static void forget_device(kiln_device *dev)
+{
+    kiln__fusion_forget(dev);
+}
+
 static void register_forget(void)
 {
-    kiln__programs_on_free(kiln__fusion_forget);
+    kiln__programs_on_free(forget_device);
 }
 
 /* Remember k (a failed allocation only loses the shortcut). */

@@ -917,20 +917,11 @@ static void kernels_free(kernel_node *n)
     }
 }
 
-/* The hooks of kiln__programs_on_free, called in the order registered. */
-#define FREE_HOOKS 4
-static void (*free_hooks[FREE_HOOKS])(const kiln_device *dev);
-static int nfree_hooks;
-static pthread_mutex_t free_hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+static kiln__device_hooks free_hooks = KILN__DEVICE_HOOKS_INIT;
 
-void kiln__programs_on_free(void (*fn)(const kiln_device *dev))
+void kiln__programs_on_free(void (*fn)(kiln_device *dev))
 {
-    pthread_mutex_lock(&free_hooks_lock);
-    if (nfree_hooks < FREE_HOOKS)
-        free_hooks[nfree_hooks++] = fn;
-    else
-        abort(); /* a programming error: raise FREE_HOOKS */
-    pthread_mutex_unlock(&free_hooks_lock);
+    kiln__device_hooks_add(&free_hooks, fn);
 }
 
 void kiln__programs_free(kiln_device *dev)
@@ -938,10 +929,7 @@ void kiln__programs_free(kiln_device *dev)
     struct kiln__programs *ps = dev->programs;
     if (!ps)
         return;
-    pthread_mutex_lock(&free_hooks_lock);
-    for (int i = 0; i < nfree_hooks; i++)
-        free_hooks[i](dev);
-    pthread_mutex_unlock(&free_hooks_lock);
+    kiln__device_hooks_call(&free_hooks, dev, false);
     dev->programs = NULL;
     builtin_entry *e = ps->entries;
     while (e) {

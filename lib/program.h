@@ -54,8 +54,8 @@ void kiln__programs_free(kiln_device *dev);
 
 /* A hook, for a layer above that keeps something made from a device's programs (fusion.c keeps
  * the kernels it generated): kiln__programs_free calls fn with dev before dev's programs go, so
- * that it forgets them. Register before keeping the first such thing; at most 4 hooks. */
-void kiln__programs_on_free(void (*fn)(const kiln_device *dev));
+ * that it forgets them. Register (once) before keeping the first such thing. */
+void kiln__programs_on_free(void (*fn)(kiln_device *dev));
 
 /* The kernel `name` of a user program, created on first use and kept with the program (launch
  * it with kiln_program_launch, launch.c). KILN_ERR_INVALID_ARGUMENT naming op for a program that

@@ -339,20 +339,28 @@ static void ensure(void)
     pthread_mutex_unlock(&reg_lock);
 }
 
-/* The hooks of kiln__registry_on_reset. */
-#define RESET_HOOKS 8
-static void (*reset_hooks[RESET_HOOKS])(kiln_device *dev);
-static int nreset_hooks;
-static pthread_mutex_t reset_hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+void kiln__device_hooks_add(kiln__device_hooks *h, void (*fn)(kiln_device *dev))
+{
+    pthread_mutex_lock(&h->lock);
+    if (h->n == KILN__DEVICE_HOOKS)
+        abort(); /* a programming error: raise KILN__DEVICE_HOOKS */
+    h->fn[h->n++] = fn;
+    pthread_mutex_unlock(&h->lock);
+}
+
+void kiln__device_hooks_call(kiln__device_hooks *h, kiln_device *dev, bool last_first)
+{
+    pthread_mutex_lock(&h->lock);
+    for (int i = 0; i < h->n; i++)
+        h->fn[last_first ? h->n - 1 - i : i](dev);
+    pthread_mutex_unlock(&h->lock);
+}
+
+static kiln__device_hooks reset_hooks = KILN__DEVICE_HOOKS_INIT;
 
 void kiln__registry_on_reset(void (*fn)(kiln_device *dev))
 {
-    pthread_mutex_lock(&reset_hooks_lock);
-    if (nreset_hooks < RESET_HOOKS)
-        reset_hooks[nreset_hooks++] = fn;
-    else
-        abort(); /* a programming error: raise RESET_HOOKS */
-    pthread_mutex_unlock(&reset_hooks_lock);
+    kiln__device_hooks_add(&reset_hooks, fn);
 }
 
 void kiln__registry_reset(void)
@@ -361,10 +369,7 @@ void kiln__registry_reset(void)
     if (atomic_load_explicit(&reg_ready, memory_order_relaxed)) {
         for (int i = 0; i < reg.nvisible; i++) {
             kiln_device *dev = reg.visible[i];
-            pthread_mutex_lock(&reset_hooks_lock); /* the last registered first */
-            for (int h = nreset_hooks - 1; h >= 0; h--)
-                reset_hooks[h](dev);
-            pthread_mutex_unlock(&reset_hooks_lock);
+            kiln__device_hooks_call(&reset_hooks, dev, true);
             if (dev->queue)
                 kiln__cl.ReleaseCommandQueue(dev->queue);
             if (dev->private_queue)

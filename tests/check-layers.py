@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """check-layers.py - lib/'s layers, checked: data flows down.
 
-Usage: check-layers.py LIBDIR [--baseline N]
+Usage: check-layers.py LIBDIR [--baseline N] [--baseline-cycles N]
+       check-layers.py --self-test   (the checker on small trees of its own)
 
 Reads LIBDIR/layers.txt (the layer map: layers bottom to top, each file of lib/ in exactly one)
 and every .c and .h under LIBDIR, and reports each reference from a file to a file of a higher
@@ -189,15 +190,9 @@ def module_cycles(deps, modules):
     return components
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("libdir")
-    ap.add_argument("--baseline", type=int, default=0,
-                    help="the upward references allowed (a count that may only go down)")
-    ap.add_argument("--baseline-cycles", type=int, default=0,
-                    help="the dependencies on cycles allowed (a count that may only go down)")
-    args = ap.parse_args()
-    libdir = os.path.abspath(args.libdir)
+def check(libdir, baseline=0, baseline_cycles=0, print=print):
+    """Check libdir against its layers.txt, printing through print; the exit status."""
+    libdir = os.path.abspath(libdir)
 
     layers, where, modules, allowed, errors = read_map(libdir)
     files = sorted(
@@ -261,12 +256,12 @@ def main():
         print(f"  {n:4d} {lo} -> {hi}")
     print(f"{len(upward)} upward references, {cycle_edges} dependencies on cycles "
           f"({len(files)} files, {len(set(modules.values()))} modules, {len(layers)} layers; "
-          f"baselines {args.baseline} and {args.baseline_cycles})")
+          f"baselines {baseline} and {baseline_cycles})")
 
     status = 0
-    for what, count, baseline, flag in (("upward references", len(upward), args.baseline,
+    for what, count, baseline, flag in (("upward references", len(upward), baseline,
                                          "--baseline"),
-                                        ("dependencies on cycles", cycle_edges, args.baseline_cycles,
+                                        ("dependencies on cycles", cycle_edges, baseline_cycles,
                                          "--baseline-cycles")):
         if count > baseline:
             print(f"FAIL: {count} {what}, more than the baseline {baseline}")
@@ -275,6 +270,100 @@ def main():
             print(f"note: {count} {what}, fewer than the baseline: lower {flag} to {count} "
                   "in tests/meson.build")
     return status
+
+
+SELF_TESTS = [
+    # (what, {file: text}, baseline, expected status, lines the output must hold)
+    ("a clean tree", {
+        "layers.txt": "layer base\nlow.h low.c\nlayer top\nhigh.h high.c\n",
+        "low.h": "int kiln__low(void);\n",
+        "low.c": '#include "low.h"\n/* kiln__high() */\nint kiln__low(void) { return 1; }\n'
+                 'static const char *s = "kiln__high";\n',
+        "high.h": "int kiln__high(void);\n",
+        "high.c": '#include "high.h"\n#include "low.h"\nint kiln__high(void)\n{\n'
+                  '    return kiln__low();\n}\n',
+    }, 0, 0, ["0 upward references, 0 dependencies on cycles"]),
+    ("a call and an include upward", {
+        "layers.txt": "layer base\nlow.h low.c\nlayer top\nhigh.h high.c\n",
+        "low.h": "int kiln__low(void);\n",
+        "low.c": '#include "low.h"\n#include "high.h"\nint kiln__low(void)\n{\n'
+                 '    return kiln__high();\n}\n',
+        "high.h": "int kiln__high(void);\n",
+        "high.c": '#include "high.h"\nint kiln__high(void) { return 2; }\n',
+    }, 0, 1, ['lib/low.c:2: #include "high.h" -> lib/high.h: base -> top',
+              "lib/low.c:5: kiln__high -> lib/high.c: base -> top",
+              "2 upward references"]),
+    ("the same within a baseline of 2", {
+        "layers.txt": "layer base\nlow.c\nlayer top\nhigh.c\n",
+        "low.c": "int kiln__high(void);\nint kiln__low(void) { return kiln__high(); }\n",
+        "high.c": "int kiln__high(void) { return 2; }\n",
+    }, 2, 0, ["1 upward references", "note: 1 upward references, fewer than the baseline"]),
+    ("a call cycle within a layer, hidden by declarations", {
+        "layers.txt": "layer base\na.c\nb.c\n",
+        "a.c": "int kiln__b(void);\nint kiln__a(void) { return kiln__b(); }\n",
+        "b.c": "int kiln__a(void);\nint kiln__b(void) { return kiln__a(); }\n",
+    }, 0, 1, ["cycle among a, b: a -> b, b -> a", "0 upward references, 2 dependencies"]),
+    ("a static function is no definition", {
+        "layers.txt": "layer base\nlow.c\nlayer top\nhigh.c\n",
+        "low.c": "static int kiln__x(void) { return 1; }\nint kiln__low(void) { return kiln__x(); }\n",
+        "high.c": "static int kiln__x(void) { return 2; }\n",
+    }, 0, 0, ["0 upward references"]),
+    ("a file in no layer", {
+        "layers.txt": "layer base\nlow.c\n",
+        "low.c": "int kiln__low(void) { return 1; }\n",
+        "other.c": "int kiln__other(void) { return 1; }\n",
+    }, 0, 2, ["other.c: in no layer of layers.txt"]),
+    ("an allow line must name a hook", {
+        "layers.txt": "layer base\nlow.c\nlayer top\nhigh.c\nallow low.c kiln__high\n",
+        "low.c": "int kiln__high(void);\nint kiln__low(void) { return kiln__high(); }\n",
+        "high.c": "int kiln__high(void) { return 2; }\n",
+    }, 0, 2, ["an allow line must say why"]),
+    ("an allowed hook", {
+        "layers.txt": "layer base\nlow.c\nlayer top\nhigh.c\n"
+                      "allow low.c kiln__high  # a hook: low tells high\n",
+        "low.c": "int kiln__high(void);\nint kiln__low(void) { return kiln__high(); }\n",
+        "high.c": "int kiln__high(void) { return 2; }\n",
+    }, 0, 0, ["0 upward references"]),
+]
+
+
+def self_test():
+    """Run the checker over the small trees of SELF_TESTS; 0 when each gives what it should."""
+    import tempfile
+    failed = 0
+    for what, tree, baseline, expected, needles in SELF_TESTS:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, text in tree.items():
+                with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+                    f.write(text)
+            out = []
+            status = check(tmp, baseline, 0, print=out.append)
+        text = "\n".join(out)
+        missing = [n for n in needles if n not in text]
+        ok = status == expected and not missing
+        failed += not ok
+        print(f"{'ok' if ok else 'FAIL'}: {what} (status {status}, expected {expected})")
+        if not ok:
+            print("  missing: " + "; ".join(missing) + "\n  output:\n    "
+                  + text.replace("\n", "\n    "))
+    return 1 if failed else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("libdir", nargs="?")
+    ap.add_argument("--baseline", type=int, default=0,
+                    help="the upward references allowed (a count that may only go down)")
+    ap.add_argument("--baseline-cycles", type=int, default=0,
+                    help="the dependencies on cycles allowed (a count that may only go down)")
+    ap.add_argument("--self-test", action="store_true",
+                    help="check the checker on small trees of its own, not LIBDIR")
+    args = ap.parse_args()
+    if args.self_test:
+        return self_test()
+    if not args.libdir:
+        ap.error("give LIBDIR (or --self-test)")
+    return check(args.libdir, args.baseline, args.baseline_cycles)
 
 
 if __name__ == "__main__":
