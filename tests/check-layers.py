@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check-layers.py - lib/'s layers, checked: data flows down.
 
-Usage: check-layers.py LIBDIR [--baseline N] [--baseline-cycles N]
+Usage: check-layers.py LIBDIR [--baseline N] [--baseline-cycles N] [--public-only DIR]...
        check-layers.py --self-test   (the checker on small trees of its own)
 
 Reads LIBDIR/layers.txt (the layer map: layers bottom to top, each file of lib/ in exactly one)
@@ -12,6 +12,9 @@ layer:
   - a use of a kiln_ or kiln__ function or variable that another file of lib/ defines (a call,
     a declaration, or its address taken), found by scanning the sources with comments, strings
     and preprocessor lines removed.
+
+With --public-only DIR (tools/, examples/, mpi/: the layers above lib/), an include of a header of
+lib/ from a file under DIR counts as an upward reference too: they use the public API only.
 
 It also reports cycles between modules, within a layer as across: a module is one line of
 layers.txt (a .c and its .h, or a few files that make one unit), and module A depends on module
@@ -190,8 +193,36 @@ def module_cycles(deps, modules):
     return components
 
 
-def check(libdir, baseline=0, baseline_cycles=0, print=print):
-    """Check libdir against its layers.txt, printing through print; the exit status."""
+def internal_includes(libdir, dirs):
+    """The includes of a header of lib/ from the files under dirs (above lib/: the public API
+    only), as (file, line, header), the header resolved beside the file, in the project root
+    (lib/'s parent) or in lib/."""
+    found = []
+    root = os.path.dirname(libdir)
+    for top in dirs:
+        for d, _, names in os.walk(top):
+            for name in sorted(names):
+                if not name.endswith((".c", ".h")):
+                    continue
+                path = os.path.join(d, name)
+                with open(path, encoding="utf-8") as f:
+                    for line_no, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        for base in (d, root, libdir):
+                            target = os.path.normpath(os.path.join(base, m.group(1)))
+                            if os.path.isfile(target):
+                                if target.startswith(libdir + os.sep):
+                                    found.append((os.path.relpath(path, root), line_no,
+                                                  os.path.relpath(target, root)))
+                                break
+    return found
+
+
+def check(libdir, baseline=0, baseline_cycles=0, print=print, public_only=()):
+    """Check libdir against its layers.txt, printing through print; the exit status. Files
+    under the folders public_only may include no header of lib/ (counted as upward)."""
     libdir = os.path.abspath(libdir)
 
     layers, where, modules, allowed, errors = read_map(libdir)
@@ -248,6 +279,9 @@ def check(libdir, baseline=0, baseline_cycles=0, print=print):
         print(f"lib/{f}:{line_list}: {what} -> lib/{target}: "
               f"{layers[where[f]]} -> {layers[where[target]]}")
     cycles = module_cycles(deps, modules)
+    for path, line_no, header in internal_includes(libdir, public_only):
+        print(f"{path}:{line_no}: #include of {header}: above lib/, the public API only")
+        upward.append((path, [line_no], header, None))
     cycle_edges = sum(len(edges) for _, edges in cycles)
     for members, edges in cycles:
         print(f"cycle among {', '.join(members)}: "
@@ -305,7 +339,8 @@ SELF_TESTS = [
     }, 0, 1, ["cycle among a, b: a -> b, b -> a", "0 upward references, 2 dependencies"]),
     ("a static function is no definition", {
         "layers.txt": "layer base\nlow.c\nlayer top\nhigh.c\n",
-        "low.c": "static int kiln__x(void) { return 1; }\nint kiln__low(void) { return kiln__x(); }\n",
+        "low.c": "static int kiln__x(void) { return 1; }\n"
+                 "int kiln__low(void) { return kiln__x(); }\n",
         "high.c": "static int kiln__x(void) { return 2; }\n",
     }, 0, 0, ["0 upward references"]),
     ("a file in no layer", {
@@ -318,6 +353,15 @@ SELF_TESTS = [
         "low.c": "int kiln__high(void);\nint kiln__low(void) { return kiln__high(); }\n",
         "high.c": "int kiln__high(void) { return 2; }\n",
     }, 0, 2, ["an allow line must say why"]),
+    ("a tool that includes a header of lib/", {
+        "layers.txt": "layer base\nlow.h low.c\n",
+        "low.h": "int kiln__low(void);\n",
+        "low.c": '#include "low.h"\nint kiln__low(void) { return 1; }\n',
+        "../tools/tool.c": '#include "tool.h"\n#include "lib/low.h"\n'
+                           "int main(void) { return 0; }\n",
+        "../tools/tool.h": "int tool(void);\n",
+    }, 0, 1, ["tools/tool.c:2: #include of lib/low.h: above lib/, the public API only",
+              "1 upward references"]),
     ("an allowed hook", {
         "layers.txt": "layer base\nlow.c\nlayer top\nhigh.c\n"
                       "allow low.c kiln__high  # a hook: low tells high\n",
@@ -333,11 +377,15 @@ def self_test():
     failed = 0
     for what, tree, baseline, expected, needles in SELF_TESTS:
         with tempfile.TemporaryDirectory() as tmp:
+            lib = os.path.join(tmp, "lib")
             for name, text in tree.items():
-                with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+                path = os.path.normpath(os.path.join(lib, name))
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as f:
                     f.write(text)
             out = []
-            status = check(tmp, baseline, 0, print=out.append)
+            status = check(lib, baseline, 0, print=out.append,
+                           public_only=[os.path.join(tmp, "tools")])
         text = "\n".join(out)
         missing = [n for n in needles if n not in text]
         ok = status == expected and not missing
@@ -356,6 +404,8 @@ def main():
                     help="the upward references allowed (a count that may only go down)")
     ap.add_argument("--baseline-cycles", type=int, default=0,
                     help="the dependencies on cycles allowed (a count that may only go down)")
+    ap.add_argument("--public-only", action="append", default=[], metavar="DIR",
+                    help="a folder above lib/ whose files may include no header of lib/")
     ap.add_argument("--self-test", action="store_true",
                     help="check the checker on small trees of its own, not LIBDIR")
     args = ap.parse_args()
@@ -363,7 +413,8 @@ def main():
         return self_test()
     if not args.libdir:
         ap.error("give LIBDIR (or --self-test)")
-    return check(args.libdir, args.baseline, args.baseline_cycles)
+    return check(args.libdir, args.baseline, args.baseline_cycles,
+                 public_only=[os.path.abspath(d) for d in args.public_only])
 
 
 if __name__ == "__main__":
