@@ -10,8 +10,9 @@ layer:
 
   - an `#include "..."` of a header of lib/ (resolved beside the file, then in lib/);
   - a use of a kiln_ or kiln__ function or variable that another file of lib/ defines (a call,
-    a declaration, or its address taken), found by scanning the sources with comments, strings
-    and preprocessor lines removed.
+    a declaration, its address taken, or a macro body's use), found by scanning the sources with
+    comments and strings removed. Definitions are the file-scope functions and variables that
+    are not static, and those a macro of the file makes where it is used at file scope.
 
 With --public-only DIR (tools/, examples/, mpi/: the layers above lib/), an include of a header of
 lib/ from a file under DIR counts as an upward reference too: they use the public API only.
@@ -67,27 +68,68 @@ def strip_comments_and_strings(src):
     return "".join(out)
 
 
-def tokens(path):
-    """The tokens of path's code (no comments, strings or preprocessor lines), with lines."""
-    with open(path, encoding="utf-8") as f:
-        text = strip_comments_and_strings(f.read())
-    result = []
-    continued = False
-    for line_no, line in enumerate(text.split("\n"), 1):
-        directive = continued or line.lstrip().startswith("#")
-        continued = directive and line.rstrip().endswith("\\")
-        if directive:
-            continue
-        result.extend((m.group(), line_no) for m in TOKEN.finditer(line))
-    return result
+DEFINE = re.compile(r"\s*#\s*define\s+(\w+)\(([^)]*)\)(.*)", re.S)
 
 
-def definitions(toks):
-    """The names of the external functions and variables a .c file defines (not static)."""
+class Source:
+    """A file's tokens with their lines, comments and strings removed: `code` outside
+    preprocessor lines, `directives` in them (a macro's body uses what it calls), and `macros`,
+    each function-like #define as name -> (parameters, [(parameter index, pasted suffix)]) for
+    the names `param ## suffix` its body makes."""
+
+    def __init__(self, path):
+        with open(path, encoding="utf-8") as f:
+            text = strip_comments_and_strings(f.read())
+        self.code, self.directives, self.macros = [], [], {}
+        directive, continued = [], False
+        for line_no, line in enumerate(text.split("\n"), 1):
+            is_directive = continued or line.lstrip().startswith("#")
+            continued = is_directive and line.rstrip().endswith("\\")
+            if not is_directive:
+                self.code.extend((m.group(), line_no) for m in TOKEN.finditer(line))
+                continue
+            self.directives.extend((m.group(), line_no) for m in TOKEN.finditer(line))
+            directive.append(line.rstrip().rstrip("\\"))
+            if not continued:
+                self.add_macro(" ".join(directive))
+                directive = []
+
+    def add_macro(self, text):
+        m = DEFINE.match(text)
+        if not m:
+            return
+        params = [p.strip() for p in m.group(2).split(",")]
+        pasted = [(params.index(p), suffix)
+                  for p, suffix in re.findall(r"\b(\w+)\s*##\s*(\w+)", m.group(3))
+                  if p in params]
+        self.macros[m.group(1)] = (params, pasted)
+
+
+def definitions(src):
+    """The names of the external functions and variables a .c file defines (not static),
+    also those a function-like macro of the file defines where it is used at file scope
+    (`WRAPPER(kiln_add, ...)`: kiln_add, and kiln_add_out for a body's `fn ## _out`)."""
     names = []
     depth = 0
     stmt = []
-    for tok, _ in toks:
+    toks = src.code
+    for k, (tok, _) in enumerate(toks):
+        if depth == 0 and tok in src.macros and k + 1 < len(toks) and toks[k + 1][0] == "(":
+            args, level, arg = [], 0, []
+            for t, _ in toks[k + 1:]:
+                level += {"(": 1, ")": -1}.get(t, 0)
+                if level == 0 or (level == 1 and t == ","):
+                    args.append(arg)
+                    arg = []
+                    if level == 0:
+                        break
+                elif not (level == 1 and t == "("):
+                    arg.append(t)
+            words = [a[0] if len(a) == 1 else "" for a in args]
+            names.extend(w for w in words if SYMBOL.match(w))
+            for i, suffix in src.macros[tok][1]:
+                if i < len(words) and SYMBOL.match(words[i]):
+                    names.append(words[i] + suffix)
         if tok == "{":
             words = [t for t, _ in stmt]
             if depth == 0 and words and "static" not in words and "typedef" not in words:
@@ -239,11 +281,11 @@ def check(libdir, baseline=0, baseline_cycles=0, print=print, public_only=()):
         print("\n".join(errors))
         return 2
 
-    toks = {f: tokens(os.path.join(libdir, f)) for f in files}
+    sources = {f: Source(os.path.join(libdir, f)) for f in files}
     defined = {}
     for f in files:
         if f.endswith(".c"):
-            for name in definitions(toks[f]):
+            for name in definitions(sources[f]):
                 defined.setdefault(name, f)
 
     # (file, target) -> (target file, [lines])
@@ -262,7 +304,7 @@ def check(libdir, baseline=0, baseline_cycles=0, print=print, public_only=()):
                         refs.setdefault((f, '#include "' + m.group(1) + '"'),
                                         (target, []))[1].append(line_no)
                         break
-        for tok, line_no in toks[f]:
+        for tok, line_no in sorted(sources[f].code + sources[f].directives, key=lambda t: t[1]):
             target = defined.get(tok)
             if target and modules[target] != modules[f]:
                 refs.setdefault((f, tok), (target, []))[1].append(line_no)
@@ -343,6 +385,14 @@ SELF_TESTS = [
                  "int kiln__low(void) { return kiln__x(); }\n",
         "high.c": "static int kiln__x(void) { return 2; }\n",
     }, 0, 0, ["0 upward references"]),
+    ("definitions a macro makes, and a macro body's use", {
+        "layers.txt": "layer base\nlow.c\nlayer top\nhigh.c\n",
+        "low.c": "int kiln_top(int x);\n#define CALL(x) kiln_top_out(x)\n"
+                 "int kiln__low(void) { return CALL(1); }\n",
+        "high.c": "#define WRAP(fn, v) \\\n    int fn(int x) { return x + v; } \\\n"
+                  "    int fn##_out(int x) { return x - v; }\nWRAP(kiln_top, 1)\n",
+    }, 0, 1, ["lib/low.c:1: kiln_top -> lib/high.c", "lib/low.c:2: kiln_top_out -> lib/high.c",
+              "2 upward references"]),
     ("a file in no layer", {
         "layers.txt": "layer base\nlow.c\n",
         "low.c": "int kiln__low(void) { return 1; }\n",
