@@ -196,6 +196,16 @@ KILN_API kiln_status kiln_device_info_get(const kiln_device *dev, kiln_device_in
  * gets no such wait: synchronize first. */
 KILN_API kiln_status kiln_device_synchronize(kiln_device *dev);
 
+/* Build every built-in kernel the ops may ask for on dev (elementwise, reductions, softmax and
+ * losses, in every dtype the device computes) into kiln's program cache, on one thread per core:
+ * with the on-disk cache on (the default), later processes then start without compiling them.
+ * `kiln-info --prewarm` calls it; run it after installing kiln or a driver update. A process
+ * that has not prewarmed compiles each kernel the first time it is used, once per machine. On a
+ * terminal, progress goes to stderr (unless KILN_LOG=off). *built (may be NULL) receives the
+ * number of kernels ready. A kernel that fails to build gives KILN_ERR_BUILD_FAILED naming it,
+ * after every other kernel was tried. */
+KILN_API kiln_status kiln_device_prewarm(kiln_device *dev, int *built);
+
 typedef struct kiln_memory_stats {
     uint64_t allocated_bytes; /* bytes held by live tensors */
     uint64_t peak_allocated_bytes;

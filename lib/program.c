@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -460,6 +461,40 @@ static kiln_status from_cache(kiln_device *dev, const char *key, size_t keylen, 
     return s;
 }
 
+/* Progress while a process compiles (issue 22): once its builds have taken more than a second
+ * in all, a line on stderr when stderr is a terminal (unless KILN_LOG=off), then one per further
+ * 2 s of building, so that a first run never sits silent. Elsewhere KILN_LOG=info logs each
+ * build. kiln_device_prewarm prints its own count instead (kiln__build_progress_hold). */
+static pthread_mutex_t progress_lock = PTHREAD_MUTEX_INITIALIZER;
+static double progress_seconds, progress_next = 1.0;
+static int progress_builds;
+static atomic_int progress_held;
+
+void kiln__build_progress_hold(bool hold)
+{
+    atomic_fetch_add(&progress_held, hold ? 1 : -1);
+}
+
+static void build_progress(const kiln_device *dev, double seconds, bool cached)
+{
+    const char *log = getenv("KILN_LOG");
+    if (atomic_load(&progress_held) > 0 || (log && strcasecmp(log, "off") == 0) ||
+        !isatty(STDERR_FILENO))
+        return;
+    pthread_mutex_lock(&progress_lock);
+    progress_seconds += seconds;
+    progress_builds++;
+    if (progress_seconds >= progress_next) {
+        progress_next = progress_seconds + 2.0;
+        fprintf(stderr, "kiln: compiling kernels for %s: %d built so far (%.1f s)%s\n",
+                dev->info.spec, progress_builds, progress_seconds,
+                cached ? "; kept in the program cache for later runs (kiln-info --prewarm builds "
+                         "them all ahead)"
+                       : "");
+    }
+    pthread_mutex_unlock(&progress_lock);
+}
+
 kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len, const char *name,
                                   const char *options, const char *op, cl_program *out,
                                   kiln__param_table *params)
@@ -484,6 +519,7 @@ kiln_status kiln__program_compile(kiln_device *dev, const char *src, size_t len,
                   dev->info.spec, kiln__now() - t0);
         if (cacheable)
             save_binary(dev, *out, key, keylen, params);
+        build_progress(dev, kiln__now() - t0, cacheable);
     }
     free(key);
     return s;
@@ -869,13 +905,26 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
     if (!src || !kernel)
         return kiln__error(KILN_ERR_NOT_FOUND, "%s: no built-in kernel source \"%s\" (kiln bug)",
                            op, source ? source : "(null)");
+    /* One kernel per program where the source allows it: a driver that makes a binary (PoCL, for
+     * the disk cache) compiles every kernel of the program, ~0.1 s each, used or not. Tests and
+     * kiln-info --prewarm ask for the whole program with -DKILN_ALL_KERNELS. */
+    char one[512];
+    if (!defines)
+        defines = "";
+    if (src->one_kernel && !strstr(defines, "-DKILN_ALL_KERNELS")) {
+        int n = snprintf(one, sizeof one, "%s -DKILN_ONLY -DKILN_WANT_%s", defines, kernel);
+        if (n < 0 || (size_t)n >= sizeof one)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: kernel name \"%s\" too long (kiln bug)", op, kernel);
+        defines = one;
+    }
     struct kiln__programs *ps = NULL;
     s = programs_of(dev, op, &ps);
     if (s != KILN_OK)
         return s;
     pthread_mutex_lock(&ps->lock);
     builtin_entry *e = NULL;
-    s = builtin_entry_get(dev, ps, src, defines ? defines : "", op, &e);
+    s = builtin_entry_get(dev, ps, src, defines, op, &e);
     if (s == KILN_OK)
         s = list_kernel(dev, e->program, &e->kernels, kernel, NULL, op, out);
     pthread_mutex_unlock(&ps->lock);
@@ -894,7 +943,7 @@ kiln_status kiln__generated_kernel(kiln_device *dev, const char *text, const cha
     if (s != KILN_OK)
         return s;
     /* The text is its own key: a source named by its text (build_builtin's messages know). */
-    kiln__kernel_source src = {text, text, strlen(text)};
+    kiln__kernel_source src = {text, text, strlen(text), false};
     pthread_mutex_lock(&ps->lock);
     for (builtin_entry *e = ps->entries; e && !*hit; e = e->next)
         *hit = !e->building && strcmp(e->source, text) == 0 && e->defines[0] == '\0';

@@ -14,7 +14,14 @@ typedef struct kiln__kernel_source {
     const char *name; /* file name without .cl: "elementwise" */
     const char *text; /* NUL-terminated */
     size_t length;
+    /* Built one kernel per program (the source says KILN_ONLY; lib/kernels/embed.py): a program
+     * of it holds the kernel asked for, so a process compiles only the kernels it uses. */
+    bool one_kernel;
 } kiln__kernel_source;
+
+/* Hold (true) or resume (false) the progress lines a long first compile prints on a terminal;
+ * calls nest. kiln_device_prewarm holds them while it prints its own count. */
+void kiln__build_progress_hold(bool hold);
 
 extern const kiln__kernel_source kiln__kernel_sources[];
 extern const int kiln__kernel_source_count;

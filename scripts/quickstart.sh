@@ -1,10 +1,13 @@
 #!/bin/sh
 # quickstart.sh - set up kiln on a fresh Debian machine and run its main job: install the
-# packages, build, list the devices, and run the example on the best device ("auto").
+# packages, build, list the devices, build kiln's kernels into the program cache for each device
+# (kiln-info --prewarm: later programs start without compiling), and run the example on the best
+# device ("auto").
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/install-deps.sh
 if [ ! -d build ]; then meson setup build; fi
 meson compile -C build
 ./build/tools/kiln-info
+./build/tools/kiln-info --prewarm
 if [ -x build/examples/devices ]; then ./build/examples/devices; fi

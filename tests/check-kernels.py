@@ -9,6 +9,10 @@
 - No variadic macros (`#define F(...)`, `__VA_ARGS__`): OpenCL C 1.2 has none and NVIDIA's
   compiler rejects them ("variadic macros not supported in OpenCL"), while PoCL and Oclgrind
   accept them. The macros embed.py generates in front of the prelude are checked too.
+- In a source built one kernel per program (it says KILN_ONLY, lib/kernels/embed.py), every
+  kernel defined at the top level (`kernel void kiln_x(` or `MACRO(kiln_x, ...)`) comes right
+  after its guard `#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_x)`: a kernel outside one
+  would be compiled into the program of every other kernel.
 
 Usage: check-kernels.py KERNEL_DIR
 """
@@ -46,7 +50,8 @@ def main():
     sys.dont_write_bytecode = True  # nothing written into the source tree
     import embed  # the generated KILN_IF_<name> / KILN_STORE_AS_<name> lines
     hdr = os.path.join(kdir, '..', '..', 'include', 'kiln.h')
-    generated = embed.tables_text(hdr).decode().split('\n')
+    found = embed.extract_tables(hdr)
+    generated = embed.tables_text(found).decode().split('\n')
     sources = [(name, strip_comments(open(os.path.join(kdir, name)).read()).split('\n'))
                for name in sorted(os.listdir(kdir)) if name.endswith('.cl')]
     sources.append(('embed.py (generated)', generated))
@@ -55,6 +60,22 @@ def main():
             if re.search(r'#\s*define\s+\w+\([^)]*\.\.\.\s*\)|__VA_ARGS__', line):
                 errors.append(f'{name}:{no}: variadic macro (NVIDIA\'s OpenCL C compiler '
                               f'rejects it): give it fixed parameters: {line.strip()}')
+    for name in sorted(os.listdir(kdir)):
+        if not name.endswith('.cl'):
+            continue
+        path = os.path.join(kdir, name)
+        text = embed.instantiate(open(path, 'rb').read(), found, path).decode()
+        if 'KILN_ONLY' not in text:
+            continue
+        prev = ''
+        for no, line in enumerate(strip_comments(text).split('\n'), 1):
+            m = re.match(r'(?:kernel void |\w+\()(kiln_\w+)\b', line)
+            want = f'#if !defined(KILN_ONLY) || defined(KILN_WANT_{m.group(1)})' if m else ''
+            if m and prev.strip() != want:
+                errors.append(f'{name}:{no}: kernel {m.group(1)} is not right after its guard '
+                              f'"{want}" (the source is built one kernel per program)')
+            if line.strip():
+                prev = line
     for e in errors:
         print(e)
     print(f'{len(errors)} problem(s)' if errors else 'kernel sources: ok')

@@ -69,26 +69,56 @@ static bool computes(kiln_device *dev, kiln_dtype dtype)
     return !kiln__dtype_needs_fp64(dtype) || has_fp64(dev);
 }
 
-/* Resolve every name of ns in the program of (source, defines) on dev, then compare the
- * program's own kernel list with ns: the same names, no more. */
+/* The kernel names (';'-separated) of the program k comes from, into list. */
+static void program_kernels(const kiln__kernel *k, char *list, size_t size)
+{
+    cl_program prog;
+    ck_assert_int_eq(kiln__cl.GetKernelInfo(k->kernel, CL_KERNEL_PROGRAM, sizeof prog, &prog, NULL),
+                     CL_SUCCESS);
+    size_t len = 0;
+    ck_assert_int_eq(kiln__cl.GetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, size, list, &len),
+                     CL_SUCCESS);
+}
+
+static bool one_kernel_source(const char *source)
+{
+    for (int i = 0; i < kiln__kernel_source_count; i++)
+        if (strcmp(kiln__kernel_sources[i].name, source) == 0)
+            return kiln__kernel_sources[i].one_kernel;
+    ck_abort_msg("no source %s", source);
+    return false;
+}
+
+/* Resolve every name of ns in the whole program of (source, defines) on dev, then compare the
+ * program's own kernel list with ns: the same names, no more. A source built one kernel per
+ * program (program.h: one_kernel) must give a program holding exactly the kernel asked for:
+ * checked for every name in the full tier, for every 9th here (each costs a build). */
 static void check_program(kiln_device *dev, const char *source, const char *defines,
                           const names *ns)
 {
     ck_assert_int_gt(ns->n, 0);
+    static char list[16384];
     kiln__kernel *k = NULL;
+    if (one_kernel_source(source)) {
+        for (int i = 0; i < ns->n; i += test_size(9, 1)) {
+            kiln_status s = kiln__builtin_kernel(dev, source, defines, ns->name[i], "test", &k);
+            ck_assert_msg(s == KILN_OK, "%s.cl (%s): kernel %s alone: %s", source, defines,
+                          ns->name[i], kiln_last_error());
+            program_kernels(k, list, sizeof list);
+            ck_assert_msg(strcmp(list, ns->name[i]) == 0,
+                          "%s.cl (%s): the program built for %s alone holds \"%s\": a kernel "
+                          "outside a KILN_ONLY guard (lib/kernels/embed.py)",
+                          source, defines, ns->name[i], list);
+        }
+    }
+    char whole[512];
+    snprintf(whole, sizeof whole, "%s -DKILN_ALL_KERNELS", defines);
     for (int i = 0; i < ns->n; i++) {
-        kiln_status s = kiln__builtin_kernel(dev, source, defines, ns->name[i], "test", &k);
+        kiln_status s = kiln__builtin_kernel(dev, source, whole, ns->name[i], "test", &k);
         ck_assert_msg(s == KILN_OK, "%s.cl (%s): kernel %s: %s", source, defines, ns->name[i],
                       kiln_last_error());
     }
-    cl_program prog;
-    ck_assert_int_eq(kiln__cl.GetKernelInfo(k->kernel, CL_KERNEL_PROGRAM, sizeof prog, &prog, NULL),
-                     CL_SUCCESS);
-    char list[16384];
-    size_t len = 0;
-    ck_assert_int_eq(
-        kiln__cl.GetProgramInfo(prog, CL_PROGRAM_KERNEL_NAMES, sizeof list, list, &len),
-        CL_SUCCESS);
+    program_kernels(k, list, sizeof list);
     int count = 0;
     for (char *save = NULL, *name = strtok_r(list, ";", &save); name;
          name = strtok_r(NULL, ";", &save), count++)

@@ -19,11 +19,11 @@ enum {
     EXIT_NO_SUCH = 5,     /* -d SPEC names no device, while others exist */
 };
 
-enum mode { MODE_DETAIL, MODE_LIST, MODE_JSON, MODE_CHECK };
+enum mode { MODE_DETAIL, MODE_LIST, MODE_JSON, MODE_CHECK, MODE_PREWARM };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kiln-info [-l | --json | --check] [-d SPEC]\n"
+    fprintf(f, "usage: kiln-info [-l | --json | --check | --prewarm] [-d SPEC]\n"
                "List the OpenCL devices kiln sees and what 'auto' selects.\n"
                "\n"
                "  (no option)        every device in detail, then the 'auto' choice and why\n"
@@ -36,6 +36,10 @@ static void usage(FILE *f)
                "                     a kernel fault made the device unusable); where matmul\n"
                "                     uses CLBlast, also run a small f32 (and f64) matmul so\n"
                "                     CLBlast compiles its kernels now, and print the time\n"
+               "      --prewarm      build every built-in kernel for each device (or -d SPEC)\n"
+               "                     into kiln's program cache, so that programs start\n"
+               "                     without compiling; run after installing kiln or a driver\n"
+               "                     update (exit 1 if a kernel failed to build)\n"
                "  -h, --help         this text\n"
                "  -V, --version      kiln's version\n"
                "\n"
@@ -476,17 +480,35 @@ static int run_checks(const selection *sel)
     return failed ? EXIT_FAIL : EXIT_OK;
 }
 
+/* --prewarm: every built-in kernel of each selected device into the program cache. */
+static int prewarm(const selection *sel)
+{
+    int failed = 0;
+    for (int i = 0; i < sel->n; i++) {
+        kiln_device *dev = sel->devs[i];
+        double t0 = now_ms();
+        int built = 0;
+        kiln_status s = kiln_device_prewarm(dev, &built);
+        if (s == KILN_OK)
+            printf("%s: %d built-in kernels ready in %.1f s (program cache: %s)\n",
+                   kiln_device_spec(dev), built, (now_ms() - t0) / 1000.0,
+                   *kiln_cache_dir() ? kiln_cache_dir() : "off, so nothing is kept");
+        else {
+            printf("%s: FAIL %s\n", kiln_device_spec(dev), kiln_last_error());
+            failed++;
+        }
+    }
+    return failed ? EXIT_FAIL : EXIT_OK;
+}
+
 /* Parse options into *mode and *spec; EXIT_OK, or the code to exit with (-1: exit 0 now). */
 static int parse_args(int argc, char **argv, enum mode *mode, const char **spec)
 {
     static const struct option longopts[] = {
-        {"list", no_argument, NULL, 'l'},
-        {"json", no_argument, NULL, 'j'},
-        {"device", required_argument, NULL, 'd'},
-        {"check", no_argument, NULL, 'c'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
+        {"list", no_argument, NULL, 'l'},         {"json", no_argument, NULL, 'j'},
+        {"device", required_argument, NULL, 'd'}, {"check", no_argument, NULL, 'c'},
+        {"prewarm", no_argument, NULL, 'p'},      {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
     };
     int c, modes = 0;
     opterr = 0;
@@ -502,6 +524,10 @@ static int parse_args(int argc, char **argv, enum mode *mode, const char **spec)
             break;
         case 'c':
             *mode = MODE_CHECK;
+            modes++;
+            break;
+        case 'p':
+            *mode = MODE_PREWARM;
             modes++;
             break;
         case 'd':
@@ -529,7 +555,7 @@ static int parse_args(int argc, char **argv, enum mode *mode, const char **spec)
         return EXIT_USAGE;
     }
     if (modes > 1) {
-        fprintf(stderr, "kiln-info: use at most one of -l, --json and --check\n");
+        fprintf(stderr, "kiln-info: use at most one of -l, --json, --check and --prewarm\n");
         return EXIT_USAGE;
     }
     return EXIT_OK;
@@ -587,6 +613,9 @@ int main(int argc, char **argv)
         break;
     case MODE_CHECK:
         code = run_checks(&sel);
+        break;
+    case MODE_PREWARM:
+        code = prewarm(&sel);
         break;
     }
     return finish(code);

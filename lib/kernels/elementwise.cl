@@ -1,4 +1,4 @@
-/* elementwise.cl - elementwise kernels over one element type T (one program per dtype).
+/* elementwise.cl - elementwise kernels over one element type T (a program per dtype and kernel).
  * Expects the prelude's slot T (KILN_T, KILN_TC, LOAD_T, STORE_T) and either KILN_IS_FLOAT or
  * KILN_IS_INT; integer programs also get KILN_UT (the unsigned type of T's width, for wrapping
  * arithmetic) and KILN_IS_SIGNED for signed ones. Kernels, instantiated from the tables of
@@ -85,21 +85,25 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
     BB_STEP2(7) BB_STEP2(6) BB_STEP2(5) BB_STEP2(4) BB_STEP2(3) BB_STEP2(2) BB_STEP2(1)       \
     BB_STEP2(0)
 
-#define DEF_BINARY(OPF, KB, KBS, KBB, KB2, OUTT, STORE)                                       \
+/* The four variants of a binary op, each its own macro: an op's variants are separate kernels,
+ * and a program built for one kernel (KILN_ONLY, see below) instantiates that one alone. */
+#define DEF_B(OPF, KB, OUTT, STORE)                                                           \
     kernel void KB(global const KILN_T *a, global const KILN_T *b, global OUTT *out, long n)  \
     {                                                                                         \
         KILN_FOR(i, 0, n) {                                                                   \
             KILN_TC x = LOAD_T(a, i), y = LOAD_T(b, i);                                       \
             STORE(out, i, OPF(x, y));                                                         \
         }                                                                                     \
-    }                                                                                         \
+    }
+#define DEF_BS(OPF, KBS, OUTT, STORE)                                                         \
     kernel void KBS(global const KILN_T *a, KILN_TC y, global OUTT *out, long n)              \
     {                                                                                         \
         KILN_FOR(i, 0, n) {                                                                   \
             KILN_TC x = LOAD_T(a, i);                                                         \
             STORE(out, i, OPF(x, y));                                                         \
         }                                                                                     \
-    }                                                                                         \
+    }
+#define DEF_BB(OPF, KBB, OUTT, STORE)                                                         \
     kernel void KBB(global const KILN_T *a, global const KILN_T *b, global OUTT *out, long n, \
                     BB_SHAPE, BB_STRIDES(sa), BB_STRIDES(sb))                                 \
     {                                                                                         \
@@ -108,7 +112,8 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
             KILN_TC x = LOAD_T(a, ia), y = LOAD_T(b, ib);                                     \
             STORE(out, i, OPF(x, y));                                                         \
         }                                                                                     \
-    }                                                                                         \
+    }
+#define DEF_B2(OPF, KB2, OUTT, STORE)                                                         \
     kernel void KB2(global const KILN_T *a, global const KILN_T *b, global OUTT *out,         \
                     long rows, long cols, long sar, long sac, long sbr, long sbc)             \
     {                                                                                         \
@@ -120,27 +125,33 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
         }                                                                                     \
     }
 
-/* One set of kernels per line of KILN_BINARY_OP_MAP (kiln.h, copied in front of the prelude),
- * by its kind: ARITH on every dtype, FLOAT on floating dtypes only, COMPARE on every dtype
- * giving a u8 mask. An op's only line here is its OP_<name>. */
+/* One kernel per variant and line of KILN_BINARY_OP_MAP (kiln.h, copied in front of the
+ * prelude), by the op's kind: ARITH on every dtype, FLOAT on floating dtypes only, COMPARE on
+ * every dtype giving a u8 mask. An op's only line here is its OP_<name>. */
 /* Fixed arity: NVIDIA's OpenCL C compiler rejects variadic macros (tests/check-kernels.py). */
-#define DEF_BINARY_ARITH(OPF, KB, KBS, KBB, KB2)                                              \
-    DEF_BINARY(OPF, KB, KBS, KBB, KB2, KILN_T, STORE_T)
-#define DEF_BINARY_COMPARE(OPF, KB, KBS, KBB, KB2)                                            \
-    DEF_BINARY(OPF, KB, KBS, KBB, KB2, uchar, STORE_U8)
+#define DEF_BIN_ARITH(DEF, OPF, K) DEF(OPF, K, KILN_T, STORE_T)
+#define DEF_BIN_COMPARE(DEF, OPF, K) DEF(OPF, K, uchar, STORE_U8)
 #ifdef KILN_IS_FLOAT
-#define DEF_BINARY_FLOAT(OPF, KB, KBS, KBB, KB2)                                              \
-    DEF_BINARY(OPF, KB, KBS, KBB, KB2, KILN_T, STORE_T)
+#define DEF_BIN_FLOAT(DEF, OPF, K) DEF(OPF, K, KILN_T, STORE_T)
 #else
-#define DEF_BINARY_FLOAT(OPF, KB, KBS, KBB, KB2)
+#define DEF_BIN_FLOAT(DEF, OPF, K)
 #endif
 /* Every name is pasted here, at the first level: a bare `pow` or `abs` would be expanded by
  * OpenCL implementations that define builtins as macros (PoCL: #define pow _cl_pow). */
-#define DEF_BINARY_X(NAME, num, name, kind)                                                   \
-    DEF_BINARY_##kind(OP_##name, kiln_b_##name, kiln_bs_##name, kiln_bb_##name, kiln_b2_##name)
-KILN_BINARY_OP_MAP(DEF_BINARY_X)
+#define DEF_B_X(NAME, num, name, kind) DEF_BIN_##kind(DEF_B, OP_##name, kiln_b_##name)
+#define DEF_BS_X(NAME, num, name, kind) DEF_BIN_##kind(DEF_BS, OP_##name, kiln_bs_##name)
+#define DEF_BB_X(NAME, num, name, kind) DEF_BIN_##kind(DEF_BB, OP_##name, kiln_bb_##name)
+#define DEF_B2_X(NAME, num, name, kind) DEF_BIN_##kind(DEF_B2, OP_##name, kiln_b2_##name)
+/* A line `TABLE(DEF) // @kernels PREFIX` is expanded by lib/kernels/embed.py into one guarded
+ * line per entry of TABLE: the kernel PREFIX<name> is defined when the program is built whole,
+ * or built for it alone (KILN_ONLY and KILN_WANT_<kernel>: lib/program.c, "one kernel"). */
+KILN_BINARY_OP_MAP(DEF_B_X) // @kernels kiln_b_
+KILN_BINARY_OP_MAP(DEF_BS_X) // @kernels kiln_bs_
+KILN_BINARY_OP_MAP(DEF_BB_X) // @kernels kiln_bb_
+KILN_BINARY_OP_MAP(DEF_B2_X) // @kernels kiln_b2_
 
 /* ---- where ------------------------------------------------------------------------------ */
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_where)
 kernel void kiln_where(global const uchar *c, global const KILN_T *a, global const KILN_T *b,
                        global KILN_T *out, long n)
 {
@@ -148,6 +159,7 @@ kernel void kiln_where(global const uchar *c, global const KILN_T *a, global con
         STORE_T(out, i, c[i] ? LOAD_T(a, i) : LOAD_T(b, i));
     }
 }
+#endif
 
 #define BB_STEP3(k)                                                                           \
     if (r) {                                                                                  \
@@ -158,6 +170,7 @@ kernel void kiln_where(global const uchar *c, global const KILN_T *a, global con
         ib += c * sb##k;                                                                      \
     }
 
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_where_bb)
 kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global const KILN_T *b,
                           global KILN_T *out, long n, BB_SHAPE, BB_STRIDES(sc), BB_STRIDES(sa),
                           BB_STRIDES(sb))
@@ -169,6 +182,7 @@ kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global 
         STORE_T(out, i, c[ic] ? LOAD_T(a, ia) : LOAD_T(b, ib));
     }
 }
+#endif
 
 /* ---- unary operators and their derivatives ---------------------------------------------- */
 /* An op's kernel lines: U_<name>(x) and its derivative UB_<name>(x, g) = g * op'(x) for
@@ -279,16 +293,20 @@ KILN_TC kiln_gelu_d(KILN_TC x)
 /* One kernel (and on floating dtypes its derivative) per line of KILN_UNARY_OP_MAP, by its
  * kind: ANY on every dtype (U_<name> for floating and integer dtypes), FLOAT on floating dtypes
  * only. Derivatives (UB_<name>) exist for floating dtypes only. */
+#define DEF_UNARY_ANY(UF, KU) DEF_UNARY(UF, KU)
 #ifdef KILN_IS_FLOAT
-#define DEF_UNARY_ANY(UF, KU, UBF, KUB) DEF_UNARY(UF, KU) DEF_UNARY_BW(UBF, KUB)
-#define DEF_UNARY_FLOAT(UF, KU, UBF, KUB) DEF_UNARY(UF, KU) DEF_UNARY_BW(UBF, KUB)
+#define DEF_UNARY_FLOAT(UF, KU) DEF_UNARY(UF, KU)
+#define DEF_UNARY_BW_ANY(UBF, KUB) DEF_UNARY_BW(UBF, KUB)
+#define DEF_UNARY_BW_FLOAT(UBF, KUB) DEF_UNARY_BW(UBF, KUB)
 #else
-#define DEF_UNARY_ANY(UF, KU, UBF, KUB) DEF_UNARY(UF, KU)
-#define DEF_UNARY_FLOAT(UF, KU, UBF, KUB)
+#define DEF_UNARY_FLOAT(UF, KU)
+#define DEF_UNARY_BW_ANY(UBF, KUB)
+#define DEF_UNARY_BW_FLOAT(UBF, KUB)
 #endif
-#define DEF_UNARY_X(NAME, num, name, kind)                                                    \
-    DEF_UNARY_##kind(U_##name, kiln_u_##name, UB_##name, kiln_ub_##name)
-KILN_UNARY_OP_MAP(DEF_UNARY_X)
+#define DEF_U_X(NAME, num, name, kind) DEF_UNARY_##kind(U_##name, kiln_u_##name)
+#define DEF_UB_X(NAME, num, name, kind) DEF_UNARY_BW_##kind(UB_##name, kiln_ub_##name)
+KILN_UNARY_OP_MAP(DEF_U_X) // @kernels kiln_u_
+KILN_UNARY_OP_MAP(DEF_UB_X) // @kernels kiln_ub_
 
 /* ---- casts ------------------------------------------------------------------------------ */
 /* One kiln_cast_to_<name> per line of KILN_DTYPE_MAP that the device can hold (KILN_IF_<name>
@@ -319,4 +337,4 @@ KILN_UNARY_OP_MAP(DEF_UNARY_X)
 #define DEF_CAST_X(NAME, num, name, bytes, cl, clc, fl, sg)                                   \
     KILN_IF_##name(                                                                           \
         DEF_CAST(kiln_cast_to_##name, KILN_STORE_AS_##name, cl, CAST_VALUE_##fl(cl, clc, v)))
-KILN_DTYPE_MAP(DEF_CAST_X)
+KILN_DTYPE_MAP(DEF_CAST_X) // @kernels kiln_cast_to_

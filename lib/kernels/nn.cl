@@ -7,7 +7,8 @@
  *   kiln_mse                squared differences and optional gradient
  *   kiln_sgd, kiln_adam     in-place optimizer updates
  * Macros: KILN_T / KILN_TC (slot T, from prelude.cl) for every floating tensor. Rows are
- * max-subtracted and their sums of exponentials carry a compensation term. */
+ * max-subtracted and their sums of exponentials carry a compensation term. Built one kernel
+ * per program: every kernel sits in a KILN_ONLY guard (lib/kernels/embed.py). */
 
 /* m = max of the row, s = sum exp(x - m) (compensated). A NaN anywhere makes s NaN. A plain
  * function: OpenCL C 1.2 `inline` without `static` is a C99 inline definition, with no external
@@ -30,6 +31,7 @@ void kiln_row_stats(global const KILN_T *x, long base, long n, long stride, KILN
 /* Launched over [inner, outer] (capped: KILN_FOR loops). Rows come from the NDRange, not from
  * div/rem of one id (a div/rem pair becomes an LLVM `freeze`, which Oclgrind's checker cannot
  * run). */
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_softmax)
 kernel void kiln_softmax(global const KILN_T *x, global KILN_T *y, long outer, long n, long inner,
                          int logmode)
 {
@@ -47,6 +49,7 @@ kernel void kiln_softmax(global const KILN_T *x, global KILN_T *y, long outer, l
         }
     }
 }
+#endif
 
 /* loss[i] = logsumexp(row) - row[label]; grad row = (softmax - onehot) * scale. A label outside
  * [0, C) gives NaN for the row's loss and gradient, so the mean loss is NaN. */
@@ -71,8 +74,12 @@ kernel void kiln_softmax(global const KILN_T *x, global KILN_T *y, long outer, l
         }                                                                                       \
     }
 
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_cross_entropy_i32)
 KILN_CE_KERNEL(kiln_cross_entropy_i32, int)
+#endif
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_cross_entropy_i64)
 KILN_CE_KERNEL(kiln_cross_entropy_i64, long)
+#endif
 
 #ifndef KILN_T_HALF
 /* ---- CPUs, contiguous rows: the same steps in vectors of 8, lanes merged at the end (PoCL
@@ -121,6 +128,7 @@ void kiln_row_stats8(global const KILN_T *x, long base, long n, KILN_TC *m, KILN
 }
 
 /* kiln_softmax with inner == 1, launched over [outer] (capped: KILN_FOR loops). */
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_softmax_rows8)
 kernel void kiln_softmax_rows8(global const KILN_T *x, global KILN_T *y, long outer, long n,
                                int logmode)
 {
@@ -139,6 +147,7 @@ kernel void kiln_softmax_rows8(global const KILN_T *x, global KILN_T *y, long ou
         }
     }
 }
+#endif
 
 /* The cross-entropy kernels in vectors: every gradient element as (p - 0) * scale, then the
  * label's again as (p - 1) * scale, the expressions of KILN_CE_KERNEL. */
@@ -170,10 +179,15 @@ kernel void kiln_softmax_rows8(global const KILN_T *x, global KILN_T *y, long ou
         }                                                                                       \
     }
 
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_cross_entropy8_i32)
 KILN_CE8_KERNEL(kiln_cross_entropy8_i32, int)
+#endif
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_cross_entropy8_i64)
 KILN_CE8_KERNEL(kiln_cross_entropy8_i64, long)
 #endif
+#endif
 
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_mse)
 kernel void kiln_mse(global const KILN_T *pred, global const KILN_T *target, global KILN_T *sq,
                      global KILN_T *grad, long n, int want_grad, KILN_TC gscale)
 {
@@ -184,8 +198,10 @@ kernel void kiln_mse(global const KILN_T *pred, global const KILN_T *target, glo
             STORE_T(grad, i, gscale * d);
     }
 }
+#endif
 
 /* d = g + wd * p; with momentum: v = momentum * v + d, d = v; p -= lr * d. */
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_sgd)
 kernel void kiln_sgd(global KILN_T *p, global const KILN_T *g, global KILN_T *v, long n,
                      KILN_TC lr, KILN_TC momentum, KILN_TC wd, int has_v)
 {
@@ -199,9 +215,11 @@ kernel void kiln_sgd(global KILN_T *p, global const KILN_T *g, global KILN_T *v,
         STORE_T(p, i, pi - lr * d);
     }
 }
+#endif
 
 /* m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr (m / bc1) / (sqrt(v / bc2) + eps),
  * with bc1 = 1 - b1^step, bc2 = 1 - b2^step computed on the host in double. */
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_adam)
 kernel void kiln_adam(global KILN_T *p, global const KILN_T *g, global KILN_T *m, global KILN_T *v,
                       long n, KILN_TC lr, KILN_TC b1, KILN_TC b2, KILN_TC eps, KILN_TC bc1,
                       KILN_TC bc2)
@@ -215,3 +233,4 @@ kernel void kiln_adam(global KILN_T *p, global const KILN_T *g, global KILN_T *m
         STORE_T(p, i, LOAD_T(p, i) - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
     }
 }
+#endif

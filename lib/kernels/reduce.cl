@@ -1,4 +1,5 @@
-/* reduce.cl - reductions of x viewed as [outer, n, inner] over n, one result per (outer, inner):
+/* reduce.cl - reductions of x viewed as [outer, n, inner] over n, one result per (outer, inner),
+ * built one kernel per program (every kernel in a KILN_ONLY guard, lib/kernels/embed.py):
  *   kiln_reduce_wg       one work-group per chunk of one row: per-work-item accumulation, then a
  *                        tree in local memory; writes per-chunk partials (ps, pc, pi)
  *   kiln_reduce_combine  one work-item per result over its partials, writes out (slot O)
@@ -123,6 +124,7 @@
  * for all its work-items, so every barrier is reached by all). Rows are indexed by NDRange
  * dimensions rather than by div/rem of one id: LLVM turns a div/rem pair into a `freeze`, which
  * Oclgrind's uninitialised-value checker cannot run. */
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_reduce_wg)
 kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *pc,
                            global long *pi, long outer, long n, long inner, long chunk,
                            long nchunks, int is_min, local KILN_ACC *ls,
@@ -163,6 +165,7 @@ kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *
         }
     }
 }
+#endif
 
 #ifdef KILN_RED_ADD
 #define KILN_RESULT(s, c, idx, count, mean) ((mean) ? KILN_SUM_RESULT(s, c) / (count) \
@@ -418,17 +421,33 @@ kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *
     }
 
 #define OUT_STORE(p, k, v) STORE_O(p, k, v)
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_reduce_cols)
 KILN_COLS_KERNEL(kiln_reduce_cols, KILN_O, KILN_RESULT)
+#endif
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_reduce_vrows)
 KILN_VROWS_KERNEL(kiln_reduce_vrows, KILN_O, KILN_RESULT)
+#endif
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_reduce_rows)
 KILN_ROWS_KERNEL(kiln_reduce_rows, KILN_O, KILN_RESULT)
+#endif
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_reduce_combine)
 KILN_COMBINE_KERNEL(kiln_reduce_combine, KILN_O, KILN_RESULT)
+#endif
 #undef OUT_STORE
 
 #ifdef KILN_RED_CMP
 #define OUT_STORE(p, k, v) ((p)[(k)] = (v))
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_reduce_cols_idx)
 KILN_COLS_KERNEL(kiln_reduce_cols_idx, long, KILN_RESULT_IDX)
+#endif
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_reduce_vrows_idx)
 KILN_VROWS_KERNEL(kiln_reduce_vrows_idx, long, KILN_RESULT_IDX)
+#endif
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_reduce_rows_idx)
 KILN_ROWS_KERNEL(kiln_reduce_rows_idx, long, KILN_RESULT_IDX)
+#endif
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_reduce_combine_idx)
 KILN_COMBINE_KERNEL(kiln_reduce_combine_idx, long, KILN_RESULT_IDX)
+#endif
 #undef OUT_STORE
 #endif

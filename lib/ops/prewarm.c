@@ -1,0 +1,232 @@
+/* prewarm.c - kiln_device_prewarm: build the built-in kernels the ops use into the program
+ * caches ahead of time (kiln-info --prewarm), so that a program's first run compiles nothing.
+ * The kernel lists come from optables (the names and -D options the ops themselves ask for),
+ * as tests/test-kernels.c's do. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "dtype.h"
+#include "optables.h"
+#include "program.h"
+#include "registry.h"
+#include "status.h"
+
+#define OP "kiln_device_prewarm"
+
+/* One built-in kernel: its source, the program's -D options and its name. */
+typedef struct job {
+    const char *source;
+    char defines[256];
+    char name[64];
+} job;
+
+typedef struct jobs {
+    job *v;
+    int n, cap;
+    bool oom;
+} jobs;
+
+static void add(jobs *js, const char *source, const char *defines, const char *name)
+{
+    if (js->oom)
+        return;
+    if (js->n == js->cap) {
+        int cap = js->cap ? 2 * js->cap : 256;
+        job *v = realloc(js->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            js->oom = true;
+            return;
+        }
+        js->v = v;
+        js->cap = cap;
+    }
+    job *j = &js->v[js->n++];
+    j->source = source;
+    snprintf(j->defines, sizeof j->defines, "%s", defines);
+    snprintf(j->name, sizeof j->name, "%s", name);
+}
+
+static const kiln_dtype all_dtypes[] = {
+#define X(NAME, num, name, bytes, cl, clc, fl, sg) KILN_##NAME,
+    KILN_DTYPE_MAP(X)
+#undef X
+};
+static const kiln_binary_op binary_ops[] = {
+#define X(NAME, num, name, kind) KILN_BINARY_##NAME,
+    KILN_BINARY_OP_MAP(X)
+#undef X
+};
+static const kiln_unary_op unary_ops[] = {
+#define X(NAME, num, name, kind) KILN_UNARY_##NAME,
+    KILN_UNARY_OP_MAP(X)
+#undef X
+};
+static const kiln_reduce_op reduce_ops[] = {
+#define X(NAME, num, name) KILN_REDUCE_##NAME,
+    KILN_REDUCE_OP_MAP(X)
+#undef X
+};
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static bool computes(const kiln_device *dev, kiln_dtype dtype)
+{
+    return !kiln__dtype_needs_fp64(dtype) || dev->info.fp64;
+}
+
+/* Every kernel the elementwise, reduction, nn, creation, random, optimizer and copy ops can
+ * ask for on dev (index ops and matmul's built-in GEMM are built when first used). */
+static void list_jobs(const kiln_device *dev, jobs *js)
+{
+    char defs[256], name[64];
+    for (int t = 0; t < COUNT(all_dtypes); t++) {
+        kiln_dtype dt = all_dtypes[t];
+        if (!computes(dev, dt))
+            continue;
+        kiln__elementwise_defines(defs, sizeof defs, dt);
+        for (int o = 0; o < COUNT(binary_ops); o++)
+            if (kiln__binary_supports(binary_ops[o], dt))
+                for (int v = 0; v < KILN__BINARY_VARIANTS; v++)
+                    add(js, "elementwise", defs,
+                        kiln__binary_kernel(name, sizeof name, (kiln__binary_variant)v,
+                                            binary_ops[o]));
+        for (int o = 0; o < COUNT(unary_ops); o++)
+            for (int bw = 0; bw < 2; bw++)
+                if (kiln__unary_supports(unary_ops[o], dt, bw))
+                    add(js, "elementwise", defs,
+                        kiln__unary_kernel(name, sizeof name, bw, unary_ops[o]));
+        add(js, "elementwise", defs, "kiln_where");
+        add(js, "elementwise", defs, "kiln_where_bb");
+        for (int u = 0; u < COUNT(all_dtypes); u++)
+            if (computes(dev, all_dtypes[u]))
+                add(js, "elementwise", defs, kiln__cast_kernel(name, sizeof name, all_dtypes[u]));
+
+        static const char *const bases[] = {"kiln_reduce_rows", "kiln_reduce_cols",
+                                            "kiln_reduce_vrows", "kiln_reduce_combine"};
+        for (int o = 0; o < COUNT(reduce_ops); o++) {
+            kiln_reduce_op op = reduce_ops[o];
+            if (!kiln__reduce_supports(op, dt))
+                continue;
+            kiln__reduce_defines(defs, sizeof defs, op, dt);
+            add(js, "reduce", defs, "kiln_reduce_wg");
+            for (int b = 0; b < COUNT(bases); b++)
+                add(js, "reduce", defs, kiln__reduce_kernel(name, sizeof name, bases[b], op));
+        }
+
+        defs[0] = '\0';
+        kiln__dtype_defines(defs, sizeof defs, "T", dt);
+        add(js, "creation", defs, "kiln_fill");
+        add(js, "creation", defs, "kiln_arange");
+        if (!kiln__dtype_is_float(dt))
+            continue;
+        add(js, "random", defs, "kiln_rand_uniform");
+        add(js, "random", defs, "kiln_rand_normal");
+        add(js, "optim", defs, "kiln_adam_update");
+        static const char *const nn[] = {"kiln_softmax",
+                                         "kiln_cross_entropy_i32",
+                                         "kiln_cross_entropy_i64",
+                                         "kiln_mse",
+                                         "kiln_sgd",
+                                         "kiln_adam"};
+        static const char *const nn8[] = {"kiln_softmax_rows8", "kiln_cross_entropy8_i32",
+                                          "kiln_cross_entropy8_i64"};
+        for (int i = 0; i < COUNT(nn); i++)
+            add(js, "nn", defs, nn[i]);
+        if (dt != KILN_F16) /* the vector kernels are not built for half storage */
+            for (int i = 0; i < COUNT(nn8); i++)
+                add(js, "nn", defs, nn8[i]);
+    }
+    /* Copies of strided views (kiln_tensor_contiguous, reshape of a view): one program per
+     * element size. */
+    for (int bytes = 1; bytes <= 8; bytes *= 2) {
+        snprintf(defs, sizeof defs, "-DKILN_E=%s", kiln__dtype_cl_uint(bytes));
+        add(js, "shape", defs, "kiln_strided_copy");
+        add(js, "shape", defs, "kiln_transpose_tiles");
+    }
+    /* Duplicates (the same reduce program for several ops) cost a lookup, nothing more. */
+}
+
+typedef struct pool {
+    kiln_device *dev;
+    jobs *js;
+    atomic_int next, done, failed;
+    kiln_status first;
+    char first_msg[512]; /* kiln_last_error is per thread: the failing worker's, copied */
+    pthread_mutex_t lock;
+    bool tty;
+} pool;
+
+static void *worker(void *arg)
+{
+    pool *p = arg;
+    for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->js->n;) {
+        job *j = &p->js->v[i];
+        kiln__kernel *k = NULL;
+        kiln_status s = kiln__builtin_kernel(p->dev, j->source, j->defines, j->name, OP, &k);
+        int done = atomic_fetch_add(&p->done, 1) + 1;
+        pthread_mutex_lock(&p->lock);
+        if (s != KILN_OK && atomic_fetch_add(&p->failed, 1) == 0) {
+            p->first = s;
+            snprintf(p->first_msg, sizeof p->first_msg, "%s", kiln_last_error());
+        }
+        if (p->tty && (done % 16 == 0 || done == p->js->n))
+            fprintf(stderr, "\rkiln: prewarming %s: %d of %d kernels", p->dev->info.spec, done,
+                    p->js->n);
+        pthread_mutex_unlock(&p->lock);
+    }
+    return NULL;
+}
+
+kiln_status kiln_device_prewarm(kiln_device *dev, int *built)
+{
+    if (built)
+        *built = 0;
+    if (!dev)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: dev is NULL", OP);
+    kiln_status s = kiln__device_open(dev, OP);
+    if (s != KILN_OK)
+        return s;
+    jobs js = {0};
+    list_jobs(dev, &js);
+    if (js.oom) {
+        free(js.v);
+        return kiln__host_oom(OP);
+    }
+    const char *log = getenv("KILN_LOG");
+    pool p = {.dev = dev,
+              .js = &js,
+              .first = KILN_OK,
+              .tty = isatty(STDERR_FILENO) && !(log && strcmp(log, "off") == 0)};
+    pthread_mutex_init(&p.lock, NULL);
+    kiln__build_progress_hold(true);
+    /* Builds are single-threaded in the drivers; one per core overlaps them. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores;
+    pthread_t threads[8];
+    int started = 0;
+    for (; started < nthreads; started++)
+        if (pthread_create(&threads[started], NULL, worker, &p) != 0)
+            break;
+    if (started == 0)
+        worker(&p);
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    kiln__build_progress_hold(false);
+    if (p.tty)
+        fputc('\n', stderr);
+    pthread_mutex_destroy(&p.lock);
+    int failed = atomic_load(&p.failed), n = js.n;
+    free(js.v);
+    if (built)
+        *built = n - failed;
+    if (failed)
+        return kiln__error(p.first,
+                           "%s: %d of %d built-in kernels failed to build on %s; the first: %s", OP,
+                           failed, n, dev->info.spec, p.first_msg);
+    kiln__log(KILN_LOG_INFO, "%s: %d built-in kernels ready on %s", OP, n, dev->info.spec);
+    return KILN_OK;
+}
