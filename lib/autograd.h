@@ -49,13 +49,11 @@ kiln_status kiln__ag_record(kiln_status s, const char *op, kiln__ag_kind kind,
                             const kiln__ag_args *args, int n, const kiln_tensor *const *ins,
                             kiln_tensor **out);
 
-/* During a kiln_backward on this thread: whether g is the implicit gradient 1 of a loss (the
- * backward was given no gradient) and the backward frees the graph, so that a loss node may
- * hand out the gradient it saved at the forward without a multiply. */
-bool kiln__ag_unit_seed(const kiln_tensor *g);
-
-/* Called by kiln_tensor_release at a tensor's last reference: drops its gradient and its node
- * (whose inputs are released iteratively, so long chains do not recurse). */
+/* At a tensor's last reference (a hook of tensor.c's): drops its gradient and its node (whose
+ * inputs are released iteratively, so long chains do not recurse). */
 void kiln__ag_tensor_dead(kiln_tensor *t);
+
+/* Make g (its reference taken) t's gradient, releasing the one before (kiln_backward's commit). */
+void kiln__ag_set_grad(kiln_tensor *t, kiln_tensor *g);
 
 #endif

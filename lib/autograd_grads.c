@@ -2,7 +2,7 @@
  * is off while they run). A broadcast input's gradient is summed back to its shape. */
 #include <string.h>
 
-#include "autograd_node.h"
+#include "backward.h"
 #include "ops/index.h"
 #include "status.h"
 #include "tensor.h"

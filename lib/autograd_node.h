@@ -1,4 +1,5 @@
-/* autograd_node.h - the graph node autograd.c records and autograd_grads.c differentiates. */
+/* autograd_node.h - the graph node autograd.c records and backward.c and autograd_grads.c
+ * differentiate. */
 #ifndef KILN_AUTOGRAD_NODE_H
 #define KILN_AUTOGRAD_NODE_H
 
@@ -25,10 +26,5 @@ typedef struct kiln__ag_node {
         unsigned version; /* t's storage version when recorded */
     } in[];
 } kiln__ag_node;
-
-/* The gradients of nd's inputs given g, the gradient of its result: grads[i] (a new reference)
- * for each input that requires grad, NULL for the others. Grad mode is off. On failure every
- * grads[i] is NULL. */
-kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_tensor **grads);
 
 #endif

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "fdio.h"
 #include "includes.h"
 #include "paramtable.h"
 #include "status.h"
@@ -256,23 +257,6 @@ static void corrupt(const char *path, const char *why)
               why);
     if (unlink(path) != 0 && errno != ENOENT)
         kiln__log(KILN_LOG_WARN, "cache: cannot remove %s: %s", path, strerror(errno));
-}
-
-bool kiln__fd_transfer(int fd, void *buf, size_t n, bool writing)
-{
-    unsigned char *p = buf;
-    while (n) {
-        ssize_t r = writing ? write(fd, p, n) : read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r == 0)
-            errno = 0;
-        if (r <= 0)
-            return false;
-        p += r;
-        n -= (size_t)r;
-    }
-    return true;
 }
 
 static bool read_all(int fd, void *buf, size_t n)

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fdio.h" /* kiln__fd_transfer, for program.c too */
 #include "kiln_cl.h"
 #include "paramtable.h"
 
@@ -98,10 +99,6 @@ bool kiln__diskcache_usable(void);
 
 /* The entry file for a key, written to buf: false when caching is off or buf is too small. */
 bool kiln__diskcache_entry_path(const char *key, size_t keylen, char *buf, size_t size);
-
-/* Read (writing false) or write all n bytes of buf from or to fd, retrying on EINTR. false on an
- * error (errno says which) or at end of file (errno 0). Shared with program.c's source reader. */
-bool kiln__fd_transfer(int fd, void *buf, size_t n, bool writing);
 
 /* For tests: forget the resolved directory and warnings (the environment is read again on
  * next use) and zero the counters. Not thread-safe against concurrent cache use. */

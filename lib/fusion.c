@@ -34,7 +34,6 @@
 #include "ops/optables.h"
 #include "program.h"
 #include "registry.h"
-#include "scope.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -157,6 +156,16 @@ void kiln__fusion_dead(kiln_tensor *t)
     lock_all();
     drop(t);
     pthread_mutex_unlock(&lock);
+}
+
+/* tensor.c tells us (hooks, registered before the first pending tensor): a dead tensor's
+ * expression goes; a tensor about to be used is evaluated, and its storage's pending readers. */
+static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+
+static void register_hooks(void)
+{
+    kiln__tensor_hooks_add(
+        &(kiln__tensor_hooks){.dead = kiln__fusion_dead, .use = kiln__fusion_force});
 }
 
 /* ---- a string builder ------------------------------------------------------------------ */
@@ -865,10 +874,24 @@ static kiln__kernel *memo_find(const kiln_device *dev, const unsigned char *key,
     return k;
 }
 
+/* The memo's entries go with their device's programs (program.c tells us: a hook). */
+static pthread_once_t forget_once = PTHREAD_ONCE_INIT;
+
+static void forget_device(kiln_device *dev)
+{
+    kiln__fusion_forget(dev);
+}
+
+static void register_forget(void)
+{
+    kiln__programs_on_free(forget_device);
+}
+
 /* Remember k (a failed allocation only loses the shortcut). */
 static void memo_add(kiln_device *dev, const unsigned char *key, size_t len, uint64_t h,
                      kiln__kernel *k)
 {
+    pthread_once(&forget_once, register_forget);
     memo_entry *e = kiln__malloc(sizeof *e + len);
     if (!e)
         return;
@@ -1078,6 +1101,7 @@ kiln_status kiln__fuse(const char *fn, kiln_device *dev, const kiln__fop *op, ki
         s = kiln__host_oom(fn);
         goto done;
     }
+    pthread_once(&hooks_once, register_hooks);
     if ((s = kiln__tensor_new_pending(dev, op->dtype, op->ndim, op->shape, fn, &t)) != KILN_OK) {
         free(z);
         goto done;

@@ -6,34 +6,9 @@
 
 #include <stdbool.h>
 
+#include "eager.h"
 #include "kiln.h"
 #include "ops/common.h"
-
-typedef enum kiln__fkind {
-    KILN__F_BINARY,   /* in[0] op in[1] */
-    KILN__F_SCALAR,   /* in[0] op scalar */
-    KILN__F_UNARY,    /* op(in[0]) */
-    KILN__F_UNARY_BW, /* op'(in[0]) * in[1] */
-    KILN__F_WHERE,    /* in[0] ? in[1] : in[2] */
-    KILN__F_CAST,     /* in[0] converted to the result dtype */
-} kiln__fkind;
-
-/* One elementwise op, checked by its caller: the result's dtype and shape, the inputs. */
-typedef struct kiln__fop {
-    kiln__fkind kind;
-    int op;              /* kiln_binary_op or kiln_unary_op */
-    kiln_dtype in_dtype; /* the dtype it computes in (a where's a and b; a cast's source) */
-    kiln_dtype dtype;    /* the result's */
-    int ndim;
-    const int64_t *shape;
-    int nin;
-    const kiln_tensor *in[3];
-    kiln__scalar scalar;
-} kiln__fop;
-
-/* The eager kernel of op into res: op's inputs and res materialised (elementwise.c). */
-kiln_status kiln__elementwise_run(const char *fn, kiln_device *dev, const kiln__fop *op,
-                                  kiln_tensor *res);
 
 /* Whether elementwise ops defer (KILN_FUSION, default on; kiln__fusion_set in tests). */
 bool kiln__fusion_enabled(void);
@@ -53,7 +28,7 @@ kiln_status kiln__fusion_force(const kiln_tensor *t, const char *op);
 /* While on, on this thread, tensor checks do not force (the elementwise ops' own checks). */
 void kiln__fusion_defer(bool on);
 
-/* The last reference to a pending tensor went: drop its expression. */
+/* The last reference to a pending tensor went (a hook of tensor.c's): drop its expression. */
 void kiln__fusion_dead(kiln_tensor *t);
 
 /* A pending tensor's chain folded into the loads of another kernel (a reduction's): the

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "diskcache.h"
+#include "fdio.h"
 
 /* A growing text buffer. */
 typedef struct text {

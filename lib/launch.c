@@ -10,10 +10,10 @@
 #include "argcheck.h"
 #include "clcall.h"
 #include "dtype.h"
-#include "fusion.h"
 #include "program.h"
 #include "queue.h"
 #include "registry.h"
+#include "splits.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -187,48 +187,13 @@ static kiln_status shape_ndrange(const kiln__kernel *k, const char *op, int work
     return KILN_OK;
 }
 
-/* Limits of one launch. Dimension 0: NVIDIA's global ids wrap at 2^31 work-items. Dimensions 1
- * and 2: NVIDIA maps them onto a CUDA grid, whose y and z sizes stop at 65535 work-groups; kiln
- * holds every device to that, the portable limit. */
-#define MAX_ITEMS_DIM0 ((size_t)1 << 30)
-#define MAX_GROUPS_YZ ((size_t)65535)
-
-static size_t max_items_dim0 = MAX_ITEMS_DIM0, max_groups_yz = MAX_GROUPS_YZ;
-static pthread_once_t limits_once = PTHREAD_ONCE_INIT;
-
-/* A positive whole number below dflt from the environment variable name, else dflt. */
-static size_t env_limit(const char *name, size_t dflt)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return dflt;
-    char *end;
-    unsigned long long n = strtoull(v, &end, 10);
-    return *end == '\0' && n > 0 && n < dflt ? (size_t)n : dflt;
-}
-
-/* TEST-ONLY knobs, read once here and nowhere else: KILN_TEST_MAX_GLOBAL lowers the work-items
- * per built-in launch in dimension 0 and KILN_TEST_MAX_GROUPS_Y the work-groups in dimensions
- * 1 and 2, so that the split paths (the kernels' grid-stride loops) run at small sizes
- * (tests/test-split.c). Not for users: they only make built-in ops slower. */
-static void read_limits(void)
-{
-    max_items_dim0 = env_limit("KILN_TEST_MAX_GLOBAL", MAX_ITEMS_DIM0);
-    max_groups_yz = env_limit("KILN_TEST_MAX_GROUPS_Y", MAX_GROUPS_YZ);
-}
-
-bool kiln__launch_splits(const kiln_device *dev)
-{
-    pthread_once(&limits_once, read_limits);
-    return dev->info.type != KILN_DEVICE_CPU || max_items_dim0 != MAX_ITEMS_DIM0 ||
-           max_groups_yz != MAX_GROUPS_YZ;
-}
-
 /* Cap a built-in launch (already padded to multiples of l): at most max_items_dim0 work-items
  * (a multiple of l[0], at least one group) in dimension 0 and max_groups_yz work-groups in
  * dimensions 1 and 2. Every built-in kernel loops over the rest (KILN_FOR, prelude.cl). */
 static void cap_builtin(int work_dim, size_t *g, const size_t *l)
 {
+    size_t max_items_dim0, max_groups_yz;
+    kiln__launch_caps(&max_items_dim0, &max_groups_yz);
     size_t most = max_items_dim0 / l[0] * l[0];
     if (most == 0)
         most = l[0];
@@ -243,13 +208,13 @@ static void cap_builtin(int work_dim, size_t *g, const size_t *l)
 static kiln_status check_user_groups(const char *op, int work_dim, const size_t *g, const size_t *l)
 {
     for (int d = 1; d < work_dim; d++)
-        if (g[d] / l[d] > MAX_GROUPS_YZ)
+        if (g[d] / l[d] > KILN__MAX_GROUPS_YZ)
             return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                                "%s: %zu work-groups in dimension %d (global %zu / local %zu); at "
                                "most %zu are allowed in dimensions 1 and 2 on every device (the "
                                "portable limit: NVIDIA's CUDA grid stops there); launch in pieces "
                                "or loop in the kernel over a smaller range",
-                               op, g[d] / l[d], d, g[d], l[d], MAX_GROUPS_YZ);
+                               op, g[d] / l[d], d, g[d], l[d], KILN__MAX_GROUPS_YZ);
     return KILN_OK;
 }
 
@@ -300,12 +265,12 @@ static kiln_status launch(kiln_device *dev, kiln__kernel *k, const char *op, int
     kiln_status s = kiln__device_check_lost(dev, op);
     if (s == KILN_OK)
         s = check_args(dev, k, op, nargs, args);
-    /* Every tensor of a launch holds its value (fusion.c), also where an internal caller passes
-     * one that no tensor check saw (a gradient inside backward); before k's lock, since an
-     * evaluation launches kernels itself. */
+    /* Every tensor of a launch holds its value (fusion.c, told through the tensor hooks), also
+     * where an internal caller passes one that no tensor check saw (a gradient inside backward);
+     * before k's lock, since an evaluation launches kernels itself. */
     for (int i = 0; s == KILN_OK && i < nargs; i++)
         if (args[i].kind == KILN_ARG_TENSOR && args[i].value.tensor)
-            s = kiln__fusion_force(args[i].value.tensor, op);
+            s = kiln__tensor_use(args[i].value.tensor, op);
     if (s != KILN_OK)
         return s;
     for (int d = 0; d < work_dim; d++)

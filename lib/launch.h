@@ -13,19 +13,12 @@ struct kiln__kernel;
  * device by the caller, see kiln__same_device in tensor.h). global has work_dim entries; local
  * NULL lets kiln choose a valid size and pads global up to a multiple of it. The range is then
  * capped (at most 2^30 work-items in dimension 0, 65535 work-groups in dimensions 1 and 2;
- * lower with the test-only knobs of launch.c), so the kernel must cover the rest itself with
+ * lower with the test-only knobs of splits.c), so the kernel must cover the rest itself with
  * grid-stride loops (KILN_FOR, prelude.cl). A launch with a zero global size is a no-op. User
  * kernels go through kiln_program_launch, which runs the range as asked. */
 kiln_status kiln__kernel_launch(kiln_device *dev, struct kiln__kernel *k, const char *op,
                                 int work_dim, const size_t *global, const size_t *local, int nargs,
                                 const kiln_arg *args);
-
-/* Whether built-in launches on dev are capped and split (their kernels looping over the rest):
- * on every GPU and accelerator, and everywhere when a test knob lowers the caps (launch.c). CPU
- * devices (64-bit ids, no grid limits) run each launch whole, and their built-in programs are
- * built with -DKILN_NO_SPLIT=1, which makes KILN_FOR loop-free: a loop in a kernel stops PoCL
- * from vectorizing across work-items (LLVM vectorizes innermost loops only), 2-4x slower. */
-bool kiln__launch_splits(const kiln_device *dev);
 
 /* The local size kiln picks for a launch with local = NULL: within the kernel's work-group
  * size (and at most 256), a multiple of its preferred multiple in 1-D, close to the global

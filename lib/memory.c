@@ -96,9 +96,18 @@ static kiln_status check_limit(struct kiln__pool *p, const char *op)
                        op, shown);
 }
 
+/* Pools go with their device (registry.c tells us: a hook). */
+static pthread_once_t reset_once = PTHREAD_ONCE_INIT;
+
+static void register_reset(void)
+{
+    kiln__registry_on_reset(kiln__mem_pool_free);
+}
+
 /* The device's pool, created on first use. NULL only when out of host memory. */
 static struct kiln__pool *get_pool(kiln_device *dev)
 {
+    pthread_once(&reset_once, register_reset);
     pthread_mutex_lock(&dev->lock);
     if (!dev->pool) {
         struct kiln__pool *p = kiln__calloc(1, sizeof *p);

@@ -1,6 +1,6 @@
 /* module.c - layers as objects (PyTorch's torch.nn modules): each holds its parameters (leaves
  * requiring grad, made with Philox so a seed gives the same model on every device) and runs the
- * functional form (lib/ops/layers.c) in kiln_module_forward. */
+ * functional form (lib/nn/layers.c) in kiln_module_forward. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

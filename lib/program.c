@@ -16,9 +16,8 @@
 #include "argcheck.h"
 #include "clcall.h"
 #include "diskcache.h"
-#include "fusion.h"
-#include "launch.h"
 #include "registry.h"
+#include "splits.h"
 #include "status.h"
 
 #define KILN__PROGRAM_MAGIC 0x6b70726fu /* "kpro" */
@@ -766,8 +765,17 @@ static const kiln__kernel_source *find_source(const char *name)
     return NULL;
 }
 
+/* Programs go with their device (registry.c tells us: a hook). */
+static pthread_once_t reset_once = PTHREAD_ONCE_INIT;
+
+static void register_reset(void)
+{
+    kiln__registry_on_reset(kiln__programs_free);
+}
+
 static kiln_status programs_of(kiln_device *dev, const char *op, struct kiln__programs **out)
 {
+    pthread_once(&reset_once, register_reset);
     pthread_mutex_lock(&dev->lock);
     if (!dev->programs) {
         struct kiln__programs *ps = kiln__calloc(1, sizeof *ps);
@@ -958,12 +966,19 @@ static void kernels_free(kernel_node *n)
     }
 }
 
+static kiln__device_hooks free_hooks = KILN__DEVICE_HOOKS_INIT;
+
+void kiln__programs_on_free(void (*fn)(kiln_device *dev))
+{
+    kiln__device_hooks_add(&free_hooks, fn);
+}
+
 void kiln__programs_free(kiln_device *dev)
 {
     struct kiln__programs *ps = dev->programs;
     if (!ps)
         return;
-    kiln__fusion_forget(dev);
+    kiln__device_hooks_call(&free_hooks, dev, false);
     dev->programs = NULL;
     builtin_entry *e = ps->entries;
     while (e) {

@@ -59,6 +59,11 @@ kiln_status kiln__generated_kernel(kiln_device *dev, const char *text, const cha
  * other thread uses dev. */
 void kiln__programs_free(kiln_device *dev);
 
+/* A hook, for a layer above that keeps something made from a device's programs (fusion.c keeps
+ * the kernels it generated): kiln__programs_free calls fn with dev before dev's programs go, so
+ * that it forgets them. Register (once) before keeping the first such thing. */
+void kiln__programs_on_free(void (*fn)(kiln_device *dev));
+
 /* The kernel `name` of a user program, created on first use and kept with the program (launch
  * it with kiln_program_launch, launch.c). KILN_ERR_INVALID_ARGUMENT naming op for a program that
  * is not live or a NULL name; KILN_ERR_NOT_FOUND listing the program's kernels. */

@@ -13,10 +13,7 @@
 #include "alloc.h"
 #include "clcall.h"
 #include "diagnose.h"
-#include "memory.h"
-#include "program.h"
 #include "spec.h"
-#include "staging.h"
 #include "status.h"
 
 #define KILN__MAX_PLATFORMS 32
@@ -342,15 +339,37 @@ static void ensure(void)
     pthread_mutex_unlock(&reg_lock);
 }
 
+void kiln__device_hooks_add(kiln__device_hooks *h, void (*fn)(kiln_device *dev))
+{
+    pthread_mutex_lock(&h->lock);
+    if (h->n == KILN__DEVICE_HOOKS)
+        abort(); /* a programming error: raise KILN__DEVICE_HOOKS */
+    h->fn[h->n++] = fn;
+    pthread_mutex_unlock(&h->lock);
+}
+
+void kiln__device_hooks_call(kiln__device_hooks *h, kiln_device *dev, bool last_first)
+{
+    pthread_mutex_lock(&h->lock);
+    for (int i = 0; i < h->n; i++)
+        h->fn[last_first ? h->n - 1 - i : i](dev);
+    pthread_mutex_unlock(&h->lock);
+}
+
+static kiln__device_hooks reset_hooks = KILN__DEVICE_HOOKS_INIT;
+
+void kiln__registry_on_reset(void (*fn)(kiln_device *dev))
+{
+    kiln__device_hooks_add(&reset_hooks, fn);
+}
+
 void kiln__registry_reset(void)
 {
     pthread_mutex_lock(&reg_lock);
     if (atomic_load_explicit(&reg_ready, memory_order_relaxed)) {
         for (int i = 0; i < reg.nvisible; i++) {
             kiln_device *dev = reg.visible[i];
-            kiln__staging_free(dev);
-            kiln__programs_free(dev);
-            kiln__mem_pool_free(dev);
+            kiln__device_hooks_call(&reset_hooks, dev, true);
             if (dev->queue)
                 kiln__cl.ReleaseCommandQueue(dev->queue);
             if (dev->private_queue)

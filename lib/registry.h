@@ -81,6 +81,32 @@ kiln_device **kiln__devices(int *n);
  * out before become invalid. */
 void kiln__registry_reset(void);
 
+/* A list of hooks a layer keeps to tell the layers above of an event on a device (this one's
+ * reset, program.c's kiln__programs_on_free): at most KILN__DEVICE_HOOKS, registered once each
+ * (pthread_once) and never removed. Static lists start as KILN__DEVICE_HOOKS_INIT. */
+#define KILN__DEVICE_HOOKS 8
+typedef struct kiln__device_hooks {
+    pthread_mutex_t lock;
+    int n;
+    void (*fn[KILN__DEVICE_HOOKS])(kiln_device *dev);
+} kiln__device_hooks;
+#define KILN__DEVICE_HOOKS_INIT                                                                    \
+    {                                                                                              \
+        PTHREAD_MUTEX_INITIALIZER, 0,                                                              \
+        {                                                                                          \
+            0                                                                                      \
+        }                                                                                          \
+    }
+void kiln__device_hooks_add(kiln__device_hooks *h, void (*fn)(kiln_device *dev));
+/* Call every hook of h with dev, in the order registered or (last_first) the reverse. */
+void kiln__device_hooks_call(kiln__device_hooks *h, kiln_device *dev, bool last_first);
+
+/* A hook, for a layer above that attaches something to a device (its memory pool, staging
+ * buffers, programs): kiln__registry_reset calls fn with each device before forgetting it, the
+ * last registered first, so that it frees what it attached. Register (once) before attaching
+ * the first. */
+void kiln__registry_on_reset(void (*fn)(kiln_device *dev));
+
 /* Mark dev lost: clfn failed with err in a way that leaves its context unusable (a kernel
  * fault). The first reason stays; logged at KILN_LOG=error. */
 void kiln__device_mark_lost(kiln_device *dev, const char *clfn, cl_int err);

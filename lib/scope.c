@@ -113,8 +113,25 @@ static scope_rec *find_open(const kiln_scope *handle)
     return NULL;
 }
 
+/* Tensors' events, from tensor.c (hooks): a new tensor joins the innermost scope; the release
+ * of a scoped tensor is that of the scope's (creation) reference; a dead one leaves. */
+static void released(kiln_tensor *t)
+{
+    if (!suspended)
+        kiln__scope_forget(t);
+}
+
+static void register_hooks(void)
+{
+    kiln__tensor_hooks_add(&(kiln__tensor_hooks){
+        .born = kiln__scope_adopt, .released = released, .dead = kiln__scope_forget});
+}
+
+static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+
 kiln_status kiln_scope_begin(kiln_scope **out)
 {
+    pthread_once(&hooks_once, register_hooks);
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_scope_begin: out is NULL");
     *out = NULL;

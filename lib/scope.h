@@ -13,7 +13,7 @@
  * a user's scope never releases a tensor kiln still holds. */
 void kiln__scope_forget(kiln_tensor *t);
 
-/* Called by the tensor code for every new tensor header: put t into the calling thread's
+/* For every new tensor header (a hook of tensor.c's): put t into the calling thread's
  * innermost scope, if one is open and scopes are not suspended. */
 void kiln__scope_adopt(kiln_tensor *t);
 
@@ -26,14 +26,5 @@ bool kiln__scope_suspended(void);
 
 /* Whether the calling thread has a scope open (and not suspended). */
 bool kiln__scope_active(void);
-
-/* Drop a reference kiln took with kiln_tensor_retain (a saved input, a parameter list's entry):
- * unlike kiln_tensor_release, which releases a scoped tensor's creation reference and so takes
- * it out of its scope, this leaves the scope's reference alone. Every reference kiln retains
- * must be dropped with this. */
-void kiln__tensor_drop(kiln_tensor *t);
-
-/* The number of tensor headers alive in the process (created and not yet released). */
-int64_t kiln__tensor_live(void);
 
 #endif

@@ -73,9 +73,18 @@ bool kiln__staging_used(const kiln_device *dev)
     return !dev->info.unified_memory;
 }
 
+/* Staging buffers go with their device (registry.c tells us: a hook). */
+static pthread_once_t reset_once = PTHREAD_ONCE_INIT;
+
+static void register_reset(void)
+{
+    kiln__registry_on_reset(kiln__staging_free);
+}
+
 /* The device's pool, created on first use. NULL only when out of host memory. */
 static struct kiln__staging *get_staging(kiln_device *dev)
 {
+    pthread_once(&reset_once, register_reset);
     pthread_mutex_lock(&dev->lock);
     if (!dev->staging) {
         struct kiln__staging *p = kiln__calloc(1, sizeof *p);

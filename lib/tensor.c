@@ -8,14 +8,11 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "autograd.h"
 #include "clcall.h"
 #include "dtype.h"
-#include "fusion.h"
 #include "memory.h"
 #include "queue.h"
 #include "registry.h"
-#include "scope.h"
 #include "staging.h"
 #include "status.h"
 
@@ -33,6 +30,38 @@ char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
 }
 
 static atomic_int_fast64_t live_headers; /* kiln__tensor_live */
+
+/* The hooks of kiln__tensor_hooks_add: a slot is written once, under hooks_lock, before nhooks
+ * counts it, so that readers need no lock. */
+#define TENSOR_HOOKS 4
+static kiln__tensor_hooks hooks[TENSOR_HOOKS];
+static atomic_int nhooks;
+static pthread_mutex_t hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void kiln__tensor_hooks_add(const kiln__tensor_hooks *h)
+{
+    pthread_mutex_lock(&hooks_lock);
+    int n = atomic_load_explicit(&nhooks, memory_order_relaxed);
+    if (n == TENSOR_HOOKS)
+        abort(); /* a programming error: raise TENSOR_HOOKS */
+    hooks[n] = *h;
+    atomic_store_explicit(&nhooks, n + 1, memory_order_release);
+    pthread_mutex_unlock(&hooks_lock);
+}
+
+static int hooks_count(void)
+{
+    return atomic_load_explicit(&nhooks, memory_order_acquire);
+}
+
+kiln_status kiln__tensor_use(const kiln_tensor *t, const char *op)
+{
+    kiln_status s = KILN_OK;
+    for (int i = 0, n = hooks_count(); s == KILN_OK && i < n; i++)
+        if (hooks[i].use)
+            s = hooks[i].use(t, op);
+    return s;
+}
 
 int64_t kiln__tensor_live(void)
 {
@@ -70,7 +99,7 @@ kiln_status kiln__check_handle(const kiln_tensor *t, const char *op, const char 
                            "%s: %s (%p) is not a tensor handle from kiln (forged or corrupted)", op,
                            argname, (const void *)t);
     kiln_status s = kiln__device_check_lost(t->dev, op); /* a lost device is never used again */
-    return s == KILN_OK ? kiln__fusion_force(t, op) : s;
+    return s == KILN_OK ? kiln__tensor_use(t, op) : s;
 }
 
 kiln_status(kiln__check_tensor)(const kiln_tensor *t, const char *op, const char *argname)
@@ -205,7 +234,9 @@ static kiln_tensor *header_new(kiln_device *dev, kiln_dtype dtype, int ndim, con
     t->storage = st;
     atomic_init(&t->scope, NULL);
     atomic_fetch_add(&live_headers, 1);
-    kiln__scope_adopt(t);
+    for (int i = 0, n = hooks_count(); i < n; i++)
+        if (hooks[i].born)
+            hooks[i].born(t);
     return t;
 }
 
@@ -421,24 +452,10 @@ static kiln_status copy_staged(const kiln_tensor *src, kiln_tensor *dst)
                               "kiln_tensor_to");
 }
 
-kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor **out)
+kiln_status kiln__tensor_copy_to(const kiln_tensor *t, kiln_device *dev, const char *op,
+                                 kiln_tensor **out)
 {
-    const char *op = "kiln_tensor_to";
-    if (!out)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    *out = NULL;
-    kiln_status s = kiln__check_handle(t, op, "tensor");
-    if (s == KILN_OK)
-        s = kiln__check_device(dev, op);
-    if (s != KILN_OK)
-        return s;
-    if (dev == t->dev && kiln__scope_active()) /* a new handle, for the scope to release */
-        return kiln_tensor_reshape(t, t->ndim, t->shape, out);
-    if (dev == t->dev) {
-        *out = kiln_tensor_retain((kiln_tensor *)t);
-        return KILN_OK;
-    }
-    s = kiln__check_tensor(t, op, "tensor"); /* a copy to another device reads it */
+    kiln_status s = kiln__check_tensor(t, op, "tensor"); /* a copy to another device reads it */
     if (s != KILN_OK)
         return s;
     kiln_tensor *d;
@@ -456,7 +473,7 @@ kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor *
         return s;
     }
     *out = d;
-    return kiln__ag_record(KILN_OK, op, KILN__AG_TO, NULL, 1, &t, out);
+    return KILN_OK;
 }
 
 /* Enqueue a copy of src's bytes into dst on their (common) device's queue. */
@@ -471,12 +488,8 @@ static kiln_status enqueue_copy(kiln_tensor *dst, const kiln_tensor *src, const 
     return KILN_OK;
 }
 
-kiln_status kiln_tensor_clone(const kiln_tensor *t, kiln_tensor **out)
+kiln_status kiln__tensor_clone(const kiln_tensor *t, const char *op, kiln_tensor **out)
 {
-    const char *op = "kiln_tensor_clone";
-    if (!out)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    *out = NULL;
     kiln_status s = kiln__check_tensor(t, op, "tensor");
     if (s != KILN_OK)
         return s;
@@ -489,7 +502,7 @@ kiln_status kiln_tensor_clone(const kiln_tensor *t, kiln_tensor **out)
         return s;
     }
     *out = c;
-    return kiln__ag_record(KILN_OK, op, KILN__AG_RESHAPE, NULL, 1, &t, out);
+    return KILN_OK;
 }
 
 kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src)
@@ -546,13 +559,9 @@ mismatch:
                        kiln__shape_str(buf2, sizeof buf2, ndim, shape));
 }
 
-kiln_status kiln_tensor_reshape(const kiln_tensor *t, int ndim, const int64_t *shape,
-                                kiln_tensor **out)
+kiln_status kiln__tensor_view(const kiln_tensor *t, int ndim, const int64_t *shape, const char *op,
+                              kiln_tensor **out)
 {
-    const char *op = "kiln_tensor_reshape";
-    if (!out)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    *out = NULL;
     kiln_status s = kiln__check_handle(t, op, "tensor");
     if (s != KILN_OK)
         return s;
@@ -581,7 +590,7 @@ kiln_status kiln_tensor_reshape(const kiln_tensor *t, int ndim, const int64_t *s
         return kiln__host_oom(op);
     }
     *out = v;
-    return kiln__ag_record(KILN_OK, op, KILN__AG_RESHAPE, NULL, 1, &t, out);
+    return KILN_OK;
 }
 
 kiln_tensor *kiln_tensor_retain(kiln_tensor *t)
@@ -607,10 +616,10 @@ static void unref(kiln_tensor *t)
 {
     if (atomic_fetch_sub(&t->refs, 1) > 1)
         return;
-    kiln__scope_forget(t);
     atomic_fetch_sub(&live_headers, 1);
-    kiln__ag_tensor_dead(t);
-    kiln__fusion_dead(t);
+    for (int i = 0, n = hooks_count(); i < n; i++)
+        if (hooks[i].dead)
+            hooks[i].dead(t);
     t->magic = KILN__TENSOR_DEAD;
     storage_release(t->storage);
     t->storage = NULL;
@@ -621,9 +630,9 @@ void kiln_tensor_release(kiln_tensor *t)
 {
     if (!t || !release_ok(t, "kiln_tensor_release"))
         return;
-    /* The release of a scoped tensor is that of the scope's (creation) reference. */
-    if (!kiln__scope_suspended())
-        kiln__scope_forget(t);
+    for (int i = 0, n = hooks_count(); i < n; i++)
+        if (hooks[i].released)
+            hooks[i].released(t);
     unref(t);
 }
 
@@ -733,7 +742,7 @@ cl_mem kiln_tensor_cl_mem(const kiln_tensor *t)
     if (!tensor_valid(t))
         return NULL;
     atomic_store(&t->storage->mem_shared, true); /* it may come back wrapped in another tensor */
-    if (kiln__fusion_force(t, "kiln_tensor_cl_mem") != KILN_OK)
+    if (kiln__tensor_use(t, "kiln_tensor_cl_mem") != KILN_OK)
         return NULL; /* the caller may write the buffer: pending readers are evaluated first */
     return t->storage->mem;
 }

@@ -110,4 +110,43 @@ kiln_status kiln__tensor_new_pending(kiln_device *dev, kiln_dtype dtype, int ndi
 kiln_status kiln__tensor_new(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                              const char *op, kiln_tensor **out);
 
+/* Drop a reference kiln took with kiln_tensor_retain (a saved input, a parameter list's entry):
+ * unlike kiln_tensor_release, which releases a scoped tensor's creation reference and so takes
+ * it out of its scope, this leaves the scope's reference alone. Every reference kiln retains
+ * must be dropped with this. */
+void kiln__tensor_drop(kiln_tensor *t);
+
+/* The number of tensor headers alive in the process (created and not yet released). */
+int64_t kiln__tensor_live(void);
+
+/* The work of kiln_tensor_reshape, kiln_tensor_clone and kiln_tensor_to (lib/ops/copy.c, which
+ * check out, set *out to NULL, and record for autograd), named op in messages: a view of t's
+ * storage with shape (at most one -1), a copy of t on its device, and a copy of t on dev (not
+ * t's). On success *out is the new tensor. */
+kiln_status kiln__tensor_view(const kiln_tensor *t, int ndim, const int64_t *shape, const char *op,
+                              kiln_tensor **out);
+kiln_status kiln__tensor_clone(const kiln_tensor *t, const char *op, kiln_tensor **out);
+kiln_status kiln__tensor_copy_to(const kiln_tensor *t, kiln_device *dev, const char *op,
+                                 kiln_tensor **out);
+
+/* Hooks, for the layers above that keep something per tensor (a scope's record, an autograd
+ * node and gradient, a pending expression): tensor.c tells them of a tensor's events, each hook
+ * that registered for it, in the order registered. A hook must not depend on another's having
+ * run. Register (once, with pthread_once) before keeping the first such thing; at most 4. */
+typedef struct kiln__tensor_hooks {
+    void (*born)(kiln_tensor *t);     /* a new tensor header, before it is returned */
+    void (*released)(kiln_tensor *t); /* kiln_tensor_release by t's owner, before the drop */
+    void (*dead)(kiln_tensor *t);     /* t's last reference went, before its storage goes */
+    /* t's storage is about to be used (read, written, shared) by op, from a check of t
+     * (kiln__check_handle, kiln__check_tensor) or kiln_tensor_cl_mem: work deferred on it (a
+     * pending value, pending readers of its storage: fusion.c) must be done first. A failure
+     * is the check's. */
+    kiln_status (*use)(const kiln_tensor *t, const char *op);
+} kiln__tensor_hooks;
+void kiln__tensor_hooks_add(const kiln__tensor_hooks *h);
+
+/* Tell the hooks that op is about to use t's storage (kiln__tensor_hooks.use), as the tensor
+ * checks do: for a use no check saw (launch.c's arguments). KILN_OK at once without hooks. */
+kiln_status kiln__tensor_use(const kiln_tensor *t, const char *op);
+
 #endif

@@ -12,6 +12,7 @@
 
 #include "kiln.h"
 #include "lib/scope.h"
+#include "lib/tensor.h"
 #include "testutil.h"
 
 static kiln_device *dev;

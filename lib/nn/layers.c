@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "common.h"
+#include "ops/common.h"
 #include "status.h"
 #include "tensor.h"
 

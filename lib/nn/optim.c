@@ -8,9 +8,9 @@
 
 #include "alloc.h"
 #include "autograd_node.h"
-#include "common.h"
 #include "launch.h"
-#include "ndrange.h"
+#include "ops/common.h"
+#include "ops/ndrange.h"
 #include "params.h"
 #include "program.h"
 #include "registry.h"
