@@ -64,6 +64,8 @@ static inline void kiln__tensor_bump(const kiln_tensor *t)
  * released or forged; KILN_ERR_DEVICE_LOST when its device was lost; KILN_ERR_STATE when its
  * storage is mapped (kiln_tensor_map), since the device must not use it then. */
 kiln_status kiln__check_tensor(const kiln_tensor *t, const char *op, const char *argname);
+/* "argument <i+1>": a constant for small i, else formatted into buf. */
+const char *kiln__argument_name(int i, char *buf, size_t size);
 
 /* The same without the mapped rule: for the calls that are fine on a mapped tensor (map,
  * unmap, reshape and views, which share the storage without using it). */

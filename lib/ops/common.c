@@ -71,9 +71,9 @@ kiln_status kiln__check_tensors(const char *op, int n, int required, const kiln_
                                 const char *const *names, kiln_device **dev)
 {
     for (int i = 0; i < required; i++) {
-        char argname[32];
-        snprintf(argname, sizeof argname, "argument %d", i + 1);
-        kiln_status s = kiln__check_tensor(ts[i], op, names ? names[i] : argname);
+        char buf[32];
+        kiln_status s = kiln__check_tensor(
+            ts[i], op, names ? names[i] : kiln__argument_name(i, buf, sizeof buf));
         if (s != KILN_OK)
             return s;
     }
