@@ -250,6 +250,17 @@ kiln_status kiln__st_parse_header(const char *op, const char *json, size_t len, 
 {
     *entries = NULL;
     *n = 0;
+    /* Every entry is a JSON object: the count of '{' bounds the entries before jansson spends
+     * memory on them. */
+    size_t objects = 0;
+    for (const char *c = memchr(json, '{', len); c;
+         c = memchr(c + 1, '{', len - (size_t)(c + 1 - json)))
+        objects++;
+    if (objects > (size_t)KILN__ST_ENTRIES_MAX + 1)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s: the header may hold up to %zu tensors, more than kiln loads "
+                           "from one file (%d)",
+                           op, what, objects, KILN__ST_ENTRIES_MAX);
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {

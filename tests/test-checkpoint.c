@@ -312,6 +312,24 @@ START_TEST(test_malformed)
     ck_assert_ptr_null(strchr(kiln_last_error(), 1));
     expect_bad("{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", z, 4, INV,
                "empty name");
+    /* more entries than kiln loads from one file (KILN__ST_ENTRIES_MAX), refused before the
+     * header is parsed: it once cost 2 GB and 32 s for 1.7 million (issue 21) */
+    {
+        enum { N = KILN__ST_ENTRIES_MAX + 1 };
+        size_t cap = (size_t)N * 64 + 16, at = 0;
+        char *big = malloc(cap);
+        ck_assert_ptr_nonnull(big);
+        big[at++] = '{';
+        for (int i = 0; i < N; i++)
+            at += (size_t)snprintf(
+                big + at, cap - at,
+                "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}", i ? "," : "",
+                i);
+        big[at++] = '}';
+        big[at] = '\0';
+        expect_bad(big, z, 0, INV, "more than kiln loads from one file (100000)");
+        free(big);
+    }
     /* a header length past the end, and every prefix of a valid file */
     const char *p = path_of("len.safetensors");
     unsigned char hdr[16] = {0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, '{', '}'};
