@@ -215,6 +215,24 @@ typedef struct kiln_memory_stats {
     uint64_t reserved[8];        /* zero: room for fields added later */
 } kiln_memory_stats;
 
+/* The objects the program holds now, over every device (PyTorch has no such count; sanitizers'
+ * leak reports are the model): tensor handles not released (views, a checkpoint's and an
+ * optimizer's tensors and gradients included) and the device memory they hold (memory shared by
+ * views counted once), modules, optimizers, programs from kiln_program_build*, and scopes not
+ * ended. At exit, when KILN_LOG is warn or more (the default), kiln prints one line with these
+ * counts (tensors per device, with bytes) if any is not zero; a program that releases
+ * everything prints nothing. KILN_ERR_INVALID_ARGUMENT for NULL. */
+typedef struct kiln_live_objects {
+    uint64_t tensors;
+    uint64_t tensor_bytes;
+    uint64_t modules;
+    uint64_t optimizers;
+    uint64_t programs;
+    uint64_t scopes;
+    uint64_t reserved[8]; /* zero: room for fields added later */
+} kiln_live_objects;
+KILN_API kiln_status kiln_live_objects_get(kiln_live_objects *out);
+
 /* Memory statistics of the device's caching allocator. The pinned staging buffers of a device
  * without unified memory (host memory, at most 4 idle chunks of KILN_STAGING_CHUNK) are not
  * counted. */
@@ -600,6 +618,24 @@ KILN_API kiln_status kiln_arange(kiln_device *dev, kiln_dtype dtype, double star
 KILN_API kiln_status kiln_arange_i64(kiln_device *dev, kiln_dtype dtype, int64_t start, int64_t end,
                                      int64_t step, kiln_tensor **out);
 KILN_API kiln_status kiln_arange_out(double start, double step, kiln_tensor *out);
+/* Seeds. Every function that takes a seed (kiln_rand_uniform, kiln_rand_normal and their _out
+ * forms, kiln_dropout, kiln_linear_create, kiln_embedding_create, kiln_dropout_create) takes
+ * KILN_SEED_GLOBAL to mean "the next seed of the global generator", as PyTorch's functions use
+ * its global generator: consecutive layers then differ, and kiln_manual_seed(s) before them
+ * gives the same layers (the same bytes on every device) in every run. The global generator is
+ * SplitMix64 seeded with s: draw k (1, 2, ...) after kiln_manual_seed(s) is
+ * mix(s + k * 0x9e3779b97f4a7c15), where mix(z) is z ^= z >> 30, z *= 0xbf58476d1ce4e5b9,
+ * z ^= z >> 27, z *= 0x94d049bb133111eb, z ^= z >> 31 (mod 2^64); an output equal to
+ * KILN_SEED_GLOBAL is skipped. A call given KILN_SEED_GLOBAL draws one seed, after its argument
+ * checks (a refused call draws nothing; kiln_dropout with p = 0 draws none); a layer draws once
+ * at creation (a linear layer's bias uses the weight's seed mixed, a dropout module's call k
+ * uses its drawn seed + k). Until the first kiln_manual_seed the generator is as
+ * kiln_manual_seed(0) sets it. Thread-safe: threads drawing at once get distinct draws of the
+ * one sequence (which thread gets which depends on timing). Any other seed value is used as it
+ * is. */
+#define KILN_SEED_GLOBAL UINT64_MAX
+KILN_API void kiln_manual_seed(uint64_t seed);
+
 /* Philox4x32-10: the same seed and shape give bit-identical numbers on every device. Element i
  * uses counter (i, 0) and key seed, so a tensor's numbers do not depend on the device's
  * work-group size. Numbers are made in f32 with exactly rounded operations only: uniform =
@@ -993,10 +1029,29 @@ KILN_API const char *kiln_params_name(const kiln_params *p, int i);
 KILN_API kiln_tensor *kiln_params_tensor(const kiln_params *p, int i);
 KILN_API kiln_tensor *kiln_params_find(const kiln_params *p, const char *name);
 KILN_API void kiln_params_free(kiln_params *p);
-/* kiln_save of the list's tensors under their names, and kiln_load_into them (every name must be
- * in the file, with the tensor's dtype and shape). An empty list is KILN_ERR_INVALID_ARGUMENT. */
+/* kiln_save of the list's tensors under their names. An empty list is
+ * KILN_ERR_INVALID_ARGUMENT. */
 KILN_API kiln_status kiln_params_save(const kiln_params *p, const char *path);
+
+typedef enum kiln_load_flags {
+    /* Load the names the list and the file both hold; a listed name missing from the file is
+     * left as it is, a name of the file the list lacks is ignored (PyTorch's strict=False). */
+    KILN_LOAD_NON_STRICT = 1 << 0,
+    /* A tensor stored in another dtype converts to the list tensor's dtype, as kiln_cast
+     * converts (floats round to nearest, float -> integer truncates and saturates). */
+    KILN_LOAD_CONVERT_DTYPE = 1 << 1,
+} kiln_load_flags;
+
+/* Load a checkpoint into the list's tensors, strictly (PyTorch's load_state_dict): the file must
+ * hold exactly the list's names (else KILN_ERR_INVALID_ARGUMENT, the message listing the
+ * "Missing key(s)" and "Unexpected key(s)"), each with the tensor's dtype
+ * (KILN_ERR_DTYPE_MISMATCH) and shape (KILN_ERR_SHAPE_MISMATCH). Everything is checked (and
+ * converted) before any tensor is written: a refused load changes nothing. An empty list is
+ * KILN_ERR_INVALID_ARGUMENT. kiln_params_load_flags relaxes the rules with flags (0 is
+ * kiln_params_load; unknown bits are KILN_ERR_INVALID_ARGUMENT); shapes must always match. */
 KILN_API kiln_status kiln_params_load(const kiln_params *p, const char *path);
+KILN_API kiln_status kiln_params_load_flags(const kiln_params *p, const char *path,
+                                            kiln_load_flags flags);
 
 /* ------------------------------------------------------------------------------------------
  * Optimizers
@@ -1102,7 +1157,9 @@ typedef enum kiln_init {
     KILN_INIT_XAVIER = 2,  /* U(-sqrt(6/(in+out)), sqrt(6/(in+out))) (Glorot uniform), bias 0 */
 } kiln_init;
 
-/* weight [out, in] (seed), bias [out] when bias is true; forward is kiln_linear. */
+/* weight [out, in] (seed), bias [out] when bias is true; forward is kiln_linear. f32 or f64:
+ * f16 is KILN_ERR_UNSUPPORTED here, at creation (half precision compute is not supported yet for
+ * linear layers; kiln_linear could never run it). Layer norm and embedding take f16. */
 KILN_API kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in, int64_t out,
                                         bool bias, kiln_init init, uint64_t seed, kiln_module **m);
 /* weight ones [dim], bias zeros [dim]; forward is kiln_layer_norm over the last axis. */
@@ -1132,6 +1189,17 @@ KILN_API kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, k
  * list is left as it was. */
 KILN_API kiln_status kiln_module_params(const kiln_module *m, const char *prefix,
                                         kiln_params *list);
+/* PyTorch's model.to(device) and model.to(dtype): every parameter of m and of the modules inside
+ * it becomes a copy on dev (kiln_tensor_to), or converted to dtype (kiln_cast: floating dtypes
+ * only, else KILN_ERR_DTYPE_MISMATCH; f16 for a model holding a linear layer is
+ * KILN_ERR_UNSUPPORTED, as kiln_linear_create says), a new leaf requiring grad without a
+ * gradient. Parameters already there (or of that dtype) stay as they are. All copies are made
+ * before any is swapped in: a failure (out of memory, no fp64 on the device) leaves m unchanged.
+ * The old tensors are released by m: a kiln_params list or an optimizer made before still holds
+ * them, so call kiln_module_params and create the optimizer after moving the model (as PyTorch
+ * advises). */
+KILN_API kiln_status kiln_module_to(kiln_module *m, kiln_device *dev);
+KILN_API kiln_status kiln_module_to_dtype(kiln_module *m, kiln_dtype dtype);
 /* Training mode for m and every module inside it (only dropout uses it). NULL is ignored. */
 KILN_API void kiln_module_set_training(kiln_module *m, bool training);
 /* Free m, the modules it holds and its references to its parameters. NULL is ignored. */

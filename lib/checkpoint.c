@@ -888,11 +888,110 @@ kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out)
 
 kiln_status kiln_load_into(const char *path, const kiln_named_tensor *tensors, int n)
 {
-    return kiln__load_into("kiln_load_into", path, tensors, n);
+    return kiln__load_into("kiln_load_into", path, tensors, n, 0);
+}
+
+/* Append `"name"` to a list of names in buf (at most size bytes), ", "-separated; once buf is
+ * nearly full, count the rest in *more instead. */
+static void list_name(char *buf, size_t size, const char *name, int *more)
+{
+    size_t len = strlen(buf);
+    if (*more || len + strlen(name) + 64 > size) {
+        (*more)++;
+        return;
+    }
+    snprintf(buf + len, size - len, "%s\"%.64s\"", len ? ", " : "", name);
+}
+
+/* The strict check: every listed name in the file (unless ALLOW_MISSING), every name of the file
+ * listed (with REJECT_UNEXPECTED), both lists in one message as PyTorch's load_state_dict words
+ * them. match[i] is the file's entry for tensors[i], or -1. */
+static kiln_status check_keys(const char *op, const char *path, const kiln_named_tensor *ts, int n,
+                              const st_file *f, const int *match, unsigned mode)
+{
+    char missing[2048] = "", unexpected[2048] = "";
+    int nmissing = 0, nunexpected = 0, more_missing = 0, more_unexpected = 0;
+    for (int i = 0; i < n && !(mode & KILN__LOAD_ALLOW_MISSING); i++)
+        if (match[i] < 0) {
+            nmissing++;
+            list_name(missing, sizeof missing, ts[i].name, &more_missing);
+        }
+    for (int j = 0; j < f->n && (mode & KILN__LOAD_REJECT_UNEXPECTED); j++) {
+        bool listed = false;
+        for (int i = 0; i < n && !listed; i++)
+            listed = match[i] == j;
+        if (!listed) {
+            nunexpected++;
+            list_name(unexpected, sizeof unexpected, f->es[j].name, &more_unexpected);
+        }
+    }
+    if (!nmissing && !nunexpected)
+        return KILN_OK;
+    if (!(mode & KILN__LOAD_REJECT_UNEXPECTED)) /* kiln_load_into: missing names only */
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s has no tensor named %s%s", op, path,
+                           missing, more_missing ? " (and more)" : "");
+    char more_m[48] = "", more_u[48] = "";
+    if (more_missing)
+        snprintf(more_m, sizeof more_m, " and %d more", more_missing);
+    if (more_unexpected)
+        snprintf(more_u, sizeof more_u, " and %d more", more_unexpected);
+    return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                       "%s: the names of %s do not match the list's (%d missing, %d unexpected): "
+                       "%s%s%s%s%s%s%s; nothing was loaded. Pass KILN_LOAD_NON_STRICT to "
+                       "kiln_params_load_flags to load the names both hold and leave the others",
+                       op, path, nmissing, nunexpected,
+                       nmissing ? "Missing key(s) in the file: " : "", missing, more_m,
+                       nmissing && nunexpected ? ". " : "",
+                       nunexpected ? "Unexpected key(s) in the file: " : "", unexpected, more_u);
+}
+
+/* Each matched tensor's dtype (or, with CONVERT, convertible) and shape. */
+static kiln_status check_entries(const char *op, const char *path, const kiln_named_tensor *ts,
+                                 int n, const st_file *f, const int *match, unsigned mode)
+{
+    for (int i = 0; i < n; i++) {
+        if (match[i] < 0)
+            continue;
+        const kiln_tensor *t = ts[i].tensor;
+        const kiln__st_entry *e = &f->es[match[i]];
+        char a[160], b[160];
+        if (e->dtype != t->dtype && !(mode & KILN__LOAD_CONVERT))
+            return kiln__error(
+                KILN_ERR_DTYPE_MISMATCH, "%s: \"%.64s\" is %s in %s but the tensor is %s%s", op,
+                ts[i].name, kiln_dtype_name(e->dtype), path, kiln_dtype_name(t->dtype),
+                (mode & KILN__LOAD_REJECT_UNEXPECTED) ? " (KILN_LOAD_CONVERT_DTYPE converts it)"
+                                                      : "");
+        if (!same_shape(t, e))
+            return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                               "%s: \"%.64s\" has shape %s in %s but the tensor has shape %s", op,
+                               ts[i].name, kiln__shape_str(a, sizeof a, e->ndim, e->shape), path,
+                               kiln__shape_str(b, sizeof b, t->ndim, t->shape));
+    }
+    return KILN_OK;
+}
+
+/* The bytes to write into each matched tensor: the file's own (conv[i] NULL) or, for a dtype
+ * that differs, a host buffer converted to the tensor's dtype (malloc'd). All made before any
+ * tensor is written. */
+static kiln_status convert_all(const char *op, const kiln_named_tensor *ts, int n, const st_file *f,
+                               const int *match, const unsigned char *data, void **conv)
+{
+    for (int i = 0; i < n; i++) {
+        const kiln_tensor *t = ts[i].tensor;
+        if (match[i] < 0 || f->es[match[i]].dtype == t->dtype)
+            continue;
+        const kiln__st_entry *e = &f->es[match[i]];
+        conv[i] = kiln__malloc(t->numel ? (size_t)t->numel * kiln__dtype_size(t->dtype) : 1);
+        if (!conv[i])
+            return kiln__host_oom(op);
+        for (int64_t k = 0; k < t->numel; k++)
+            kiln__dtype_store(t->dtype, conv[i], k, kiln__dtype_load(e->dtype, data + e->begin, k));
+    }
+    return KILN_OK;
 }
 
 kiln_status kiln__load_into(const char *op, const char *path, const kiln_named_tensor *tensors,
-                            int n)
+                            int n, unsigned mode)
 {
     kiln_status s = check_list(op, tensors, n);
     st_file f = {.fd = -1};
@@ -900,43 +999,41 @@ kiln_status kiln__load_into(const char *op, const char *path, const kiln_named_t
         s = st_open(op, path, &f);
     if (s != KILN_OK)
         return s;
-    /* Every tensor matched and checked before anything is written. */
+    /* Every tensor matched, checked and converted before anything is written. */
     int *match = kiln__calloc((size_t)(n ? n : 1), sizeof *match);
-    if (!match) {
+    void **conv = kiln__calloc((size_t)(n ? n : 1), sizeof *conv);
+    if (!match || !conv) {
+        free(match);
+        free(conv);
         st_close(&f);
         return kiln__host_oom(op);
     }
-    for (int i = 0; s == KILN_OK && i < n; i++) {
-        const kiln_tensor *t = tensors[i].tensor;
+    for (int i = 0; i < n; i++) {
         match[i] = -1;
         for (int j = 0; j < f.n && match[i] < 0; j++)
             if (strcmp(f.es[j].name, tensors[i].name) == 0)
                 match[i] = j;
-        if (match[i] < 0) {
-            s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s has no tensor named \"%.64s\"", op,
-                            path, tensors[i].name);
-            break;
-        }
-        const kiln__st_entry *e = &f.es[match[i]];
-        char a[160], b[160];
-        if (e->dtype != t->dtype)
-            s = kiln__error(KILN_ERR_DTYPE_MISMATCH,
-                            "%s: \"%.64s\" is %s in %s but the tensor is %s", op, tensors[i].name,
-                            kiln_dtype_name(e->dtype), path, kiln_dtype_name(t->dtype));
-        else if (!same_shape(t, e))
-            s = kiln__error(KILN_ERR_SHAPE_MISMATCH,
-                            "%s: \"%.64s\" has shape %s in %s but the tensor has shape %s", op,
-                            tensors[i].name, kiln__shape_str(a, sizeof a, e->ndim, e->shape), path,
-                            kiln__shape_str(b, sizeof b, t->ndim, t->shape));
     }
+    s = check_keys(op, path, tensors, n, &f, match, mode);
+    if (s == KILN_OK)
+        s = check_entries(op, path, tensors, n, &f, match, mode);
     void *mapped = NULL;
     const unsigned char *data = s == KILN_OK ? data_get(&f, op, path, &mapped, &s) : NULL;
+    if (s == KILN_OK)
+        s = convert_all(op, tensors, n, &f, match, data, conv);
     for (int i = 0; s == KILN_OK && i < n; i++) {
+        if (match[i] < 0)
+            continue;
         const kiln__st_entry *e = &f.es[match[i]];
-        s = kiln_tensor_write(tensors[i].tensor, data + e->begin, (size_t)(e->end - e->begin));
+        kiln_tensor *t = tensors[i].tensor;
+        s = conv[i] ? kiln_tensor_write(t, conv[i], (size_t)t->numel * kiln__dtype_size(t->dtype))
+                    : kiln_tensor_write(t, data + e->begin, (size_t)(e->end - e->begin));
     }
     if (data)
         data_done(&f, data, mapped);
+    for (int i = 0; i < n; i++)
+        free(conv[i]);
+    free(conv);
     free(match);
     st_close(&f);
     return s;

@@ -39,9 +39,19 @@ kiln_status kiln__st_parse_header(const char *op, const char *json, size_t len, 
 
 void kiln__st_entries_free(kiln__st_entry *entries, int n);
 
-/* kiln_load_into, its messages naming op (the public function called: kiln_params_load). */
+/* How kiln__load_into matches names and dtypes (0: kiln_load_into's rules: every listed name
+ * must be in the file with the tensor's dtype, names of the file not listed are ignored). */
+enum {
+    KILN__LOAD_REJECT_UNEXPECTED = 1 << 0, /* a name of the file not listed is an error */
+    KILN__LOAD_ALLOW_MISSING = 1 << 1,     /* a listed name not in the file is left as it is */
+    KILN__LOAD_CONVERT = 1 << 2,           /* another dtype converts as kiln_cast does */
+};
+
+/* kiln_load_into, its messages naming op (the public function called: kiln_params_load), with
+ * the rules of mode (KILN__LOAD_*). Everything is checked (and converted) before any tensor is
+ * written. */
 kiln_status kiln__load_into(const char *op, const char *path, const kiln_named_tensor *tensors,
-                            int n);
+                            int n, unsigned mode);
 
 /* For tests: true makes kiln_save write a named temporary file, as it does on filesystems
  * without O_TMPFILE. */

@@ -185,3 +185,71 @@ kiln__host_value kiln__dtype_load(kiln_dtype dtype, const void *buf, int64_t i)
     r.f = (double)r.i;
     return r;
 }
+
+/* double -> IEEE binary16 bits, rounded to nearest even: overflow gives infinity, NaN a quiet
+ * NaN. nearbyint rounds to nearest even (the default
+ * rounding mode), and every scaling here is by a power of two, so exact. */
+static uint16_t half_from_double(double d)
+{
+    uint16_t sign = signbit(d) ? 0x8000 : 0;
+    double a = fabs(d);
+    if (isnan(d))
+        return 0x7e00;
+    if (a >= 65520.0) /* halfway between 65504 and 2^16 and above: infinity */
+        return sign | 0x7c00;
+    if (a < 0x1p-14) /* subnormal (or zero): units of 2^-24; 1024 is the smallest normal */
+        return sign | (uint16_t)nearbyint(a * 0x1p24);
+    int e;
+    double f = frexp(a, &e);          /* a = f 2^e, f in [0.5, 1) */
+    double m = nearbyint(f * 2048.0); /* 11 significant bits: [1024, 2048] */
+    e -= 1;
+    if (m >= 2048.0) {
+        m = 1024.0;
+        e++;
+    }
+    if (e > 15)
+        return sign | 0x7c00;
+    return sign | (uint16_t)((e + 15) << 10) | (uint16_t)((int)m - 1024);
+}
+
+/* Float -> integer of `bytes` (signed or not): truncated toward zero, saturated, NaN 0. */
+static uint64_t int_from_double(double d, size_t bytes, bool is_signed)
+{
+    if (isnan(d))
+        return 0;
+    double t = trunc(d);
+    int bits = 8 * (int)bytes;
+    if (!is_signed) {
+        uint64_t max = bits >= 64 ? UINT64_MAX : ((uint64_t)1 << bits) - 1;
+        return t <= 0 ? 0 : t >= ldexp(1.0, bits) ? max : (uint64_t)t;
+    }
+    double lim = ldexp(1.0, bits - 1); /* 2^(bits-1) */
+    int64_t max = bits >= 64 ? INT64_MAX : ((int64_t)1 << (bits - 1)) - 1;
+    int64_t min = -max - 1;
+    return (uint64_t)(t >= lim ? max : t < -lim ? min : (int64_t)t);
+}
+
+void kiln__dtype_store(kiln_dtype dtype, void *buf, int64_t i, kiln__host_value v)
+{
+    const dtype_info *d = info(dtype);
+    if (!d)
+        return;
+    unsigned char *p = (unsigned char *)buf + (size_t)i * d->size;
+    if (d->floating) {
+        if (d->size == 2) {
+            /* through f32, as kiln_cast's kernels convert (f16 computes in f32) */
+            uint16_t h = half_from_double(v.floating ? (float)v.f : (float)v.i);
+            memcpy(p, &h, 2);
+        } else if (d->size == 4) {
+            float f = v.floating ? (float)v.f : (float)v.i;
+            memcpy(p, &f, 4);
+        } else {
+            double f = v.floating ? v.f : (double)v.i;
+            memcpy(p, &f, 8);
+        }
+        return;
+    }
+    /* integer -> integer wraps (the low bytes of two's complement); float saturates */
+    uint64_t u = v.floating ? int_from_double(v.f, d->size, d->is_signed) : (uint64_t)v.i;
+    memcpy(p, &u, d->size); /* little-endian: the low bytes */
+}

@@ -61,4 +61,9 @@ typedef struct kiln__host_value {
 } kiln__host_value;
 kiln__host_value kiln__dtype_load(kiln_dtype dtype, const void *buf, int64_t i);
 
+/* Store v as element i of a host array of dtype, converted as kiln_cast converts: to a float
+ * dtype rounded to nearest (f16: once, to nearest even; overflow gives infinity), float to
+ * integer truncated toward zero and saturated (NaN gives 0), integer to integer wrapped. */
+void kiln__dtype_store(kiln_dtype dtype, void *buf, int64_t i, kiln__host_value v);
+
 #endif

@@ -7,9 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/layers.h"
+#include "ops/random.h"
+
 #include "alloc.h"
 #include "dtype.h"
+#include "live.h"
 #include "params.h"
+#include "registry.h"
 #include "scope.h"
 #include "status.h"
 #include "tensor.h"
@@ -38,6 +43,7 @@ void kiln_module_free(kiln_module *m)
     kiln_tensor_release(m->weight);
     kiln_tensor_release(m->bias);
     free(m);
+    kiln__live_add(KILN__LIVE_MODULE, -1);
 }
 
 static kiln_status new_module(kind k, const char *op, kiln_module **out)
@@ -45,6 +51,7 @@ static kiln_status new_module(kind k, const char *op, kiln_module **out)
     kiln_module *m = kiln__calloc(1, sizeof *m);
     if (!m)
         return kiln__host_oom(op);
+    kiln__live_add(KILN__LIVE_MODULE, 1);
     m->kind = k;
     m->training = true;
     *out = m;
@@ -125,6 +132,12 @@ kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in, i
         s = check_dims(op, "in", in, "out", out);
     if (s == KILN_OK && (init < KILN_INIT_DEFAULT || init > KILN_INIT_XAVIER))
         s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown init %d", op, (int)init);
+    /* kiln_linear (the forward) runs on f32 and f64 only: refuse now what could never run */
+    if (s == KILN_OK && dtype != KILN_F32 && dtype != KILN_F64)
+        s = kiln__error(KILN_ERR_UNSUPPORTED,
+                        "%s: dtype is %s; half precision compute is not supported yet for linear "
+                        "layers (their matmul runs in f32 and f64 only): create the layer in f32",
+                        op, kiln_dtype_name(dtype));
     int64_t ws[2] = {out, in};
     char sizes[64];
     snprintf(sizes, sizeof sizes, "in %" PRId64 ", out %" PRId64, in, out);
@@ -135,17 +148,18 @@ kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in, i
         s = new_module(LINEAR, op, &l);
     if (s != KILN_OK)
         return s;
+    seed = kiln__seed_resolve(seed);
     /* fan_in + fan_out in double: the sum of two int64 may not fit */
     double bound =
         init == KILN_INIT_XAVIER ? sqrt(6.0 / ((double)in + (double)out)) : 1.0 / sqrt((double)in);
     if (init == KILN_INIT_HE)
-        s = kiln_rand_normal(dev, dtype, 2, ws, seed, 0.0, sqrt(2.0 / (double)in), &l->weight);
+        s = kiln__rand(op, false, dev, dtype, 2, ws, seed, 0.0, sqrt(2.0 / (double)in), &l->weight);
     else
-        s = kiln_rand_uniform(dev, dtype, 2, ws, seed, -bound, bound, &l->weight);
+        s = kiln__rand(op, true, dev, dtype, 2, ws, seed, -bound, bound, &l->weight);
     s = param(s, &l->weight);
     if (s == KILN_OK && bias) {
         if (init == KILN_INIT_DEFAULT)
-            s = kiln_rand_uniform(dev, dtype, 1, &out, mix(seed), -bound, bound, &l->bias);
+            s = kiln__rand(op, true, dev, dtype, 1, &out, mix(seed), -bound, bound, &l->bias);
         else
             s = kiln_full(dev, dtype, 1, &out, 0.0, &l->bias);
         s = param(s, &l->bias);
@@ -206,7 +220,9 @@ kiln_status kiln_embedding_create(kiln_device *dev, kiln_dtype dtype, int64_t co
         s = new_module(EMBEDDING, op, &l);
     if (s != KILN_OK)
         return s;
-    s = param(kiln_rand_normal(dev, dtype, 2, shape, seed, 0.0, 1.0, &l->weight), &l->weight);
+    s = param(
+        kiln__rand(op, false, dev, dtype, 2, shape, kiln__seed_resolve(seed), 0.0, 1.0, &l->weight),
+        &l->weight);
     if (s != KILN_OK) {
         kiln_module_free(l);
         return s;
@@ -226,7 +242,7 @@ kiln_status kiln_dropout_create(double p, uint64_t seed, kiln_module **m)
     kiln_status s = new_module(DROPOUT, op, m);
     if (s == KILN_OK) {
         (*m)->p = p;
-        (*m)->seed = seed;
+        (*m)->seed = kiln__seed_resolve(seed); /* drawn once: call k uses seed + k */
     }
     return s;
 }
@@ -285,6 +301,7 @@ kiln_status kiln_sequential_create(kiln_module *const *mods, int n, kiln_module 
     if (s == KILN_OK && !(q->mods = kiln__calloc((size_t)n, sizeof(kiln_module *)))) {
         s = kiln__host_oom(op);
         free(q);
+        kiln__live_add(KILN__LIVE_MODULE, -1);
     }
     if (s != KILN_OK) {
         free_unowned(mods, n);
@@ -355,7 +372,7 @@ kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, kiln_tenso
                 s = kiln_tensor_reshape(x, kiln_tensor_ndim(x), kiln_tensor_shape(x), y);
             return s;
         }
-        s = kiln_dropout(x, m->p, m->seed + m->calls, y);
+        s = kiln__dropout(x, m->p, m->seed + m->calls, y);
         m->calls += s == KILN_OK;
         return s;
     case ACTIVATION:
@@ -422,6 +439,125 @@ kiln_status kiln_module_params(const kiln_module *m, const char *prefix, kiln_pa
     if (s != KILN_OK)
         kiln__params_truncate(list, before);
     return s;
+}
+
+/* A parameter slot (a module's weight or bias) and the kind of module holding it. */
+typedef struct slot {
+    kiln_tensor **t;
+    kind k;
+} slot;
+
+/* The parameter slots of m and the modules inside it (weight, bias; NULL ones skipped), in
+ * kiln_module_params' order. Returns the count; fills at most cap of slots (may be NULL). */
+static int param_slots(kiln_module *m, slot *slots, int at, int cap)
+{
+    kiln_tensor **own[2] = {&m->weight, &m->bias};
+    for (int i = 0; i < 2; i++)
+        if (*own[i]) {
+            if (slots && at < cap)
+                slots[at] = (slot){own[i], m->kind};
+            at++;
+        }
+    for (int i = 0; i < m->n; i++)
+        at = param_slots(m->mods[i], slots, at, cap);
+    return at;
+}
+
+/* Replace every parameter of m by convert(parameter): all made first (grad mode off, so each is
+ * a new leaf), then swapped in, so that a failure changes nothing. A parameter convert gives back
+ * as it is (same handle) stays. */
+static kiln_status convert_params(kiln_module *m, const char *op,
+                                  kiln_status (*convert)(kiln_tensor *, const void *, kind,
+                                                         const char *, kiln_tensor **),
+                                  const void *arg)
+{
+    int n = param_slots(m, NULL, 0, 0);
+    slot *slots = kiln__calloc((size_t)(n ? n : 1), sizeof *slots);
+    kiln_tensor **fresh = kiln__calloc((size_t)(n ? n : 1), sizeof(kiln_tensor *));
+    if (!slots || !fresh) {
+        free(slots);
+        free(fresh);
+        return kiln__host_oom(op);
+    }
+    param_slots(m, slots, 0, n);
+    kiln_status s = KILN_OK;
+    bool prev = kiln_set_grad_enabled(false);
+    for (int i = 0; s == KILN_OK && i < n; i++) {
+        s = convert(*slots[i].t, arg, slots[i].k, op, &fresh[i]);
+        if (s == KILN_OK && fresh[i] != *slots[i].t)
+            s = param(s, &fresh[i]);
+    }
+    kiln_set_grad_enabled(prev);
+    for (int i = 0; i < n; i++) {
+        if (!fresh[i] || fresh[i] == *slots[i].t)
+            continue;
+        if (s == KILN_OK) {
+            kiln_tensor_release(*slots[i].t);
+            *slots[i].t = fresh[i];
+        } else {
+            kiln_tensor_release(fresh[i]);
+        }
+    }
+    free(slots);
+    free(fresh);
+    return s;
+}
+
+static kiln_status to_device(kiln_tensor *t, const void *arg, kind k, const char *op,
+                             kiln_tensor **out)
+{
+    (void)k;
+    (void)op;
+    kiln_device *dev = (kiln_device *)arg;
+    if (kiln_tensor_device(t) == dev) {
+        *out = t;
+        return KILN_OK;
+    }
+    return kiln_tensor_to(t, dev, out);
+}
+
+static kiln_status to_dtype(kiln_tensor *t, const void *arg, kind k, const char *op,
+                            kiln_tensor **out)
+{
+    kiln_dtype dtype = *(const kiln_dtype *)arg;
+    if (kiln_tensor_dtype(t) == dtype) {
+        *out = t;
+        return KILN_OK;
+    }
+    if (k == LINEAR && dtype != KILN_F32 && dtype != KILN_F64)
+        return kiln__error(KILN_ERR_UNSUPPORTED,
+                           "%s: dtype is %s; half precision compute is not supported yet for "
+                           "linear layers (their matmul runs in f32 and f64 only): keep the model "
+                           "in f32",
+                           op, kiln_dtype_name(dtype));
+    kiln_status s = kiln_cast(t, dtype, out);
+    if (s == KILN_OK && (s = kiln_tensor_eval(*out)) != KILN_OK) { /* fail here, not later */
+        kiln_tensor_release(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+kiln_status kiln_module_to(kiln_module *m, kiln_device *dev)
+{
+    const char *op = "kiln_module_to";
+    kiln_status s = check_module(m, op);
+    if (s == KILN_OK)
+        s = kiln__check_device(dev, op);
+    return s == KILN_OK ? convert_params(m, op, to_device, dev) : s;
+}
+
+kiln_status kiln_module_to_dtype(kiln_module *m, kiln_dtype dtype)
+{
+    const char *op = "kiln_module_to_dtype";
+    kiln_status s = check_module(m, op);
+    if (s == KILN_OK && !kiln__dtype_valid(dtype))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", op, (int)dtype);
+    if (s == KILN_OK && !kiln__dtype_is_float(dtype))
+        s = kiln__error(KILN_ERR_DTYPE_MISMATCH,
+                        "%s: dtype is %s; parameters must be floating (f32, f64, f16)", op,
+                        kiln_dtype_name(dtype));
+    return s == KILN_OK ? convert_params(m, op, to_dtype, &dtype) : s;
 }
 
 void kiln_module_set_training(kiln_module *m, bool training)

@@ -135,16 +135,38 @@ kiln_status kiln_params_save(const kiln_params *p, const char *path)
     return s;
 }
 
-kiln_status kiln_params_load(const kiln_params *p, const char *path)
+/* kiln_params_load and kiln_params_load_flags: strict unless flags say otherwise. */
+static kiln_status load(const char *op, const kiln_params *p, const char *path,
+                        kiln_load_flags flags)
 {
     kiln_named_tensor *named;
-    kiln_status s = as_named(p, "kiln_params_load", &named);
+    kiln_status s = as_named(p, op, &named);
+    unsigned known = KILN_LOAD_NON_STRICT | KILN_LOAD_CONVERT_DTYPE;
+    if (s == KILN_OK && ((unsigned)flags & ~known))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                        "%s: unknown flag bits 0x%x; the flags are KILN_LOAD_NON_STRICT and "
+                        "KILN_LOAD_CONVERT_DTYPE",
+                        op, (unsigned)flags & ~known);
     if (s == KILN_OK)
-        s = kiln__checkpoint_support("kiln_params_load");
+        s = kiln__checkpoint_support(op);
+    unsigned mode =
+        (flags & KILN_LOAD_NON_STRICT) ? KILN__LOAD_ALLOW_MISSING : KILN__LOAD_REJECT_UNEXPECTED;
+    if (flags & KILN_LOAD_CONVERT_DTYPE)
+        mode |= KILN__LOAD_CONVERT;
     if (s == KILN_OK)
-        s = kiln__load_into("kiln_params_load", path, named, p->n);
+        s = kiln__load_into(op, path, named, p->n, mode);
     free(named);
     return s;
+}
+
+kiln_status kiln_params_load(const kiln_params *p, const char *path)
+{
+    return load("kiln_params_load", p, path, 0);
+}
+
+kiln_status kiln_params_load_flags(const kiln_params *p, const char *path, kiln_load_flags flags)
+{
+    return load("kiln_params_load_flags", p, path, flags);
 }
 
 void kiln__params_truncate(kiln_params *p, int n)

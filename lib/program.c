@@ -9,13 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "argcheck.h"
 #include "clcall.h"
 #include "diskcache.h"
+#include "live.h"
 #include "registry.h"
 #include "splits.h"
 #include "status.h"
@@ -55,6 +55,7 @@ struct kiln_program {
     kiln__param_table params; /* from the disk cache entry, or saved into it (paramtable.h) */
     pthread_mutex_t lock;     /* guards kernels */
     kernel_node *kernels;
+    bool counted; /* built and given out: counted by kiln__live_add until freed */
 };
 
 static char *dup_string(const char *s)
@@ -477,8 +478,8 @@ void kiln__build_progress_hold(bool hold)
 
 static void build_progress(const kiln_device *dev, double seconds, bool cached)
 {
-    const char *log = getenv("KILN_LOG");
-    if (atomic_load(&progress_held) > 0 || (log && strcasecmp(log, "off") == 0) ||
+    /* KILN_LOG=off (none, 0) silences it as it silences the log */
+    if (atomic_load(&progress_held) > 0 || !kiln__log_enabled(KILN_LOG_ERROR) ||
         !isatty(STDERR_FILENO))
         return;
     pthread_mutex_lock(&progress_lock);
@@ -1024,6 +1025,8 @@ static void program_free(kiln_program *prog)
         kiln__cl.ReleaseProgram(prog->program);
     if (live)
         pthread_mutex_destroy(&prog->lock);
+    if (prog->counted)
+        kiln__live_add(KILN__LIVE_PROGRAM, -1);
     free(prog->names);
     free(prog->params.bytes);
     free(prog);
@@ -1125,6 +1128,8 @@ static kiln_status program_build(kiln_device *dev, const char *source, size_t le
     if (s != KILN_OK)
         goto fail;
     free(opts);
+    prog->counted = true;
+    kiln__live_add(KILN__LIVE_PROGRAM, 1);
     *out = prog;
     return KILN_OK;
 fail:

@@ -48,6 +48,9 @@ struct kiln_device {
     atomic_bool clblast_failed;
     char clblast_reason[256];
     struct kiln__staging *staging; /* staging.c's pinned buffers (devices without unified memory) */
+    /* tensor.c's: tensor headers alive on the device, and the bytes of their storages (memory
+     * shared by views counted once), for kiln_live_objects_get and the report at exit */
+    atomic_int_fast64_t live_tensors, live_bytes;
 };
 
 /* Whether dev is a device handle kiln gave out (not NULL, not forged). */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "alloc.h"
+#include "live.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -138,6 +139,7 @@ kiln_status kiln_scope_begin(kiln_scope **out)
     scope_rec *sc = kiln__calloc(1, sizeof *sc);
     if (!sc)
         return kiln__host_oom("kiln_scope_begin");
+    kiln__live_add(KILN__LIVE_SCOPE, 1);
     pthread_mutex_lock(&scope_lock);
     /* Serial numbers are even and never 0, so that no handle is NULL or a small-integer lookalike
      * of a real pointer's low bits; 2^63 scopes before one could repeat. */
@@ -201,13 +203,16 @@ static void end_one(scope_rec *sc)
         atomic_store(&t->scope, NULL);
     pthread_mutex_unlock(&scope_lock);
     top = sc->parent;
+    bool was_ending = kiln__tensor_scope_ending(true);
     while (list) {
         kiln_tensor *t = list;
         list = t->scope_next;
         t->scope_next = t->scope_prev = NULL;
         kiln__tensor_drop(t);
     }
+    kiln__tensor_scope_ending(was_ending);
     free(sc);
+    kiln__live_add(KILN__LIVE_SCOPE, -1);
 }
 
 void kiln_scope_end(kiln_scope *scope)

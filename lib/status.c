@@ -116,17 +116,19 @@ void kiln__log_release(void)
     }
 }
 
+/* KILN_LOG: off (or none, 0) silences kiln; error, warn, info, debug; unset or anything else is
+ * warn, the default. */
 static int parse_log_level(const char *v)
 {
     if (!v || !*v)
-        return 0;
+        return KILN_LOG_WARN;
     static const char *const names[] = {"error", "warn", "info", "debug"};
     for (int i = 0; i < 4; i++)
         if (strcasecmp(v, names[i]) == 0)
             return i + 1;
-    if (strcasecmp(v, "warning") == 0)
-        return KILN_LOG_WARN;
-    return 0;
+    if (strcasecmp(v, "off") == 0 || strcasecmp(v, "none") == 0 || strcmp(v, "0") == 0)
+        return 0;
+    return KILN_LOG_WARN;
 }
 
 int kiln__log_enabled(int level)

@@ -68,6 +68,71 @@ int64_t kiln__tensor_live(void)
     return (int64_t)atomic_load(&live_headers);
 }
 
+/* Creation sites, for the report at exit (lib/live.c): when KILN_LOG is debug at the first
+ * tensor's creation, every live header is on this list with the function that made it. Off
+ * otherwise: no lock, no list. */
+static pthread_mutex_t sites_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int track_sites = -1; /* -1 undecided, 0 off, 1 on */
+static kiln_tensor *sites;          /* under sites_lock */
+
+static void site_add(kiln_tensor *t, const char *op)
+{
+    int track = atomic_load(&track_sites);
+    if (track < 0) {
+        int want = kiln__log_enabled(KILN_LOG_DEBUG) ? 1 : 0;
+        atomic_compare_exchange_strong(&track_sites, &track, want);
+        track = atomic_load(&track_sites);
+    }
+    if (!track)
+        return;
+    t->made_by = op;
+    pthread_mutex_lock(&sites_lock);
+    t->site_prev = NULL;
+    t->site_next = sites;
+    if (sites)
+        sites->site_prev = t;
+    sites = t;
+    t->on_sites = true;
+    pthread_mutex_unlock(&sites_lock);
+}
+
+static void site_remove(kiln_tensor *t)
+{
+    if (!t->on_sites)
+        return;
+    pthread_mutex_lock(&sites_lock);
+    if (t->site_prev)
+        t->site_prev->site_next = t->site_next;
+    else
+        sites = t->site_next;
+    if (t->site_next)
+        t->site_next->site_prev = t->site_prev;
+    t->on_sites = false;
+    pthread_mutex_unlock(&sites_lock);
+}
+
+void kiln__tensor_log_sites(int max)
+{
+    /* at exit: a thread that died holding the lock must not hang the process */
+    if (atomic_load(&track_sites) != 1 || pthread_mutex_trylock(&sites_lock) != 0)
+        return;
+    int n = 0;
+    for (const kiln_tensor *t = sites; t; t = t->site_next, n++) {
+        if (n == max) {
+            int rest = 0;
+            for (; t; t = t->site_next)
+                rest++;
+            kiln__log(KILN_LOG_DEBUG, "at exit, still alive: %d more tensor(s)", rest);
+            break;
+        }
+        char sh[160];
+        kiln__log(KILN_LOG_DEBUG, "at exit, still alive: tensor %s %s on %s, made by %s",
+                  kiln__shape_str(sh, sizeof sh, t->ndim, t->shape), kiln_dtype_name(t->dtype),
+                  t->dev->info.spec, t->made_by ? t->made_by : "kiln");
+    }
+    pthread_mutex_unlock(&sites_lock);
+}
+
 /* Released headers are not freed at once but kept, marked dead, among the last
  * KILN__GRAVEYARD ones: a second release or a use of a just-released handle then reads memory
  * kiln still owns and is reported instead of corrupting the heap. */
@@ -89,6 +154,12 @@ kiln_status kiln__check_handle(const kiln_tensor *t, const char *op, const char 
 {
     if (!t)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, argname);
+    if (t->magic == KILN__TENSOR_DEAD && t->freed_by_scope)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s (%p) was released when the scope it was made in ended "
+                           "(kiln_scope_end); to use it after the scope, call "
+                           "kiln_scope_keep(scope, tensor) before kiln_scope_end",
+                           op, argname, (const void *)t);
     if (t->magic == KILN__TENSOR_DEAD)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: %s (%p) was already released; keep a reference with "
@@ -207,6 +278,7 @@ static kiln__storage *storage_new(kiln_device *dev, cl_mem mem, size_t bytes, si
     st->dev = dev;
     st->mem = mem;
     st->bytes = bytes;
+    atomic_fetch_add(&dev->live_bytes, (int_fast64_t)bytes);
     st->capacity = capacity;
     st->pooled = pooled;
     return st;
@@ -216,6 +288,7 @@ static void storage_release(kiln__storage *st)
 {
     if (atomic_fetch_sub(&st->refs, 1) > 1)
         return;
+    atomic_fetch_sub(&st->dev->live_bytes, (int_fast64_t)st->bytes);
     /* A tensor released while mapped: unmap so the buffer is clean when reused. */
     if (atomic_load(&st->mapped) && st->mem && st->map_ptr)
         kiln__cl.EnqueueUnmapMemObject(kiln__queue(st->dev), st->mem, st->map_ptr, 0, NULL, NULL);
@@ -228,7 +301,7 @@ static void storage_release(kiln__storage *st)
 
 /* A header over st (taking over the caller's storage reference). */
 static kiln_tensor *header_new(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
-                               int64_t numel, size_t nbytes, kiln__storage *st)
+                               int64_t numel, size_t nbytes, kiln__storage *st, const char *op)
 {
     kiln_tensor *t = kiln__calloc(1, sizeof *t);
     if (!t)
@@ -245,6 +318,8 @@ static kiln_tensor *header_new(kiln_device *dev, kiln_dtype dtype, int ndim, con
     t->storage = st;
     atomic_init(&t->scope, NULL);
     atomic_fetch_add(&live_headers, 1);
+    atomic_fetch_add(&dev->live_tensors, 1);
+    site_add(t, op);
     for (int i = 0, n = hooks_count(); i < n; i++)
         if (hooks[i].born)
             hooks[i].born(t);
@@ -270,7 +345,7 @@ kiln_status kiln__tensor_new(kiln_device *dev, kiln_dtype dtype, int ndim, const
     if (s != KILN_OK)
         return s;
     kiln__storage *st = storage_new(dev, mem, nbytes, capacity, true);
-    kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st) : NULL;
+    kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st, op) : NULL;
     if (!t) {
         if (st)
             storage_release(st);
@@ -292,7 +367,7 @@ kiln_status kiln__tensor_new_pending(kiln_device *dev, kiln_dtype dtype, int ndi
     if (s != KILN_OK)
         return s;
     kiln__storage *st = storage_new(dev, NULL, nbytes, 0, true);
-    kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st) : NULL;
+    kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st, op) : NULL;
     if (!t) {
         free(st);
         return kiln__host_oom(op);
@@ -595,7 +670,7 @@ kiln_status kiln__tensor_view(const kiln_tensor *t, int ndim, const int64_t *sha
     if (s != KILN_OK)
         return s;
     atomic_fetch_add(&t->storage->refs, 1);
-    kiln_tensor *v = header_new(t->dev, t->dtype, ndim, resolved, numel, nbytes, t->storage);
+    kiln_tensor *v = header_new(t->dev, t->dtype, ndim, resolved, numel, nbytes, t->storage, op);
     if (!v) {
         storage_release(t->storage);
         return kiln__host_oom(op);
@@ -623,14 +698,26 @@ static bool release_ok(kiln_tensor *t, const char *op)
     return false;
 }
 
+static _Thread_local bool scope_ending; /* kiln__tensor_scope_ending */
+
+bool kiln__tensor_scope_ending(bool on)
+{
+    bool was = scope_ending;
+    scope_ending = on;
+    return was;
+}
+
 static void unref(kiln_tensor *t)
 {
     if (atomic_fetch_sub(&t->refs, 1) > 1)
         return;
     atomic_fetch_sub(&live_headers, 1);
+    atomic_fetch_sub(&t->dev->live_tensors, 1);
+    site_remove(t);
     for (int i = 0, n = hooks_count(); i < n; i++)
         if (hooks[i].dead)
             hooks[i].dead(t);
+    t->freed_by_scope = scope_ending;
     t->magic = KILN__TENSOR_DEAD;
     storage_release(t->storage);
     t->storage = NULL;
@@ -807,7 +894,7 @@ kiln_status kiln_tensor_from_cl_mem(kiln_device *dev, cl_mem mem, kiln_dtype dty
     if (s != KILN_OK)
         return s;
     kiln__storage *st = storage_new(dev, mem, nbytes, size, false);
-    kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st) : NULL;
+    kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st, op) : NULL;
     if (!t) {
         free(st);
         return kiln__host_oom(op);

@@ -49,6 +49,11 @@ struct kiln_tensor {
     /* scopes (lib/scope.c): the scope holding the creation reference, under scope.c's lock */
     _Atomic(struct kiln__scope_rec *) scope;
     kiln_tensor *scope_prev, *scope_next;
+    bool freed_by_scope; /* dead, and its last reference was dropped by kiln_scope_end */
+    /* tensor.c's creation sites (KILN_LOG=debug): the function that made it, the live list */
+    const char *made_by;
+    bool on_sites;
+    kiln_tensor *site_prev, *site_next;
     /* lib/fusion.c: the expression of a pending tensor, whose storage has no buffer yet; NULL
      * once it holds its value (or never was pending). */
     _Atomic(struct kiln__lazy *) lazy;
@@ -117,6 +122,19 @@ kiln_status kiln__tensor_new(kiln_device *dev, kiln_dtype dtype, int ndim, const
  * it out of its scope, this leaves the scope's reference alone. Every reference kiln retains
  * must be dropped with this. */
 void kiln__tensor_drop(kiln_tensor *t);
+
+/* Log (debug level) the first max live tensors with the function that made each, and how many
+ * more: the creation sites of the report at exit, recorded only when KILN_LOG was debug at the
+ * first tensor's creation. */
+void kiln__tensor_log_sites(int max);
+
+/* The number of tensor headers alive in the process (created and not yet released). */
+int64_t kiln__tensor_live(void);
+
+/* Mark (on) or unmark the calling thread as releasing an ended scope's tensors, so that a tensor
+ * freed meanwhile is named so when it is used afterwards (scope.c sets it); returns the previous
+ * state, to restore. */
+bool kiln__tensor_scope_ending(bool on);
 
 /* The number of tensor headers alive in the process (created and not yet released). */
 int64_t kiln__tensor_live(void);

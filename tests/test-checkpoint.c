@@ -521,6 +521,135 @@ END_TEST
 /* Built without jansson (meson -Djansson=disabled; the test checkpoint-nojansson, run by .ci/run
  * carry): every checkpoint function checks its arguments as usual, then refuses with
  * KILN_ERR_UNSUPPORTED, names itself and says why, and touches no file. */
+/* kiln_params_load is strict (issue 22): names missing from the file and names the list lacks
+ * are refused, both listed in the message; another dtype is refused unless
+ * KILN_LOAD_CONVERT_DTYPE; a refused load writes nothing. kiln_params_load_flags relaxes it. */
+static kiln_params *list_of(kiln_device *dev, int n, const char *const *names, kiln_dtype dt,
+                            double fill, kiln_tensor **ts)
+{
+    kiln_params *p = NULL;
+    ASSERT_OK(kiln_params_create(&p));
+    for (int i = 0; i < n; i++) {
+        ASSERT_OK(kiln_full(dev, dt, 1, (const int64_t[]){6}, fill, &ts[i]));
+        ASSERT_OK(kiln_params_add(p, names[i], ts[i]));
+        kiln_tensor_release(ts[i]); /* the list holds it */
+    }
+    return p;
+}
+
+static void assert_all(kiln_tensor *t, double want, const char *what)
+{
+    double *v = download(t);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(v[i] == want, "%s[%d] is %g, want %g", what, i, v[i], want);
+    free(v);
+}
+
+START_TEST(test_params_load_strict)
+{
+    kiln_device *dev = test_device();
+    const double wv[6] = {0.5, -1.25, 2.7, -2.7, 1e10, 3.0};
+    kiln_tensor *w = upload(dev, KILN_F64, 1, (const int64_t[]){6}, wv), *b = NULL, *extra = NULL;
+    ASSERT_OK(kiln_full(dev, KILN_F64, 1, (const int64_t[]){6}, 4.0, &b));
+    ASSERT_OK(kiln_full(dev, KILN_F64, 1, (const int64_t[]){6}, 9.0, &extra));
+    const char *file = path_of("strict.safetensors");
+    ASSERT_OK(kiln_save(file, (kiln_named_tensor[]){{"w", w}, {"b", b}, {"extra", extra}}, 3));
+    kiln_tensor *t[5];
+
+    /* exact names: loads */
+    kiln_params *p = list_of(dev, 3, (const char *[]){"b", "extra", "w"}, KILN_F64, 7, t);
+    ASSERT_OK(kiln_params_load(p, file));
+    assert_all(t[0], 4.0, "b");
+    assert_all(t[1], 9.0, "extra");
+    kiln_params_free(p);
+
+    /* an unexpected name: refused, nothing written */
+    p = list_of(dev, 2, (const char *[]){"w", "b"}, KILN_F64, 7, t);
+    ASSERT_FAILS(kiln_params_load(p, file), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_params_load: the names of");
+    ASSERT_ERROR_HAS("Unexpected key(s) in the file: \"extra\"");
+    ASSERT_ERROR_HAS("KILN_LOAD_NON_STRICT");
+    ck_assert_ptr_null(strstr(kiln_last_error(), "Missing"));
+    assert_all(t[0], 7, "w");
+    assert_all(t[1], 7, "b");
+    kiln_params_free(p);
+
+    /* a missing name and an unexpected one: both listed, nothing written */
+    p = list_of(dev, 3, (const char *[]){"w", "b", "gone"}, KILN_F64, 7, t);
+    ASSERT_FAILS(kiln_params_load(p, file), KILN_ERR_INVALID_ARGUMENT, "1 missing, 1 unexpected");
+    ASSERT_ERROR_HAS("Missing key(s) in the file: \"gone\". Unexpected key(s) in the file: "
+                     "\"extra\"");
+    assert_all(t[0], 7, "w");
+    assert_all(t[1], 7, "b");
+    /* non-strict: the names both hold load, the others stay */
+    ASSERT_OK(kiln_params_load_flags(p, file, KILN_LOAD_NON_STRICT));
+    double *got = download(t[0]);
+    for (int i = 0; i < 6; i++)
+        ck_assert(got[i] == wv[i]);
+    free(got);
+    assert_all(t[1], 4.0, "b");
+    assert_all(t[2], 7, "gone");
+    ASSERT_FAILS(kiln_params_load_flags(p, file, (kiln_load_flags)8), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_params_load_flags: unknown flag bits 0x8");
+    kiln_params_free(p);
+
+    /* missing names only, several */
+    p = list_of(dev, 5, (const char *[]){"w", "b", "extra", "gone", "gone2"}, KILN_F64, 7, t);
+    ASSERT_FAILS(kiln_params_load(p, file), KILN_ERR_INVALID_ARGUMENT,
+                 "Missing key(s) in the file: \"gone\", \"gone2\"");
+    ck_assert_ptr_null(strstr(kiln_last_error(), "Unexpected"));
+    assert_all(t[0], 7, "w");
+    kiln_params_free(p);
+
+    /* another dtype: refused unless converted; converted as a C cast would, checked per element */
+    const kiln_dtype dts[3] = {KILN_F32, KILN_F16, KILN_I32};
+    for (int k = 0; k < 3; k++) {
+        p = list_of(dev, 3, (const char *[]){"w", "b", "extra"}, dts[k], 7, t);
+        ASSERT_FAILS(kiln_params_load(p, file), KILN_ERR_DTYPE_MISMATCH, "is f64 in");
+        ASSERT_ERROR_HAS("KILN_LOAD_CONVERT_DTYPE");
+        assert_all(t[0], 7, "w");
+        ASSERT_OK(kiln_params_load_flags(p, file, KILN_LOAD_CONVERT_DTYPE));
+        void *h = read_host(t[0]);
+        for (int i = 0; i < 6; i++) {
+            if (dts[k] == KILN_F32)
+                ck_assert(((float *)h)[i] == (float)wv[i]);
+            else if (dts[k] == KILN_F16)
+                ck_assert_uint_eq(((uint16_t *)h)[i], float_to_half((float)wv[i]));
+            else {
+                double tr = trunc(wv[i]);
+                int32_t want = tr > INT32_MAX ? INT32_MAX : (int32_t)tr;
+                ck_assert_int_eq(((int32_t *)h)[i], want);
+            }
+        }
+        free(h);
+        assert_all(t[2], 9.0, "extra");
+        kiln_params_free(p);
+    }
+
+    /* converting, with a shape that does not match: nothing written */
+    p = list_of(dev, 2, (const char *[]){"w", "extra"}, KILN_F32, 7, t);
+    kiln_tensor *b2 = NULL;
+    ASSERT_OK(kiln_full(dev, KILN_F32, 2, (const int64_t[]){2, 3}, 7, &b2));
+    ASSERT_OK(kiln_params_add(p, "b", b2));
+    ASSERT_FAILS(kiln_params_load_flags(p, file, KILN_LOAD_CONVERT_DTYPE | KILN_LOAD_NON_STRICT),
+                 KILN_ERR_SHAPE_MISMATCH, "\"b\" has shape [6]");
+    assert_all(t[0], 7, "w");
+    assert_all(t[1], 7, "extra");
+    kiln_tensor_release(b2);
+    kiln_params_free(p);
+
+    /* kiln_load_into keeps its rules: names of the file not asked for are ignored */
+    kiln_tensor *x = NULL;
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F64, 1, (const int64_t[]){6}, &x));
+    ASSERT_OK(kiln_load_into(file, (kiln_named_tensor[]){{"b", x}}, 1));
+    assert_all(x, 4.0, "b");
+    kiln_tensor_release(x);
+    kiln_tensor_release(w);
+    kiln_tensor_release(b);
+    kiln_tensor_release(extra);
+}
+END_TEST
+
 START_TEST(test_without_jansson)
 {
     kiln_device *dev = test_device();
@@ -552,6 +681,8 @@ START_TEST(test_without_jansson)
     ck_assert_int_ne(access(path_of("p.safetensors"), F_OK), 0);
     ASSERT_FAILS(kiln_params_load(p, file), KILN_ERR_UNSUPPORTED, "kiln_params_load: ");
     ASSERT_ERROR_HAS("built without jansson");
+    ASSERT_FAILS(kiln_params_load_flags(p, file, KILN_LOAD_NON_STRICT), KILN_ERR_UNSUPPORTED,
+                 "kiln_params_load_flags: ");
     kiln__st_entry *es = (kiln__st_entry *)1;
     int n = -1;
     ck_assert_int_eq(kiln__st_parse_header("kiln_load", "{}", 2, 0, "test", &es, &n),
@@ -953,6 +1084,7 @@ Suite *checkpoint_suite(void)
     tcase_add_test(tf, test_save_name_not_utf8);
     tcase_add_test(tf, test_c1_controls_in_messages);
     tcase_add_test(tf, test_replace_keeps_mode);
+    tcase_add_test(tf, test_params_load_strict);
     suite_add_tcase(s, tf);
     /* Only where the build has no jansson (tests/meson.build sets the variable there). */
     if (getenv("KILN_TEST_NO_JANSSON")) {

@@ -632,6 +632,298 @@ START_TEST(test_huge_sizes)
 }
 END_TEST
 
+/* ---- KILN_SEED_GLOBAL (issue 22) ------------------------------------------------------------ */
+
+/* Draw k (from 1) after kiln_manual_seed(s), by kiln.h's documented rule (SplitMix64). */
+static uint64_t draw_ref(uint64_t s, uint64_t k)
+{
+    uint64_t z = s + k * 0x9e3779b97f4a7c15u;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+/* The bytes of every parameter of m, concatenated (malloc'd), and their count. */
+static unsigned char *param_bytes(const kiln_module *m, size_t *len)
+{
+    kiln_params *ps = NULL;
+    ASSERT_OK(kiln_params_create(&ps));
+    ASSERT_OK(kiln_module_params(m, "", ps));
+    size_t n = 0;
+    for (int i = 0; i < kiln_params_count(ps); i++)
+        n += kiln_tensor_nbytes(kiln_params_tensor(ps, i));
+    unsigned char *b = malloc(n), *at = b;
+    for (int i = 0; i < kiln_params_count(ps); i++) {
+        size_t k = kiln_tensor_nbytes(kiln_params_tensor(ps, i));
+        ASSERT_OK(kiln_tensor_read(kiln_params_tensor(ps, i), at, k));
+        at += k;
+    }
+    kiln_params_free(ps);
+    *len = n;
+    return b;
+}
+
+static bool same_params(const kiln_module *a, const kiln_module *b)
+{
+    size_t na, nb;
+    unsigned char *x = param_bytes(a, &na), *y = param_bytes(b, &nb);
+    bool same = na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+START_TEST(test_global_seed_layers)
+{
+    kiln_module *l1 = NULL, *l2 = NULL, *l3 = NULL, *e1 = NULL, *e2 = NULL, *d1 = NULL;
+    kiln_manual_seed(31);
+    ASSERT_OK(
+        kiln_linear_create(dev, KILN_F32, 4, 3, true, KILN_INIT_DEFAULT, KILN_SEED_GLOBAL, &l1));
+    ASSERT_OK(
+        kiln_linear_create(dev, KILN_F32, 4, 3, true, KILN_INIT_DEFAULT, KILN_SEED_GLOBAL, &l2));
+    ASSERT_OK(kiln_embedding_create(dev, KILN_F32, 5, 2, KILN_SEED_GLOBAL, &e1));
+    ASSERT_OK(kiln_dropout_create(0.5, KILN_SEED_GLOBAL, &d1));
+    /* consecutive layers differ */
+    ck_assert(!same_params(l1, l2));
+    /* each is the layer of the explicit seed the documented rule draws */
+    ASSERT_OK(
+        kiln_linear_create(dev, KILN_F32, 4, 3, true, KILN_INIT_DEFAULT, draw_ref(31, 2), &l3));
+    ck_assert(same_params(l2, l3));
+    kiln_module_free(l3);
+    ASSERT_OK(kiln_embedding_create(dev, KILN_F32, 5, 2, draw_ref(31, 3), &e2));
+    ck_assert(same_params(e1, e2));
+    kiln_module_free(e2);
+    /* the dropout module drew once at creation: call k is kiln_dropout(x, p, drawn + k) */
+    int64_t n = 64;
+    kiln_tensor *x = NULL, *y = NULL, *want = NULL;
+    ASSERT_OK(kiln_full(dev, KILN_F32, 1, &n, 1.0, &x));
+    for (uint64_t k = 0; k < 2; k++) {
+        ASSERT_OK(kiln_module_forward(d1, x, &y));
+        ASSERT_OK(kiln_dropout(x, 0.5, draw_ref(31, 4) + k, &want));
+        void *hy = read_host(y), *hw = read_host(want);
+        ck_assert(memcmp(hy, hw, (size_t)n * 4) == 0);
+        free(hy);
+        free(hw);
+        kiln_tensor_release(y);
+        kiln_tensor_release(want);
+    }
+    /* the functional dropout draws per call: the 5th draw */
+    ASSERT_OK(kiln_dropout(x, 0.5, KILN_SEED_GLOBAL, &y));
+    ASSERT_OK(kiln_dropout(x, 0.5, draw_ref(31, 5), &want));
+    void *hy = read_host(y), *hw = read_host(want);
+    ck_assert(memcmp(hy, hw, (size_t)n * 4) == 0);
+    free(hy);
+    free(hw);
+    kiln_tensor_release(y);
+    kiln_tensor_release(want);
+    kiln_tensor_release(x);
+    /* a refused creation draws nothing; the same manual seed again gives the same layers */
+    kiln_manual_seed(31);
+    ASSERT_FAILS(
+        kiln_linear_create(dev, KILN_F32, 0, 3, true, KILN_INIT_DEFAULT, KILN_SEED_GLOBAL, &l3),
+        KILN_ERR_INVALID_ARGUMENT, "in is 0");
+    ASSERT_OK(
+        kiln_linear_create(dev, KILN_F32, 4, 3, true, KILN_INIT_DEFAULT, KILN_SEED_GLOBAL, &l3));
+    ck_assert(same_params(l1, l3));
+    kiln_module_free(l1);
+    kiln_module_free(l2);
+    kiln_module_free(l3);
+    kiln_module_free(e1);
+    kiln_module_free(d1);
+}
+END_TEST
+
+/* ---- kiln_module_to, kiln_module_to_dtype (issue 22, item 6) ----------------------------------
+ */
+
+/* The parameters of m: count, and each one's dtype, device and values (malloc'd doubles). */
+typedef struct snap {
+    int n;
+    kiln_tensor *t[8];
+    kiln_dtype dt[8];
+    kiln_device *dev[8];
+    double *v[8];
+    int64_t numel[8];
+} snap;
+
+static snap snapshot(const kiln_module *m)
+{
+    snap sn = {0};
+    kiln_params *ps = NULL;
+    ASSERT_OK(kiln_params_create(&ps));
+    ASSERT_OK(kiln_module_params(m, "", ps));
+    sn.n = kiln_params_count(ps);
+    ck_assert_int_le(sn.n, 8);
+    for (int i = 0; i < sn.n; i++) {
+        kiln_tensor *t = kiln_params_tensor(ps, i);
+        sn.t[i] = t;
+        sn.dt[i] = kiln_tensor_dtype(t);
+        sn.dev[i] = kiln_tensor_device(t);
+        sn.numel[i] = kiln_tensor_numel(t);
+        sn.v[i] = download(t);
+        ck_assert(kiln_tensor_is_leaf(t) && kiln_tensor_requires_grad(t));
+    }
+    kiln_params_free(ps);
+    return sn;
+}
+
+static void snap_free(snap *sn)
+{
+    for (int i = 0; i < sn->n; i++)
+        free(sn->v[i]);
+}
+
+/* b holds a's values converted to dtype dt (a C cast, or float_to_half for f16), on dev. */
+static void assert_converted(const snap *a, const snap *b, kiln_dtype dt, kiln_device *d)
+{
+    ck_assert_int_eq(a->n, b->n);
+    for (int i = 0; i < a->n; i++) {
+        ck_assert_int_eq(b->dt[i], dt);
+        ck_assert_ptr_eq(b->dev[i], d);
+        for (int64_t k = 0; k < a->numel[i]; k++) {
+            double want = dt == KILN_F32   ? (double)(float)a->v[i][k]
+                          : dt == KILN_F16 ? (double)half_to_float(float_to_half((float)a->v[i][k]))
+                                           : a->v[i][k];
+            ck_assert_msg(b->v[i][k] == want, "param %d [%lld]: %.9g, want %.9g", i, (long long)k,
+                          b->v[i][k], want);
+        }
+    }
+}
+
+static kiln_module *small_model(void)
+{
+    kiln_module *mods[3] = {NULL, NULL, NULL}, *m = NULL;
+    ASSERT_OK(kiln_linear_create(dev, KILN_F32, 4, 3, true, KILN_INIT_DEFAULT, 9, &mods[0]));
+    ASSERT_OK(kiln_activation_create(KILN_UNARY_RELU, &mods[1]));
+    ASSERT_OK(kiln_layer_norm_create(dev, KILN_F32, 3, 1e-5, &mods[2]));
+    ASSERT_OK(kiln_sequential_create(mods, 3, &m));
+    return m;
+}
+
+START_TEST(test_module_to)
+{
+    kiln_module *m = small_model();
+    snap s0 = snapshot(m);
+    ck_assert_int_eq(s0.n, 4);
+    /* the same device and dtype: nothing changes, not even the handles */
+    ASSERT_OK(kiln_module_to(m, dev));
+    ASSERT_OK(kiln_module_to_dtype(m, KILN_F32));
+    snap s1 = snapshot(m);
+    for (int i = 0; i < 4; i++)
+        ck_assert_ptr_eq(s1.t[i], s0.t[i]);
+    snap_free(&s1);
+    /* refused: nothing changes */
+    ASSERT_FAILS(kiln_module_to_dtype(m, KILN_F16), KILN_ERR_UNSUPPORTED,
+                 "kiln_module_to_dtype: dtype is f16; half precision compute is not supported");
+    ASSERT_FAILS(kiln_module_to_dtype(m, KILN_I32), KILN_ERR_DTYPE_MISMATCH,
+                 "kiln_module_to_dtype: dtype is i32");
+    ASSERT_FAILS(kiln_module_to_dtype(m, (kiln_dtype)77), KILN_ERR_INVALID_ARGUMENT,
+                 "unknown dtype 77");
+    ASSERT_FAILS(kiln_module_to_dtype(NULL, KILN_F64), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_module_to_dtype: m is NULL");
+    ASSERT_FAILS(kiln_module_to(m, NULL), KILN_ERR_INVALID_ARGUMENT, "kiln_module_to");
+    ASSERT_FAILS(kiln_module_to(NULL, dev), KILN_ERR_INVALID_ARGUMENT, "kiln_module_to: m is NULL");
+    s1 = snapshot(m);
+    assert_converted(&s0, &s1, KILN_F32, dev);
+    for (int i = 0; i < 4; i++)
+        ck_assert_ptr_eq(s1.t[i], s0.t[i]);
+    snap_free(&s1);
+    /* f64 and back: the values converted as C converts them, new leaves, a forward and backward
+     * in the new dtype */
+    if (has_fp64(dev)) {
+        ASSERT_OK(kiln_module_to_dtype(m, KILN_F64));
+        snap s2 = snapshot(m);
+        assert_converted(&s0, &s2, KILN_F64, dev);
+        int64_t xs[2] = {2, 4};
+        double xv[8] = {1, -2, 3, -4, 0.5, 0.25, -1, 2};
+        kiln_tensor *x = upload(dev, KILN_F64, 2, xs, xv), *y = NULL, *l = NULL;
+        ASSERT_OK(kiln_module_forward(m, x, &y));
+        ck_assert_int_eq(kiln_tensor_dtype(y), KILN_F64);
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, y, KILN_ALL_AXES, false, &l));
+        ASSERT_OK(kiln_backward(l, NULL, 0));
+        ck_assert_ptr_nonnull(kiln_tensor_grad(s2.t[0]));
+        kiln_tensor_release(l);
+        kiln_tensor_release(y);
+        kiln_tensor_release(x);
+        ASSERT_OK(kiln_module_to_dtype(m, KILN_F32));
+        snap s3 = snapshot(m);
+        assert_converted(&s0, &s3, KILN_F32, dev);
+        ck_assert_ptr_null(kiln_tensor_grad(s3.t[0])); /* a new leaf, without a gradient */
+        snap_free(&s2);
+        snap_free(&s3);
+    } else {
+        ASSERT_FAILS(kiln_module_to_dtype(m, KILN_F64), KILN_ERR_UNSUPPORTED, "fp64");
+    }
+    /* a layer norm alone takes f16 */
+    kiln_module *ln = NULL;
+    ASSERT_OK(kiln_layer_norm_create(dev, KILN_F32, 3, 1e-5, &ln));
+    snap a = snapshot(ln);
+    ASSERT_OK(kiln_module_to_dtype(ln, KILN_F16));
+    snap b = snapshot(ln);
+    assert_converted(&a, &b, KILN_F16, dev);
+    snap_free(&a);
+    snap_free(&b);
+    kiln_module_free(ln);
+    /* another device: the same values there */
+    kiln_device *other = test_other_device(dev, false);
+    if (!other)
+        other = test_other_device(dev, true);
+    if (other) {
+        ASSERT_OK(kiln_module_to(m, other));
+        snap s4 = snapshot(m);
+        assert_converted(&s0, &s4, KILN_F32, other);
+        snap_free(&s4);
+        ASSERT_OK(kiln_module_to(m, dev));
+    } else {
+        test_skip("kiln_module_to onto another device: one device here");
+    }
+    /* every host allocation failing in turn: a clear status, the model unchanged, no tensor left
+     * (the model to f64 where the device has it, else a layer norm to f16) */
+    kiln_module *subject = m;
+    kiln_dtype to = KILN_F64;
+    if (!has_fp64(dev)) {
+        ASSERT_OK(kiln_layer_norm_create(dev, KILN_F32, 3, 1e-5, &ln));
+        subject = ln;
+        to = KILN_F16;
+    }
+    snap orig = snapshot(subject);
+    int failures = 0;
+    /* Oclgrind simulates every cast's kernel: there every 4th allocation */
+    long stride = simulated(dev) ? 4 : 1;
+    for (long n = 1;; n += stride) {
+        kiln_live_objects before, after;
+        ASSERT_OK(kiln_live_objects_get(&before));
+        kiln__alloc_fail_at(n);
+        kiln_status s = kiln_module_to_dtype(subject, to);
+        long count = kiln__alloc_count();
+        kiln__alloc_fail_at(-1);
+        snap now = snapshot(subject);
+        if (s == KILN_OK) {
+            assert_converted(&orig, &now, to, dev);
+            snap_free(&now);
+            ASSERT_OK(kiln_module_to_dtype(subject, KILN_F32));
+            if (count < n)
+                break;
+            continue; /* the failed allocation was not needed */
+        }
+        failures++;
+        ck_assert_msg(s == KILN_ERR_OUT_OF_MEMORY, "allocation %ld: %s", n, kiln_last_error());
+        assert_converted(&orig, &now, KILN_F32, dev);
+        for (int i = 0; i < orig.n; i++)
+            ck_assert_ptr_eq(now.t[i], orig.t[i]);
+        snap_free(&now);
+        ASSERT_OK(kiln_live_objects_get(&after));
+        ck_assert_uint_eq(after.tensors, before.tensors);
+    }
+    ck_assert_int_gt(failures, 0);
+    snap_free(&orig);
+    if (subject != m)
+        kiln_module_free(subject);
+    snap_free(&s0);
+    kiln_module_free(m);
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     uint64_t before = live_bytes();
@@ -665,6 +957,23 @@ START_TEST(test_errors)
     ck_assert_ptr_null(m);
     ASSERT_FAILS(kiln_linear_create(dev, KILN_I32, 2, 3, true, KILN_INIT_HE, 1, &m),
                  KILN_ERR_DTYPE_MISMATCH, "floating");
+    /* f16: the forward (kiln_linear) could never run, so the creation refuses it (issue 22) */
+    m = (kiln_module *)&s3;
+    ASSERT_FAILS(kiln_linear_create(dev, KILN_F16, 2, 3, true, KILN_INIT_DEFAULT, 1, &m),
+                 KILN_ERR_UNSUPPORTED, "kiln_linear_create: dtype is f16; half precision compute");
+    ck_assert_ptr_null(m);
+    ASSERT_FAILS(kiln_linear(w64, w64, NULL, &y), KILN_ERR_UNSUPPORTED,
+                 "half precision compute is not supported yet");
+    /* layer norm and embedding run in f16 (computing in f32): creation and forward succeed */
+    ASSERT_OK(kiln_layer_norm_create(dev, KILN_F16, 3, 1e-5, &m));
+    ASSERT_OK(kiln_module_forward(m, w64, &y));
+    ck_assert_int_eq(kiln_tensor_dtype(y), KILN_F16);
+    kiln_tensor_release(y);
+    y = NULL;
+    kiln_module_free(m);
+    ASSERT_OK(kiln_embedding_create(dev, KILN_F16, 4, 3, 1, &m));
+    kiln_module_free(m);
+    m = NULL;
     ASSERT_FAILS(kiln_linear_create(dev, KILN_F32, 2, 3, true, (kiln_init)7, 1, &m),
                  KILN_ERR_INVALID_ARGUMENT, "unknown init");
     ASSERT_FAILS(kiln_linear_create(NULL, KILN_F32, 2, 3, true, KILN_INIT_HE, 1, &m),
@@ -802,6 +1111,8 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_same_weights_everywhere);
     tcase_add_test(tc, test_gradients);
     tcase_add_test(tc, test_sequential);
+    tcase_add_test(tc, test_global_seed_layers);
+    tcase_add_test(tc, test_module_to);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_out_of_memory);
     suite_add_tcase(s, tc);

@@ -965,7 +965,8 @@ static const char *broken_source = "__kernel void broken(__global float *x)\n"
 
 START_TEST(silent_by_default)
 {
-    /* No KILN_LOG: a failed build prints nothing (PoCL's compiler printed "1 error generated."). */
+    /* No KILN_LOG is warn (issue 22): a failed build prints kiln's one warning and nothing of the
+     * driver's (PoCL's compiler printed "1 error generated."); KILN_LOG=off prints nothing. */
     unsetenv("KILN_LOG");
     FILE *f;
     int saved = capture_stderr(&f);
@@ -973,7 +974,19 @@ START_TEST(silent_by_default)
     kiln_status s = kiln_program_build(dev, broken_source, NULL, &p);
     char *text = restore_stderr(saved, f);
     ck_assert_int_eq(s, KILN_ERR_BUILD_FAILED);
-    ck_assert_msg(text[0] == '\0', "stderr got \"%s\"", text);
+    ck_assert_msg(
+        count_of(text, "kiln: warn: kiln_program_build: the OpenCL C compiler rejected") == 1,
+        "stderr got \"%s\"", text);
+    ck_assert_msg(count_of(text, "\nkiln: ") == 0 && !strstr(text, "error generated"),
+                  "stderr got more than the one warning: \"%s\"", text);
+    free(text);
+    setenv("KILN_LOG", "off", 1);
+    saved = capture_stderr(&f);
+    s = kiln_program_build(dev, broken_source, NULL, &p);
+    text = restore_stderr(saved, f);
+    unsetenv("KILN_LOG");
+    ck_assert_int_eq(s, KILN_ERR_BUILD_FAILED);
+    ck_assert_msg(text[0] == '\0', "KILN_LOG=off: stderr got \"%s\"", text);
     free(text);
 }
 END_TEST

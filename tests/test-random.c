@@ -7,7 +7,10 @@
 #include <string.h>
 
 #include "kiln.h"
+#include "lib/ops/random.h"
 #include "testutil.h"
+
+#include <pthread.h>
 
 /* ---- reference: Philox4x32-10 (Salmon et al., Random123) in plain C ---------------------- */
 
@@ -442,6 +445,111 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* ---- the global generator (issue 22): kiln_manual_seed and KILN_SEED_GLOBAL ---------------- */
+
+/* Draw k (from 1) after kiln_manual_seed(s), by kiln.h's documented rule (SplitMix64). */
+static uint64_t draw_ref(uint64_t s, uint64_t k)
+{
+    uint64_t z = s + k * 0x9e3779b97f4a7c15u;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+/* t holds the C reference's uniforms in [low, high) for seed. */
+static void assert_uniform_ref(kiln_tensor *t, uint64_t seed, float low, float high)
+{
+    float *h = read_host(t);
+    for (int64_t i = 0; i < kiln_tensor_numel(t); i++)
+        ck_assert_msg(h[i] == ref_uniform(i, seed, low, high), "[%lld] seed %llx", (long long)i,
+                      (unsigned long long)seed);
+    free(h);
+}
+
+START_TEST(test_global_seed)
+{
+    /* SplitMix64's published first output for seed 0 (the generator's start before any
+     * kiln_manual_seed): the reference itself is right */
+    ck_assert_uint_eq(draw_ref(0, 1), 0xe220a8397b1dcdafu);
+    int64_t n = 33;
+    kiln_tensor *a = NULL, *b = NULL, *c = NULL, *o = NULL;
+    kiln_manual_seed(123);
+    ASSERT_OK(kiln_rand_uniform(dev, KILN_F32, 1, &n, KILN_SEED_GLOBAL, -1, 1, &a));
+    ASSERT_OK(kiln_rand_normal(dev, KILN_F32, 1, &n, KILN_SEED_GLOBAL, 0, 1, &b));
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 1, &n, &o));
+    ASSERT_OK(kiln_rand_uniform_out(KILN_SEED_GLOBAL, 0, 1, o));
+    /* each call drew the next seed of the documented sequence */
+    assert_uniform_ref(a, draw_ref(123, 1), -1, 1);
+    float *hb = read_host(b);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert(hb[i] == ref_normal(i, draw_ref(123, 2), 0, 1));
+    free(hb);
+    assert_uniform_ref(o, draw_ref(123, 3), 0, 1);
+    /* a call refused for its arguments draws nothing */
+    ASSERT_FAILS(kiln_rand_uniform(dev, KILN_F32, 1, &n, KILN_SEED_GLOBAL, 1, 0, &c),
+                 KILN_ERR_INVALID_ARGUMENT, "less than high");
+    ASSERT_OK(kiln_rand_uniform(dev, KILN_F32, 1, &n, KILN_SEED_GLOBAL, 0, 1, &c));
+    assert_uniform_ref(c, draw_ref(123, 4), 0, 1);
+    kiln_tensor_release(c);
+    /* the same manual seed again: the same bytes */
+    kiln_manual_seed(123);
+    ASSERT_OK(kiln_rand_uniform(dev, KILN_F32, 1, &n, KILN_SEED_GLOBAL, -1, 1, &c));
+    void *ha = read_host(a), *hc = read_host(c);
+    ck_assert(memcmp(ha, hc, (size_t)n * 4) == 0);
+    free(ha);
+    free(hc);
+    kiln_tensor_release(c);
+    /* every device gives the same bytes for the same global seed */
+    for (int i = 0; i < kiln_device_count(KILN_DEVICE_ALL); i++) {
+        kiln_manual_seed(77);
+        ASSERT_OK(
+            kiln_rand_uniform(kiln_device_at(i), KILN_F32, 1, &n, KILN_SEED_GLOBAL, 0, 1, &c));
+        assert_uniform_ref(c, draw_ref(77, 1), 0, 1);
+        kiln_tensor_release(c);
+    }
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(o);
+}
+END_TEST
+
+enum { DRAW_THREADS = 4, DRAWS = 2000 };
+static uint64_t drawn[DRAW_THREADS * DRAWS];
+
+static void *draw_many(void *arg)
+{
+    uint64_t *out = arg;
+    for (int i = 0; i < DRAWS; i++)
+        out[i] = kiln__seed_resolve(KILN_SEED_GLOBAL);
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Threads drawing at once get the sequence's first N draws between them, each once. */
+START_TEST(test_global_seed_threads)
+{
+    kiln_manual_seed(2026);
+    pthread_t th[DRAW_THREADS];
+    for (int t = 0; t < DRAW_THREADS; t++)
+        ck_assert_int_eq(pthread_create(&th[t], NULL, draw_many, drawn + t * DRAWS), 0);
+    for (int t = 0; t < DRAW_THREADS; t++)
+        pthread_join(th[t], NULL);
+    static uint64_t want[DRAW_THREADS * DRAWS];
+    for (int k = 0; k < DRAW_THREADS * DRAWS; k++)
+        want[k] = draw_ref(2026, (uint64_t)k + 1);
+    qsort(drawn, DRAW_THREADS * DRAWS, sizeof *drawn, cmp_u64);
+    qsort(want, DRAW_THREADS * DRAWS, sizeof *want, cmp_u64);
+    ck_assert(memcmp(drawn, want, sizeof want) == 0);
+    /* an explicit seed is used as it is */
+    ck_assert_uint_eq(kiln__seed_resolve(42), 42);
+}
+END_TEST
+
 Suite *random_suite(void)
 {
     Suite *s = suite_create("random");
@@ -458,6 +566,8 @@ Suite *random_suite(void)
     tcase_add_test(tc, test_out_forms);
     tcase_add_test(tc, test_out_errors);
     tcase_add_test(tc, test_zero_size);
+    tcase_add_test(tc, test_global_seed);
+    tcase_add_test(tc, test_global_seed_threads);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return s;

@@ -280,10 +280,20 @@ START_TEST(test_release_inside)
     ck_assert_float_eq(first(x), 1.0f);
     kiln_scope_end(sc);
     ck_assert_int_eq(kiln__tensor_live(), live0);
-    /* A double release after the scope released it is reported, not a crash. */
+    /* A read after the scope released it names the fix, kiln_scope_keep (issue 22); a tensor
+     * the caller released names kiln_tensor_retain. */
     ASSERT_OK(kiln_scope_begin(&sc));
-    kiln_tensor *c = ones(1);
+    kiln_tensor *c = ones(1), *d = ones(1);
+    kiln_tensor_release(d);
     kiln_scope_end(sc);
+    float val;
+    ASSERT_FAILS(kiln_tensor_read(c, &val, sizeof val), KILN_ERR_INVALID_ARGUMENT,
+                 "was released when the scope it was made in ended (kiln_scope_end); to use it "
+                 "after the scope, call kiln_scope_keep(scope, tensor) before kiln_scope_end");
+    ck_assert_ptr_null(strstr(kiln_last_error(), "kiln_tensor_retain"));
+    ASSERT_FAILS(kiln_tensor_read(d, &val, sizeof val), KILN_ERR_INVALID_ARGUMENT,
+                 "was already released; keep a reference with kiln_tensor_retain()");
+    /* A double release after the scope released it is reported, not a crash. */
     kiln_tensor_release(c);
     ASSERT_ERROR_HAS("already released");
     ck_assert_int_eq(kiln__tensor_live(), live0);

@@ -5,7 +5,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "nn/layers.h"
 #include "ops/common.h"
+#include "ops/random.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -60,8 +62,11 @@ kiln_status kiln_linear(const kiln_tensor *x, const kiln_tensor *weight, const k
     if (s != KILN_OK)
         return s;
     if (x->dtype != KILN_F32 && x->dtype != KILN_F64)
-        return kiln__error(KILN_ERR_UNSUPPORTED, "%s: x is %s; only f32 and f64 (cast f16 first)",
-                           op, kiln_dtype_name(x->dtype));
+        return kiln__error(
+            KILN_ERR_UNSUPPORTED,
+            "%s: x is %s; half precision compute is not supported yet for linear layers: "
+            "f32 and f64 only (kiln_cast x and the weights to f32)",
+            op, kiln_dtype_name(x->dtype));
     if (weight->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != weight->shape[1])
         return kiln__shape_mismatch(op, "x", x->ndim, x->shape, "weight", weight->ndim,
                                     weight->shape, "; weight must be [out, in] and x [..., in]");
@@ -136,20 +141,28 @@ kiln_status kiln_layer_norm(const kiln_tensor *x, const kiln_tensor *weight,
     return drop(s, 8, t);
 }
 
-kiln_status kiln_dropout(const kiln_tensor *x, double p, uint64_t seed, kiln_tensor **y)
+/* kiln_dropout's checks; then *y is NULL. */
+static kiln_status check_dropout(const kiln_tensor *x, double p, kiln_tensor **y)
 {
     const char *op = "kiln_dropout";
     kiln_status s =
         check_args(op, x, 1, (const kiln_tensor *[]){x}, (const char *const[]){"x"}, 1, y);
+    if (s == KILN_OK && !(p >= 0 && p < 1))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: p is %g; it must be in [0, 1)", op, p);
+    return s;
+}
+
+kiln_status kiln__dropout(const kiln_tensor *x, double p, uint64_t seed, kiln_tensor **y)
+{
+    kiln_status s = check_dropout(x, p, y);
     if (s != KILN_OK)
         return s;
-    if (!(p >= 0 && p < 1))
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: p is %g; it must be in [0, 1)", op, p);
     if (p == 0)
         return kiln_tensor_clone(x, y);
     /* element i survives when the i-th Philox uniform of seed is >= p */
     kiln_tensor *t[4] = {0};
-    s = kiln_rand_uniform(x->dev, x->dtype, x->ndim, x->shape, seed, 0.0, 1.0, &t[0]);
+    s = kiln__rand("kiln_dropout", true, x->dev, x->dtype, x->ndim, x->shape, seed, 0.0, 1.0,
+                   &t[0]);
     if (s == KILN_OK)
         s = kiln_binary_scalar(KILN_BINARY_GE, t[0], p, &t[1]);
     if (s == KILN_OK)
@@ -159,4 +172,13 @@ kiln_status kiln_dropout(const kiln_tensor *x, double p, uint64_t seed, kiln_ten
     if (s == KILN_OK)
         s = kiln_mul(x, t[3], y);
     return drop(s, 4, t);
+}
+
+kiln_status kiln_dropout(const kiln_tensor *x, double p, uint64_t seed, kiln_tensor **y)
+{
+    kiln_status s = check_dropout(x, p, y);
+    if (s != KILN_OK)
+        return s;
+    /* p = 0 uses no numbers, and draws none */
+    return kiln__dropout(x, p, p == 0 ? seed : kiln__seed_resolve(seed), y);
 }

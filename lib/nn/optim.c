@@ -9,6 +9,7 @@
 #include "alloc.h"
 #include "autograd_node.h"
 #include "launch.h"
+#include "live.h"
 #include "ops/common.h"
 #include "ops/ndrange.h"
 #include "params.h"
@@ -149,6 +150,7 @@ static kiln_status create(const char *op, opt_kind kind, const kiln_params *para
         free(ps);
         return kiln__host_oom(op);
     }
+    kiln__live_add(KILN__LIVE_OPTIMIZER, 1); /* kiln_optimizer_free takes it back */
     *o = (kiln_optimizer){.kind = kind,
                           .lr = lr,
                           .momentum = momentum,
@@ -210,6 +212,7 @@ void kiln_optimizer_free(kiln_optimizer *opt)
     }
     free(opt->ps);
     free(opt);
+    kiln__live_add(KILN__LIVE_OPTIMIZER, -1);
 }
 
 double kiln_optimizer_lr(const kiln_optimizer *opt)
