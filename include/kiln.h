@@ -193,7 +193,16 @@ KILN_API kiln_status kiln_device_info_get(const kiln_device *dev, kiln_device_in
  * exit() kiln itself waits for every device's queue (lost devices and Oclgrind excepted), since
  * some drivers (PoCL) can crash in their own teardown while still compiling a kernel for a
  * queued launch; a process that calls _exit(), or exits while another thread is inside kiln,
- * gets no such wait: synchronize first. */
+ * gets no such wait: synchronize first.
+ * Device-side errors, as CUDA's device asserts: a kernel that meets a class label or an index
+ * outside its range (kiln_cross_entropy, kiln_index_select, kiln_gather, kiln_one_hot and the
+ * layers built on them) records the first such value in a small per-device error word, and the
+ * first call that waits for the device anyway - kiln_device_synchronize, kiln_tensor_read,
+ * kiln_tensor_item, kiln_tensor_map (and so a checkpoint save) - returns
+ * KILN_ERR_INVALID_ARGUMENT naming itself, the op, the value, its position and the range, once
+ * (the word is cleared; violations after the first and before that call are not reported).
+ * The op's call itself returned KILN_OK and its result holds a NaN loss or zeros there.
+ * KILN_CHECK=1 has the op refuse at once instead (it reads the indices first, which blocks). */
 KILN_API kiln_status kiln_device_synchronize(kiln_device *dev);
 
 /* Build every built-in kernel the ops may ask for on dev (elementwise, reductions, softmax and
@@ -324,7 +333,8 @@ KILN_API kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, i
  * Blocks until the work the tensor depends on is done and the copy has landed. On a device
  * without unified memory host copies (read, write, from_host) go through pooled pinned staging
  * buffers in chunks (KILN_STAGING_CHUNK, default 16M); a copy that fails part-way may leave
- * part of its destination written. */
+ * part of its destination written. A bad label or index an earlier kernel on the device met is
+ * reported here (KILN_ERR_INVALID_ARGUMENT, see kiln_device_synchronize), after the copy. */
 KILN_API kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes);
 
 /* Overwrite the tensor's contents from src (host -> device). nbytes must equal
@@ -334,7 +344,8 @@ KILN_API kiln_status kiln_tensor_write(kiln_tensor *t, const void *src, size_t n
 /* The value of a one-element tensor (any shape of one element), read to the host (blocks):
  * kiln_tensor_item as a double (integers beyond 2^53 round), kiln_tensor_item_i64 exactly for
  * integer dtypes (KILN_ERR_DTYPE_MISMATCH for floating ones). A tensor of another size is
- * KILN_ERR_SHAPE_MISMATCH. *value is 0 on failure. */
+ * KILN_ERR_SHAPE_MISMATCH. *value is 0 on failure. A bad label or index an earlier kernel met is
+ * reported here (see kiln_device_synchronize). */
 KILN_API kiln_status kiln_tensor_item(const kiln_tensor *t, double *value);
 KILN_API kiln_status kiln_tensor_item_i64(const kiln_tensor *t, int64_t *value);
 
@@ -868,7 +879,8 @@ KILN_API kiln_status kiln_clamp(const kiln_tensor *x, double lo, double hi, kiln
 KILN_API kiln_status kiln_clamp_out(const kiln_tensor *x, double lo, double hi, kiln_tensor *out);
 
 /* Picking elements by index (every dtype; indices are i32 or i64 tensors on x's device). An
- * index outside [0, n) gives a zero element, never a read outside x; with KILN_CHECK=1 in the
+ * index outside [0, n) gives a zero element, never a read outside x, and is reported by the next
+ * call that waits for the device (see kiln_device_synchronize); with KILN_CHECK=1 in the
  * environment the indices are read first and the first bad one is KILN_ERR_INVALID_ARGUMENT.
  * kiln_index_select: out has x's shape with dimension axis replaced by the length of the 1-D
  * index, out[..., j, ...] = x[..., index[j], ...] (an embedding lookup is axis 0 of a
@@ -899,8 +911,10 @@ KILN_API kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tenso
 KILN_API kiln_status kiln_log_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out);
 /* Mean cross-entropy of logits [N, C] against class labels [N] (i32 or i64). *loss is a [1]
  * tensor; *grad (optional, may be NULL) is d loss / d logits = (softmax - onehot) / N. Labels
- * are not read back (that would block): a label outside [0, C) makes the loss NaN, unless the
- * environment has KILN_CHECK=1, which reads them first and reports the first bad one
+ * are not read back (that would block): a label outside [0, C) makes the loss NaN and is
+ * reported by the next call that waits for the device (KILN_ERR_INVALID_ARGUMENT from a read,
+ * an item, a map or kiln_device_synchronize: see there), unless the environment has
+ * KILN_CHECK=1, which reads them first and reports the first bad one at once
  * (KILN_ERR_INVALID_ARGUMENT; a KILN_CHECK other than 0 or 1 is KILN_ERR_INVALID_ARGUMENT too). */
 KILN_API kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *labels,
                                         kiln_tensor **loss, kiln_tensor **grad);

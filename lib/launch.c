@@ -69,7 +69,7 @@ static kiln_status check_arg(kiln_device *dev, const kiln__kernel *k, const char
 /* Every argument well-formed, every tensor live and on dev, and (user kernels whose driver
  * describes the parameters) each of the kind and type its parameter takes. */
 static kiln_status check_args(kiln_device *dev, const kiln__kernel *k, const char *op, int nargs,
-                              const kiln_arg *args)
+                              const kiln_arg *args, bool builtin)
 {
     if (nargs < 0 || (nargs > 0 && !args) || (cl_uint)nargs != k->nargs)
         return kiln__error(
@@ -81,13 +81,14 @@ static kiln_status check_args(kiln_device *dev, const kiln__kernel *k, const cha
         bool fine = (a->kind == KILN_ARG_TENSOR && a->value.tensor &&
                      a->value.tensor->magic == KILN__TENSOR_MAGIC && a->value.tensor->dev == dev &&
                      !atomic_load(&a->value.tensor->storage->mapped)) ||
-                    (a->kind == KILN_ARG_SCALAR && scalar_ptr(a));
+                    (a->kind == KILN_ARG_SCALAR && scalar_ptr(a)) ||
+                    (a->kind == KILN__ARG_ERROR_WORD && builtin);
         if (!fine) {
             kiln_status s = check_arg(dev, k, op, i, a);
             if (s != KILN_OK)
                 return s;
         }
-        if (k->params) {
+        if (k->params && a->kind != KILN__ARG_ERROR_WORD) {
             const kiln_tensor *t = a->kind == KILN_ARG_TENSOR ? a->value.tensor : NULL;
             kiln_dtype td = t ? t->dtype : KILN_F32; /* t is live: checked above */
             char msg[512];
@@ -228,6 +229,12 @@ static kiln_status set_args(kiln_device *dev, kiln__kernel *k, const char *op, i
             const kiln_tensor *t = a->value.tensor;
             cl_mem m = t->storage ? t->storage->mem : NULL;
             err = kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, sizeof(cl_mem), &m);
+        } else if (a->kind == KILN__ARG_ERROR_WORD) {
+            cl_mem m = NULL;
+            err = kiln__queue_error_word(dev, &m);
+            if (err != CL_SUCCESS)
+                return kiln__queue_fail(err, op, "clCreateBuffer", dev);
+            err = kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, sizeof(cl_mem), &m);
         } else if (a->kind == KILN_ARG_SCALAR) {
             err =
                 kiln__cl.SetKernelArg(k->kernel, (cl_uint)i, scalar_size(a->dtype), scalar_ptr(a));
@@ -264,7 +271,7 @@ static kiln_status launch(kiln_device *dev, kiln__kernel *k, const char *op, int
                            op, work_dim, global ? "set" : "NULL");
     kiln_status s = kiln__device_check_lost(dev, op);
     if (s == KILN_OK)
-        s = check_args(dev, k, op, nargs, args);
+        s = check_args(dev, k, op, nargs, args, builtin);
     /* Every tensor of a launch holds its value (fusion.c, told through the tensor hooks), also
      * where an internal caller passes one that no tensor check saw (a gradient inside backward);
      * before k's lock, since an evaluation launches kernels itself. */
@@ -302,6 +309,9 @@ static kiln_status launch(kiln_device *dev, kiln__kernel *k, const char *op, int
             s = kiln__queue_fail(err, op, "clEnqueueNDRangeKernel", dev);
     }
     pthread_mutex_unlock(&k->lock);
+    for (int i = 0; s == KILN_OK && builtin && i < nargs; i++)
+        if (args[i].kind == KILN__ARG_ERROR_WORD)
+            kiln__queue_error_armed(dev);
     return s;
 }
 
@@ -376,6 +386,12 @@ kiln_arg kiln_arg_tensor(const kiln_tensor *t)
     }
 KILN__SCALAR_ARGS(KILN__SCALAR_ARG)
 #undef KILN__SCALAR_ARG
+
+kiln_arg kiln__arg_error_word(void)
+{
+    kiln_arg a = {.kind = KILN__ARG_ERROR_WORD, .size = sizeof(cl_mem)};
+    return a;
+}
 
 kiln_arg kiln_arg_local(size_t bytes)
 {

@@ -9,6 +9,12 @@
 
 struct kiln__kernel;
 
+/* An argument only kiln's own kernels take: the device's error word (queue.h), as a
+ * `global int *` parameter followed by the op's code, kiln_arg_i32(kiln__queue_error_code(op)).
+ * A launch that passes it arms the device's next error check. */
+#define KILN__ARG_ERROR_WORD ((kiln_arg_kind)100)
+kiln_arg kiln__arg_error_word(void);
+
 /* Launch a built-in kernel with kiln_arg arguments (tensors are checked to be on the kernel's
  * device by the caller, see kiln__same_device in tensor.h). global has work_dim entries; local
  * NULL lets kiln choose a valid size and pads global up to a multiple of it. The range is then

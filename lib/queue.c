@@ -3,6 +3,8 @@
 #include "queue.h"
 
 #include <pthread.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "clcall.h"
 #include "registry.h"
@@ -59,6 +61,94 @@ void kiln__queue_flush(const kiln_device *dev)
     kiln__cl.Flush(kiln__queue(dev));
 }
 
+cl_int kiln__queue_error_word(kiln_device *dev, cl_mem *out)
+{
+    cl_int err = CL_SUCCESS;
+    pthread_mutex_lock(&dev->lock);
+    if (!dev->error_word) {
+        int32_t zeros[KILN__ERROR_WORD_BYTES / 4] = {0};
+        dev->error_word = kiln__cl.CreateBuffer(kiln__device_context(dev),
+                                                CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                                sizeof zeros, zeros, &err);
+        if (err == CL_SUCCESS && !dev->error_word)
+            err = CL_OUT_OF_RESOURCES;
+        if (err != CL_SUCCESS)
+            dev->error_word = NULL;
+    }
+    *out = dev->error_word;
+    pthread_mutex_unlock(&dev->lock);
+    return err;
+}
+
+/* The names of the ops whose kernels report into error words, by code - 1. */
+enum { MAX_REPORTING_OPS = 64 };
+static const char *reporting_ops[MAX_REPORTING_OPS];
+static int nreporting;
+static pthread_mutex_t reporting_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int kiln__queue_error_code(const char *op)
+{
+    pthread_mutex_lock(&reporting_lock);
+    int code = 0;
+    for (int i = 0; i < nreporting && !code; i++)
+        if (reporting_ops[i] == op || strcmp(reporting_ops[i], op) == 0)
+            code = i + 1;
+    if (!code && nreporting < MAX_REPORTING_OPS) {
+        reporting_ops[nreporting++] = op;
+        code = nreporting;
+    }
+    pthread_mutex_unlock(&reporting_lock);
+    return code ? code : 1;
+}
+
+static const char *reporting_op(int code)
+{
+    pthread_mutex_lock(&reporting_lock);
+    const char *op = code >= 1 && code <= nreporting ? reporting_ops[code - 1] : "a kernel";
+    pthread_mutex_unlock(&reporting_lock);
+    return op;
+}
+
+void kiln__queue_error_armed(kiln_device *dev)
+{
+    /* Set after the enqueue: a check that clears the flag before this store reads the word
+     * after the kernel, and one that clears it after sees the flag set again. */
+    atomic_store(&dev->error_armed, true);
+}
+
+kiln_status kiln__queue_error_check(kiln_device *dev, const char *op)
+{
+    if (!atomic_load_explicit(&dev->error_armed, memory_order_relaxed) ||
+        !atomic_exchange(&dev->error_armed, false))
+        return KILN_OK;
+    int32_t word[KILN__ERROR_WORD_BYTES / 4];
+    cl_int err = kiln__cl.EnqueueReadBuffer(kiln__queue(dev), dev->error_word, CL_TRUE, 0,
+                                            sizeof word, word, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return kiln__queue_fail(err, op, "clEnqueueReadBuffer", dev);
+    if (word[0] == 0)
+        return KILN_OK;
+    int64_t value, position, end;
+    memcpy(&value, &word[2], sizeof value);
+    memcpy(&position, &word[4], sizeof position);
+    memcpy(&end, &word[6], sizeof end);
+    int32_t zeros[KILN__ERROR_WORD_BYTES / 4] = {0};
+    err = kiln__cl.EnqueueWriteBuffer(kiln__queue(dev), dev->error_word, CL_TRUE, 0, sizeof zeros,
+                                      zeros, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return kiln__queue_fail(err, op, "clEnqueueWriteBuffer", dev);
+    bool index = word[1] != 2 && word[1] != 3; /* prelude.cl's KILN_ERROR_LABEL, _CLASS */
+    static const char *const holds[] = {"a zero", "a zero", "a NaN loss", "a row of zeros"};
+    return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                       "%s: an earlier call failed on %s: %s: %s %lld at %s %lld is outside [0, "
+                       "%lld); its result holds %s there. Reported at the first call that waits "
+                       "for the device; set KILN_CHECK=1 to have %s refuse it at once",
+                       op, dev->info.spec, reporting_op(word[0]), index ? "index" : "class label",
+                       (long long)value, index ? "position" : "row", (long long)position,
+                       (long long)end, holds[word[1] >= 1 && word[1] <= 3 ? word[1] : 0],
+                       reporting_op(word[0]));
+}
+
 kiln_status kiln_device_synchronize(kiln_device *dev)
 {
     const char *op = "kiln_device_synchronize";
@@ -68,7 +158,7 @@ kiln_status kiln_device_synchronize(kiln_device *dev)
     cl_int err = kiln__cl.Finish(kiln__queue(dev));
     if (err != CL_SUCCESS)
         return kiln__queue_fail(err, op, "clFinish", dev);
-    return KILN_OK;
+    return kiln__queue_error_check(dev, op);
 }
 
 cl_command_queue kiln_device_cl_queue(kiln_device *dev)

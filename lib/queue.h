@@ -29,4 +29,34 @@ cl_int kiln__queue_private(kiln_device *dev, cl_command_queue *out);
 /* Flush dev's queue: what is enqueued starts without the host waiting for it. */
 void kiln__queue_flush(const kiln_device *dev);
 
+/* The device error word: kernels that can meet bad data (a class label, an index outside its
+ * range) record the first violation there, as CUDA's device-side asserts do, and the host looks
+ * at it where it synchronises anyway (kiln_device_synchronize, kiln_tensor_read and so
+ * kiln_tensor_item, kiln_tensor_map and so checkpoint saves), never adding a synchronisation.
+ * Layout, KILN__ERROR_WORD_BYTES bytes: int 0 the op's code (0: no error; see
+ * kiln__queue_error_code), int 1 the kind (prelude.cl's KILN_ERROR_INDEX: an index, its element
+ * zero; KILN_ERROR_LABEL: a class label, its row's loss NaN; KILN_ERROR_CLASS: a class label,
+ * its one-hot row zeros), then longs at byte 8: the value, its position, the end of the valid
+ * range. prelude.cl's kiln_report writes it. */
+#define KILN__ERROR_WORD_BYTES 32
+
+/* The error word of dev in *out, created (zeroed) on first use; an OpenCL error code on
+ * failure. kiln__device_open(dev) must have succeeded. */
+cl_int kiln__queue_error_word(kiln_device *dev, cl_mem *out);
+
+/* The code kernels launched for the public function op write into the error word: op's name
+ * interned (a static string; at most 64 names, later ones share code 1, named by their kernel
+ * only). */
+int kiln__queue_error_code(const char *op);
+
+/* A kernel that may write dev's error word has been enqueued: the next check reads it. */
+void kiln__queue_error_armed(kiln_device *dev);
+
+/* At a synchronisation point of op on dev (whatever was enqueued before has finished, or op
+ * waits for it anyway): when a kernel reported bad data since the last check,
+ * KILN_ERR_INVALID_ARGUMENT with a message naming op, the op that launched the kernel, the value
+ * and its position, and the error word cleared; else KILN_OK. Costs nothing when no reporting
+ * kernel ran since the last check, one small blocking read otherwise. */
+kiln_status kiln__queue_error_check(kiln_device *dev, const char *op);
+
 #endif

@@ -374,6 +374,8 @@ void kiln__registry_reset(void)
                 kiln__cl.ReleaseCommandQueue(dev->queue);
             if (dev->private_queue)
                 kiln__cl.ReleaseCommandQueue(dev->private_queue);
+            if (dev->error_word)
+                kiln__cl.ReleaseMemObject(dev->error_word);
             pthread_mutex_destroy(&dev->lock);
         }
         for (int p = 0; p < reg.nplatforms; p++)

@@ -34,6 +34,10 @@ struct kiln_device {
     pthread_mutex_t lock;
     cl_command_queue queue;
     cl_command_queue private_queue; /* queue.c's second queue, made on first use */
+    /* queue.c's device error word (made on first use, under lock) and whether a kernel that may
+     * write it was enqueued since the host last looked */
+    cl_mem error_word;
+    atomic_bool error_armed;
     struct kiln__pool *pool;
     struct kiln__programs *programs;
     /* Set once, when a kernel fault made the device unusable (kiln__device_mark_lost): every

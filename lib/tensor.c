@@ -460,7 +460,12 @@ static kiln_status host_copy(const kiln_tensor *t, void *ptr, size_t nbytes, boo
 
 kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes)
 {
-    return host_copy(t, dst, nbytes, false);
+    kiln_status s = host_copy(t, dst, nbytes, false);
+    /* The blocking read waited for every kernel before it: a bad label or index one of them met
+     * is reported here (queue.h, the device error word). */
+    if (s == KILN_OK)
+        s = kiln__queue_error_check(t->dev, "kiln_tensor_read");
+    return s;
 }
 
 kiln_status kiln_tensor_write(kiln_tensor *t, const void *src, size_t nbytes)
@@ -786,6 +791,11 @@ kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr)
                            "%s: flags is %d; use KILN_MAP_READ, KILN_MAP_WRITE or "
                            "KILN_MAP_READ_WRITE",
                            op, (int)flags);
+    /* A bad label or index a kernel before the map met is reported here, nothing mapped (the
+     * check's read waits for what the map would wait for). */
+    s = kiln__queue_error_check(t->dev, op);
+    if (s != KILN_OK)
+        return s;
     kiln__storage *st = t->storage;
     int expected = 0;
     if (!atomic_compare_exchange_strong(&st->mapped, &expected, 1))

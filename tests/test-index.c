@@ -45,6 +45,19 @@ static kiln_tensor *index_tensor(kiln_device *dev, kiln_dtype dt, int ndim, cons
     return t;
 }
 
+/* After an op that met an index or label outside [0, end): the next call that waits for the
+ * device fails once, naming itself, the op and the range; the data stays as documented (issue
+ * 22, item 2: the device error word). */
+static void expect_reported(kiln_device *dev, const char *op, int64_t end)
+{
+    char want[64];
+    snprintf(want, sizeof want, "is outside [0, %lld)", (long long)end);
+    ASSERT_FAILS(kiln_device_synchronize(dev), KILN_ERR_INVALID_ARGUMENT, want);
+    const char *m = kiln_last_error();
+    ck_assert_msg(strncmp(m, "kiln_device_synchronize: ", 25) == 0 && strstr(m, op), "%s", m);
+    ASSERT_OK(kiln_device_synchronize(dev)); /* reported once */
+}
+
 /* index_select of a random x along every axis, with in-range, repeated and out-of-range
  * indices (zeros), against the C loop; the _out form gives the same. */
 static void check_index_select(kiln_device *dev, kiln_dtype dt, kiln_dtype it, int ndim,
@@ -83,10 +96,18 @@ static void check_index_select(kiln_device *dev, kiln_dtype dt, kiln_dtype it, i
     kiln_tensor *tx = upload(dev, dt, ndim, shape, x);
     const int64_t mshape[1] = {m};
     kiln_tensor *ti = index_tensor(dev, it, 1, mshape, idx), *y = NULL, *o = NULL;
+    bool bad = false;
+    for (int j = 0; j < m; j++)
+        bad |= idx[j] < 0 || idx[j] >= len;
+    bad &= on > 0;
     ASSERT_OK(kiln_index_select(tx, axis - ndim, ti, &y)); /* a negative axis counts from the end */
+    if (bad)
+        expect_reported(dev, "kiln_index_select", len);
     assert_values(y, ref, on, "index_select");
     ASSERT_OK(kiln_tensor_empty(dev, dt, ndim, oshape, &o));
     ASSERT_OK(kiln_index_select_out(tx, axis, ti, o));
+    if (bad)
+        expect_reported(dev, "kiln_index_select_out", len);
     assert_values(o, ref, on, "index_select_out");
     kiln_tensor_release(o);
     kiln_tensor_release(y);
@@ -143,13 +164,18 @@ static void check_gather(kiln_device *dev, kiln_dtype dt, kiln_dtype it, int ndi
     }
     kiln_tensor *tx = upload(dev, dt, ndim, shape, x);
     kiln_tensor *ti = index_tensor(dev, it, ndim, ishape, idx), *y = NULL, *o = NULL;
+    bool bad = in > 6; /* idx[6] is len + 1 */
     ASSERT_OK(kiln_gather(tx, axis, ti, &y));
     ck_assert_int_eq(kiln_tensor_ndim(y), ndim);
     for (int d = 0; d < ndim; d++)
         ck_assert_int_eq(kiln_tensor_shape(y)[d], ishape[d]);
+    if (bad)
+        expect_reported(dev, "kiln_gather", len);
     assert_values(y, ref, in, "gather");
     ASSERT_OK(kiln_tensor_empty(dev, dt, ndim, ishape, &o));
     ASSERT_OK(kiln_gather_out(tx, axis, ti, o));
+    if (bad)
+        expect_reported(dev, "kiln_gather_out", len);
     assert_values(o, ref, in, "gather_out");
     kiln_tensor_release(o);
     kiln_tensor_release(y);
@@ -193,6 +219,7 @@ START_TEST(test_one_hot)
             kiln_tensor *l = index_tensor(dev, it ? KILN_I64 : KILN_I32, 1, &n, labels), *y = NULL;
             ASSERT_OK(kiln_one_hot(l, 5, dt, &y));
             ck_assert_int_eq(kiln_tensor_dtype(y), dt);
+            expect_reported(dev, "kiln_one_hot", 5); /* -1 and 9: rows of zeros */
             double ref[35];
             for (int r = 0; r < 7; r++)
                 for (int c = 0; c < 5; c++)
@@ -200,6 +227,7 @@ START_TEST(test_one_hot)
             assert_values(y, ref, 35, "one_hot");
             ASSERT_OK(kiln_fill(y, 7));
             ASSERT_OK(kiln_one_hot_out(l, 5, y));
+            expect_reported(dev, "kiln_one_hot_out", 5);
             assert_values(y, ref, 35, "one_hot_out");
             kiln_tensor_release(y);
             kiln_tensor_release(l);

@@ -773,6 +773,54 @@ static void snap_free(snap *sn)
         free(sn->v[i]);
 }
 
+/* Issue 22, item 2: a training loop (linear 2 -> 3, Adam, the loss read each step) whose third
+ * batch has a class label 3: that step's kiln_tensor_item fails, naming kiln_cross_entropy and
+ * the label; the steps before it succeed; without KILN_CHECK. */
+START_TEST(test_bad_label_stops_training)
+{
+    kiln_module *lin = NULL;
+    kiln_params *params = NULL;
+    kiln_optimizer *opt = NULL;
+    ASSERT_OK(kiln_linear_create(dev, KILN_F32, 2, 3, true, KILN_INIT_DEFAULT, 7, &lin));
+    ASSERT_OK(kiln_params_create(&params));
+    ASSERT_OK(kiln_module_params(lin, "", params));
+    ASSERT_OK(kiln_adam_create(params, 0.01, 0.9, 0.999, 1e-8, 0.0, &opt));
+    static const float x[8] = {0.5f, -1, 1, 2, -0.25f, 0.75f, 3, -2};
+    static const int32_t batches[4][4] = {{0, 1, 2, 1}, {2, 2, 0, 1}, {1, 0, 3, 2}, {0, 0, 1, 2}};
+    const int64_t xs[2] = {4, 2}, ys[1] = {4};
+    int failed_at = -1;
+    for (int b = 0; b < 4 && failed_at < 0; b++) {
+        kiln_tensor *tx = NULL, *ty = NULL, *logits = NULL, *loss = NULL;
+        ASSERT_OK(kiln_tensor_from_host(dev, KILN_F32, 2, xs, x, &tx));
+        ASSERT_OK(kiln_tensor_from_host(dev, KILN_I32, 1, ys, batches[b], &ty));
+        ASSERT_OK(kiln_module_forward(lin, tx, &logits));
+        ASSERT_OK(kiln_cross_entropy(logits, ty, &loss, NULL));
+        ASSERT_OK(kiln_optimizer_zero_grad(opt));
+        ASSERT_OK(kiln_backward(loss, NULL, 0));
+        ASSERT_OK(kiln_optimizer_step(opt)); /* not a synchronisation point */
+        double l;
+        kiln_status s = kiln_tensor_item(loss, &l);
+        if (s != KILN_OK) {
+            failed_at = b;
+            ck_assert_int_eq(s, KILN_ERR_INVALID_ARGUMENT);
+            ASSERT_ERROR_HAS("kiln_tensor_item: an earlier call failed");
+            ASSERT_ERROR_HAS("kiln_cross_entropy: class label 3 at row 2 is outside [0, 3)");
+        } else {
+            ck_assert_msg(isfinite(l), "batch %d: loss %g", b, l);
+        }
+        kiln_tensor_release(tx);
+        kiln_tensor_release(ty);
+        kiln_tensor_release(logits);
+        kiln_tensor_release(loss);
+    }
+    ck_assert_int_eq(failed_at, 2);
+    ASSERT_OK(kiln_device_synchronize(dev));
+    kiln_optimizer_free(opt);
+    kiln_params_free(params);
+    kiln_module_free(lin);
+}
+END_TEST
+
 /* b holds a's values converted to dtype dt (a C cast, or float_to_half for f16), on dev. */
 static void assert_converted(const snap *a, const snap *b, kiln_dtype dt, kiln_device *d)
 {
@@ -1112,6 +1160,7 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_gradients);
     tcase_add_test(tc, test_sequential);
     tcase_add_test(tc, test_global_seed_layers);
+    tcase_add_test(tc, test_bad_label_stops_training);
     tcase_add_test(tc, test_module_to);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_out_of_memory);

@@ -273,26 +273,68 @@ START_TEST(test_cross_entropy)
 }
 END_TEST
 
-/* A label outside [0, C) cannot be checked without a blocking read: the loss becomes NaN. */
+/* A label outside [0, C) (issue 22, item 2): checking it before the launch would need a blocking
+ * read, so the call returns KILN_OK and the row's loss is NaN; the kernel records the label in
+ * the device error word, and the first call that waits for the device (a read, an item, a map,
+ * a synchronize) fails once, naming itself, kiln_cross_entropy, the label, its row and the
+ * range. Later violations before that call are not reported; good labels report nothing. */
 START_TEST(test_cross_entropy_bad_label)
 {
     static const int64_t shape[] = {2, 3}, rows = 2;
     static const float x[] = {1, 2, 3, 4, 5, 6};
-    static const int32_t labels[] = {1, 3};
+    static const int32_t labels[] = {1, 3}, later[] = {9, 0}, good[] = {2, 0};
+    const char *want = "kiln_cross_entropy: class label 3 at row 1 is outside [0, 3)";
     for (int i = 0; i < ndevs; i++) {
-        kiln_tensor *t = NULL, *l = NULL, *loss = NULL, *grad = NULL;
-        ASSERT_OK(kiln_tensor_from_host(devs[i], KILN_F32, 2, shape, x, &t));
-        ASSERT_OK(kiln_tensor_from_host(devs[i], KILN_I32, 1, &rows, labels, &l));
+        kiln_device *dev = devs[i];
+        kiln_tensor *t = NULL, *l = NULL, *l2 = NULL, *lg = NULL, *loss = NULL, *grad = NULL;
+        ASSERT_OK(kiln_tensor_from_host(dev, KILN_F32, 2, shape, x, &t));
+        ASSERT_OK(kiln_tensor_from_host(dev, KILN_I32, 1, &rows, labels, &l));
+        ASSERT_OK(kiln_tensor_from_host(dev, KILN_I32, 1, &rows, later, &l2));
+        ASSERT_OK(kiln_tensor_from_host(dev, KILN_I32, 1, &rows, good, &lg));
+        /* the call itself does not wait for the device: KILN_OK */
         ASSERT_OK(kiln_cross_entropy(t, l, &loss, &grad));
         float f, g[6];
+        ASSERT_FAILS(kiln_tensor_read(loss, &f, sizeof f), KILN_ERR_INVALID_ARGUMENT, want);
+        ck_assert_msg(strncmp(kiln_last_error(), "kiln_tensor_read: ", 18) == 0, "%s",
+                      kiln_last_error());
+        ASSERT_ERROR_HAS(kiln_device_spec(dev));
+        /* reported once; the values as before: the row's loss and gradient NaN */
         ASSERT_OK(kiln_tensor_read(loss, &f, sizeof f));
         ck_assert_msg(isnan(f), "loss with label 3 of 3 classes is %g", f);
         ASSERT_OK(kiln_tensor_read(grad, g, sizeof g));
         ck_assert(!isnan(g[0]) && isnan(g[3]));
-        kiln_tensor_release(t);
-        kiln_tensor_release(l);
         kiln_tensor_release(loss);
         kiln_tensor_release(grad);
+        /* the first violation is the one reported, at whichever call waits first */
+        ASSERT_OK(kiln_cross_entropy(t, l, &loss, NULL));
+        kiln_tensor_release(loss);
+        ASSERT_OK(kiln_cross_entropy(t, l2, &loss, NULL));
+        void *p = NULL;
+        ASSERT_FAILS(kiln_tensor_map(loss, KILN_MAP_READ, &p), KILN_ERR_INVALID_ARGUMENT, want);
+        ck_assert_ptr_null(p);
+        ASSERT_OK(kiln_tensor_map(loss, KILN_MAP_READ, &p)); /* nothing was left mapped */
+        ASSERT_OK(kiln_tensor_unmap(loss));
+        kiln_tensor_release(loss);
+        double d;
+        ASSERT_OK(kiln_cross_entropy(t, l2, &loss, NULL));
+        ASSERT_FAILS(kiln_tensor_item(loss, &d), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_tensor_item: an earlier call failed");
+        ASSERT_ERROR_HAS("class label 9 at row 0 is outside [0, 3)");
+        kiln_tensor_release(loss);
+        ASSERT_OK(kiln_cross_entropy(t, l2, &loss, NULL));
+        ASSERT_FAILS(kiln_device_synchronize(dev), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_device_synchronize: an earlier call failed");
+        kiln_tensor_release(loss);
+        /* good labels after it: nothing reported */
+        ASSERT_OK(kiln_cross_entropy(t, lg, &loss, NULL));
+        ASSERT_OK(kiln_tensor_item(loss, &d));
+        ck_assert(isfinite(d));
+        ASSERT_OK(kiln_device_synchronize(dev));
+        kiln_tensor_release(loss);
+        kiln_tensor_release(t);
+        kiln_tensor_release(l);
+        kiln_tensor_release(l2);
+        kiln_tensor_release(lg);
     }
 }
 END_TEST

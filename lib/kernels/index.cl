@@ -6,17 +6,20 @@
  *   kiln_index_add      the scatter-add of the two gradients (slot T, floating)
  * Expects KILN_E (an unsigned integer type of the element's size: elements are copied bit for
  * bit, f16 too) and KILN_I (the index type, int or long); kiln_one_hot expects slot O instead of
- * KILN_E. An index outside [0, n) gives a zero element and never a read outside x (KILN_CHECK=1
- * reports it on the host). Coordinates come from the NDRange, not from div/rem of one id (see
+ * KILN_E. An index outside [0, n) gives a zero element (a row of zeros for one_hot), never a read
+ * outside x, and is reported in the device error word (kerr, kcode: prelude.cl's kiln_report;
+ * KILN_CHECK=1 refuses it on the host before the launch). Coordinates come from the NDRange, not from div/rem of one id (see
  * shape.cl). */
 
 #ifdef KILN_E
 kernel void kiln_index_select(global const KILN_E *x, global const KILN_I *idx, global KILN_E *out,
-                              long outer, long n, long inner, long m)
+                              long outer, long n, long inner, long m, global int *kerr, int kcode)
 {
     KILN_FOR(o, 2, outer) {
         KILN_FOR(j, 1, m) {
             long k = (long)idx[j];
+            if ((k < 0 || k >= n) && o == 0 && get_global_id(0) == 0)
+                kiln_report(kerr, kcode, KILN_ERROR_INDEX, k, j, n);
             KILN_FOR(i, 0, inner) {
                 KILN_E v = 0;
                 if (k >= 0 && k < n)
@@ -34,13 +37,16 @@ kernel void kiln_index_select(global const KILN_E *x, global const KILN_I *idx, 
  * dimension), whose x stride is xsa and length n. */
 kernel void kiln_gather(global const KILN_E *x, global const KILN_I *idx, global KILN_E *out,
                         long io, long xo, long d0, long d1, long d2, long os0, long os1, long os2,
-                        long xs0, long xs1, long xs2, int axis_slot, long xsa, long n)
+                        long xs0, long xs1, long xs2, int axis_slot, long xsa, long n,
+                        global int *kerr, int kcode)
 {
     KILN_FOR(c0, 2, d0) {
         KILN_FOR(c1, 1, d1) {
             KILN_FOR(c2, 0, d2) {
                 long e = io + c0 * os0 + c1 * os1 + c2 * os2;
                 long k = (long)idx[e];
+                if (k < 0 || k >= n)
+                    kiln_report(kerr, kcode, KILN_ERROR_INDEX, k, e, n);
                 long off = xo + k * xsa;
                 off += axis_slot == 0 ? 0 : c0 * xs0;
                 off += axis_slot == 1 ? 0 : c1 * xs1;
@@ -56,10 +62,13 @@ kernel void kiln_gather(global const KILN_E *x, global const KILN_I *idx, global
 #endif
 
 #ifdef KILN_O
-kernel void kiln_one_hot(global const KILN_I *labels, global KILN_O *out, long rows, long classes)
+kernel void kiln_one_hot(global const KILN_I *labels, global KILN_O *out, long rows, long classes,
+                         global int *kerr, int kcode)
 {
     KILN_FOR(r, 1, rows) {
         long label = (long)labels[r];
+        if ((label < 0 || label >= classes) && get_global_id(0) == 0)
+            kiln_report(kerr, kcode, KILN_ERROR_CLASS, label, r, classes);
         KILN_FOR(c, 0, classes) {
             STORE_O(out, r * classes + c, c == label ? (KILN_OC)1 : (KILN_OC)0);
         }

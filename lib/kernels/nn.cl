@@ -52,16 +52,19 @@ kernel void kiln_softmax(global const KILN_T *x, global KILN_T *y, long outer, l
 #endif
 
 /* loss[i] = logsumexp(row) - row[label]; grad row = (softmax - onehot) * scale. A label outside
- * [0, C) gives NaN for the row's loss and gradient, so the mean loss is NaN. */
+ * [0, C) gives NaN for the row's loss and gradient, so the mean loss is NaN, and is reported in
+ * the device error word (kerr, kcode: prelude.cl's kiln_report). */
 #define KILN_CE_KERNEL(name, LABEL_T)                                                           \
     kernel void name(global const KILN_T *logits, global const LABEL_T *labels,                 \
                      global KILN_T *loss, global KILN_T *grad, long rows, long classes,         \
-                     int want_grad, KILN_TC scale)                                              \
+                     int want_grad, KILN_TC scale, global int *kerr, int kcode)                 \
     {                                                                                           \
         KILN_FOR(r, 0, rows) {                                                                  \
             long base = r * classes;                                                            \
             long label = (long)labels[r];                                                       \
             bool ok = label >= 0 && label < classes;                                            \
+            if (!ok)                                                                            \
+                kiln_report(kerr, kcode, KILN_ERROR_LABEL, label, r, classes);                  \
             KILN_TC m, s;                                                                       \
             kiln_row_stats(logits, base, classes, 1, &m, &s);                                   \
             KILN_TC lse = m + log(s);                                                           \
@@ -154,12 +157,14 @@ kernel void kiln_softmax_rows8(global const KILN_T *x, global KILN_T *y, long ou
 #define KILN_CE8_KERNEL(name, LABEL_T)                                                          \
     kernel void name(global const KILN_T *logits, global const LABEL_T *labels,                 \
                      global KILN_T *loss, global KILN_T *grad, long rows, long classes,         \
-                     int want_grad, KILN_TC scale)                                              \
+                     int want_grad, KILN_TC scale, global int *kerr, int kcode)                 \
     {                                                                                           \
         KILN_FOR(r, 0, rows) {                                                                  \
             long base = r * classes, j = 0;                                                     \
             long label = (long)labels[r];                                                       \
             bool ok = label >= 0 && label < classes;                                            \
+            if (!ok)                                                                            \
+                kiln_report(kerr, kcode, KILN_ERROR_LABEL, label, r, classes);                  \
             KILN_TC m, s;                                                                       \
             kiln_row_stats8(logits, base, classes, &m, &s);                                     \
             KILN_TC lse = m + log(s);                                                           \

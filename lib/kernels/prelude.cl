@@ -61,3 +61,21 @@
 #define KILN_FOR_GROUP(g, d, n)                                                               \
     for (long g = (long)get_group_id(d); g < (n); g += (long)get_num_groups(d))
 #endif
+
+/* The device error word (lib/queue.h): the first kernel to meet bad data writes the op's code,
+ * the kind (an index, a loss's class label, a one-hot class), the value, its position and the
+ * end of the valid range; later reports, until the host has read and cleared it, change
+ * nothing. */
+#define KILN_ERROR_INDEX 1
+#define KILN_ERROR_LABEL 2
+#define KILN_ERROR_CLASS 3
+void kiln_report(global int *kerr, int code, int kind, long value, long position, long end)
+{
+    if (atomic_cmpxchg((volatile global int *)kerr, 0, code) == 0) {
+        kerr[1] = kind;
+        global long *w = (global long *)(kerr + 2);
+        w[0] = value;
+        w[1] = position;
+        w[2] = end;
+    }
+}

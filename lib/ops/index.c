@@ -10,6 +10,7 @@
 #include "launch.h"
 #include "ndrange.h"
 #include "program.h"
+#include "queue.h"
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
@@ -110,11 +111,12 @@ static kiln_status index_select(const kiln_tensor *x, int axis, const kiln_tenso
         s = index_kernel(x->dev, x->dtype, idx->dtype, "kiln_index_select", op, &k);
         size_t global[3] = {(size_t)inner, (size_t)m, (size_t)outer}, local[3];
         kiln__fixed_ndrange(k ? k->wg_size : 1, 3, global, local);
-        kiln_arg args[] = {kiln_arg_tensor(x),  kiln_arg_tensor(idx), kiln_arg_tensor(t),
-                           kiln_arg_i64(outer), kiln_arg_i64(n),      kiln_arg_i64(inner),
-                           kiln_arg_i64(m)};
+        kiln_arg args[] = {
+            kiln_arg_tensor(x),  kiln_arg_tensor(idx),   kiln_arg_tensor(t),
+            kiln_arg_i64(outer), kiln_arg_i64(n),        kiln_arg_i64(inner),
+            kiln_arg_i64(m),     kiln__arg_error_word(), kiln_arg_i32(kiln__queue_error_code(op))};
         if (s == KILN_OK)
-            s = kiln__kernel_launch(x->dev, k, op, 3, global, local, 7, args);
+            s = kiln__kernel_launch(x->dev, k, op, 3, global, local, 9, args);
     }
     return kiln__finish(s, t, given, out);
 }
@@ -192,14 +194,26 @@ static kiln_status launch_gather(kiln__kernel *k, const kiln_tensor *x, const ki
                 int64_t bxo = xo + (slot == 0 ? 0 : z * xs3[0]) + (slot == 1 ? 0 : y * xs3[1]);
                 size_t global[3] = {(size_t)d3[2], (size_t)dy, (size_t)dz}, local[3];
                 kiln__fixed_ndrange(k->wg_size, 3, global, local);
-                kiln_arg args[] = {
-                    kiln_arg_tensor(x),   kiln_arg_tensor(idx),     kiln_arg_tensor(t),
-                    kiln_arg_i64(bio),    kiln_arg_i64(bxo),        kiln_arg_i64(dz),
-                    kiln_arg_i64(dy),     kiln_arg_i64(d3[2]),      kiln_arg_i64(os3[0]),
-                    kiln_arg_i64(os3[1]), kiln_arg_i64(os3[2]),     kiln_arg_i64(xs3[0]),
-                    kiln_arg_i64(xs3[1]), kiln_arg_i64(xs3[2]),     kiln_arg_i32(slot),
-                    kiln_arg_i64(xs[a]),  kiln_arg_i64(x->shape[a])};
-                s = kiln__kernel_launch(x->dev, k, op, 3, global, local, 17, args);
+                kiln_arg args[] = {kiln_arg_tensor(x),
+                                   kiln_arg_tensor(idx),
+                                   kiln_arg_tensor(t),
+                                   kiln_arg_i64(bio),
+                                   kiln_arg_i64(bxo),
+                                   kiln_arg_i64(dz),
+                                   kiln_arg_i64(dy),
+                                   kiln_arg_i64(d3[2]),
+                                   kiln_arg_i64(os3[0]),
+                                   kiln_arg_i64(os3[1]),
+                                   kiln_arg_i64(os3[2]),
+                                   kiln_arg_i64(xs3[0]),
+                                   kiln_arg_i64(xs3[1]),
+                                   kiln_arg_i64(xs3[2]),
+                                   kiln_arg_i32(slot),
+                                   kiln_arg_i64(xs[a]),
+                                   kiln_arg_i64(x->shape[a]),
+                                   kiln__arg_error_word(),
+                                   kiln_arg_i32(kiln__queue_error_code(op))};
+                s = kiln__kernel_launch(x->dev, k, op, 3, global, local, 19, args);
             }
         }
     }
@@ -323,10 +337,11 @@ static kiln_status one_hot(const kiln_tensor *labels, int64_t classes, kiln_dtyp
         s = kiln__builtin_kernel(labels->dev, "index", defs, "kiln_one_hot", op, &k);
         size_t global[2] = {(size_t)classes, (size_t)rows}, local[2];
         kiln__fixed_ndrange(k ? k->wg_size : 1, 2, global, local);
-        kiln_arg args[] = {kiln_arg_tensor(labels), kiln_arg_tensor(t), kiln_arg_i64(rows),
-                           kiln_arg_i64(classes)};
+        kiln_arg args[] = {kiln_arg_tensor(labels), kiln_arg_tensor(t),
+                           kiln_arg_i64(rows),      kiln_arg_i64(classes),
+                           kiln__arg_error_word(),  kiln_arg_i32(kiln__queue_error_code(op))};
         if (s == KILN_OK)
-            s = kiln__kernel_launch(labels->dev, k, op, 2, global, local, 4, args);
+            s = kiln__kernel_launch(labels->dev, k, op, 2, global, local, 6, args);
     }
     return kiln__finish(s, t, given, out);
 }

@@ -9,6 +9,7 @@
 #include "launch.h"
 #include "ndrange.h"
 #include "program.h"
+#include "queue.h"
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
@@ -295,12 +296,13 @@ static kiln_status cross_entropy(const char *op, const kiln_tensor *logits,
             kiln_arg_tensor(logits), kiln_arg_tensor(labels),
             kiln_arg_tensor(terms),  kiln_arg_tensor(g ? g : terms),
             kiln_arg_i64(rows),      kiln_arg_i64(classes),
-            kiln_arg_i32(g != NULL), kiln__arg_compute(logits->dtype, 1.0 / (double)rows)};
+            kiln_arg_i32(g != NULL), kiln__arg_compute(logits->dtype, 1.0 / (double)rows),
+            kiln__arg_error_word(),  kiln_arg_i32(kiln__queue_error_code(op))};
         if (s == KILN_OK && vec) {
             kiln__cpu_loop_ndrange(logits->dev, k->wg_size, 1, &global, &local);
-            s = kiln__kernel_launch(logits->dev, k, op, 1, &global, &local, 8, args);
+            s = kiln__kernel_launch(logits->dev, k, op, 1, &global, &local, 10, args);
         } else if (s == KILN_OK) {
-            s = launch1(logits->dev, k, op, global, 8, args);
+            s = launch1(logits->dev, k, op, global, 10, args);
         }
     }
     return finish_loss(terms, s, loss);
