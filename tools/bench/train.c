@@ -304,6 +304,96 @@ done:
     return rc;
 }
 
+/* The step of examples/classify.c: Sequential(Linear(2, 64), ReLU, Linear(64, 3)), cross-entropy
+ * against i32 labels, Adam, the loss read each step (kiln_tensor_item: the point where a bad
+ * label is reported, issue 22 item 2), batch 64, a scope per step. No baseline in-process: the
+ * row exists to compare builds (e.g. with and without the device error word), run alternately. */
+static int bench_classify(bench_ctx *ctx)
+{
+    enum { BATCH = 64, HIDDEN = 64, CLASSES = 3 };
+    int steps = ctx->quick ? 10 : 50;
+    float x[BATCH * 2];
+    int32_t y[BATCH];
+    for (int i = 0; i < BATCH; i++) {
+        x[2 * i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+        x[2 * i + 1] = (float)((i * 104729) % 1000) / 500.0f - 1.0f;
+        y[i] = (x[2 * i] > 0) + (x[2 * i + 1] > 0.5f);
+    }
+    kiln_module *layers[3] = {NULL, NULL, NULL}, *model = NULL;
+    kiln_params *params = NULL;
+    kiln_optimizer *opt = NULL;
+    kiln_tensor *tx = NULL, *ty = NULL;
+    const int64_t xs[2] = {BATCH, 2}, ys[1] = {BATCH};
+    double *t = calloc((size_t)ctx->repeats, sizeof(double));
+    kiln_status s = t ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    if (s == KILN_OK)
+        s = kiln_linear_create(ctx->dev, KILN_F32, 2, HIDDEN, true, KILN_INIT_DEFAULT, 1,
+                               &layers[0]);
+    if (s == KILN_OK)
+        s = kiln_activation_create(KILN_UNARY_RELU, &layers[1]);
+    if (s == KILN_OK)
+        s = kiln_linear_create(ctx->dev, KILN_F32, HIDDEN, CLASSES, true, KILN_INIT_DEFAULT, 2,
+                               &layers[2]);
+    if (s == KILN_OK)
+        s = kiln_sequential_create(layers, 3, &model);
+    else
+        for (int i = 0; i < 3; i++)
+            kiln_module_free(layers[i]);
+    if (s == KILN_OK)
+        s = kiln_params_create(&params);
+    if (s == KILN_OK)
+        s = kiln_module_params(model, "", params);
+    if (s == KILN_OK)
+        s = kiln_adam_create(params, 1e-2, 0.9, 0.999, 1e-8, 0.0, &opt);
+    if (s == KILN_OK)
+        s = kiln_tensor_from_host(ctx->dev, KILN_F32, 2, xs, x, &tx);
+    if (s == KILN_OK)
+        s = kiln_tensor_from_host(ctx->dev, KILN_I32, 1, ys, y, &ty);
+    double sink = 0;
+    /* two warm-up steps (builds), then repeats of `steps` steps */
+    for (int r = -1; r < ctx->repeats && s == KILN_OK; r++) {
+        double t0 = bench_now();
+        for (int i = 0; i < (r < 0 ? 2 : steps) && s == KILN_OK; i++) {
+            kiln_scope *scope = NULL;
+            kiln_tensor *logits = NULL, *loss = NULL;
+            double l = 0;
+            if ((s = kiln_scope_begin(&scope)) != KILN_OK)
+                break;
+            if ((s = kiln_module_forward(model, tx, &logits)) == KILN_OK &&
+                (s = kiln_cross_entropy(logits, ty, &loss, NULL)) == KILN_OK &&
+                (s = kiln_optimizer_zero_grad(opt)) == KILN_OK &&
+                (s = kiln_backward(loss, NULL, 0)) == KILN_OK &&
+                (s = kiln_optimizer_step(opt)) == KILN_OK)
+                s = kiln_tensor_item(loss, &l);
+            kiln_scope_end(scope);
+            sink += l;
+        }
+        if (r >= 0)
+            t[r] = (bench_now() - t0) / steps * 1e3;
+    }
+    int rc = 0;
+    if (s != KILN_OK) {
+        rc = bench_fail("classifier step", s);
+    } else {
+        bench_result res;
+        bench_result_set(&res, "classifier step batch 64, 2-64-3, CE", "ms", false, NULL, t, NULL,
+                         ctx->repeats);
+        bench_report(ctx, &res);
+        bench_note(ctx,
+                   "train: the classifier step (examples/classify.c's, loss read each step; "
+                   "mean loss %.3g) has no in-process baseline: compare builds, run "
+                   "alternately",
+                   sink / (double)(2 + steps * ctx->repeats));
+    }
+    kiln_tensor_release(tx);
+    kiln_tensor_release(ty);
+    kiln_optimizer_free(opt);
+    kiln_params_free(params);
+    kiln_module_free(model);
+    free(t);
+    return rc;
+}
+
 typedef struct torch_rows {
     bench_ctx *ctx;
     train_case *cases;
@@ -345,6 +435,8 @@ int bench_train(bench_ctx *ctx)
         ncases += r == 0;
         rc |= r;
     }
+    bench_progress(ctx, "train: classifier step");
+    rc |= bench_classify(ctx);
     bench_note(ctx, "train: baseline is the same forward, backward and Adam step in plain C%s",
 #ifdef KILN_HAVE_CBLAS
                " with cblas_sgemm for the products"
