@@ -9,7 +9,6 @@
 
 #include "alloc.h"
 #include "dtype.h"
-#include "queue.h"
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
@@ -32,11 +31,8 @@ static kiln_status item(const kiln_tensor *t, const char *op, kiln__host_value *
                            op, sh, t->numel);
     }
     unsigned char buf[16];
-    /* a bad label or index a kernel met, reported under this call's name (the check waits for
-     * what the read would wait for: queue.h, the device error word) */
-    s = kiln__queue_error_check(t->dev, op);
-    if (s == KILN_OK)
-        s = kiln_tensor_read(t, buf, t->nbytes);
+    /* a bad label or index a kernel met is reported under this call's name */
+    s = kiln__tensor_read_as(t, buf, t->nbytes, op);
     if (s == KILN_OK)
         *v = kiln__dtype_load(t->dtype, buf, 0);
     return s;

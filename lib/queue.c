@@ -116,16 +116,57 @@ void kiln__queue_error_armed(kiln_device *dev)
     atomic_store(&dev->error_armed, true);
 }
 
+/* Whether a reporting kernel ran since the last check (and the flag now cleared). */
+static bool take_armed(kiln_device *dev)
+{
+    return atomic_load_explicit(&dev->error_armed, memory_order_relaxed) &&
+           atomic_exchange(&dev->error_armed, false);
+}
+
+/* The error word as read: KILN_OK when clear, else the error (and the word cleared). */
+static kiln_status report(kiln_device *dev, const int32_t *word, const char *op);
+
 kiln_status kiln__queue_error_check(kiln_device *dev, const char *op)
 {
-    if (!atomic_load_explicit(&dev->error_armed, memory_order_relaxed) ||
-        !atomic_exchange(&dev->error_armed, false))
+    if (!take_armed(dev))
         return KILN_OK;
     int32_t word[KILN__ERROR_WORD_BYTES / 4];
     cl_int err = kiln__cl.EnqueueReadBuffer(kiln__queue(dev), dev->error_word, CL_TRUE, 0,
                                             sizeof word, word, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return kiln__queue_fail(err, op, "clEnqueueReadBuffer", dev);
+    return report(dev, word, op);
+}
+
+void kiln__queue_error_probe(kiln_device *dev, kiln__error_probe *probe)
+{
+    probe->read = NULL;
+    if (!take_armed(dev))
+        return;
+    cl_int err = kiln__cl.EnqueueReadBuffer(kiln__queue(dev), dev->error_word, CL_FALSE, 0,
+                                            sizeof probe->word, probe->word, 0, NULL, &probe->read);
+    if (err != CL_SUCCESS) {
+        probe->read = NULL;
+        atomic_store(&dev->error_armed, true); /* the next check reads it the plain way */
+    }
+}
+
+kiln_status kiln__queue_error_report(kiln_device *dev, kiln__error_probe *probe, const char *op)
+{
+    if (!probe->read)
+        return KILN_OK;
+    /* Complete already (the caller's blocking command came after it on the queue): a status
+     * check rather than a wait in practice. */
+    cl_int err = kiln__cl.WaitForEvents(1, &probe->read);
+    kiln__cl.ReleaseEvent(probe->read);
+    probe->read = NULL;
+    if (err != CL_SUCCESS)
+        return kiln__queue_fail(err, op, "clWaitForEvents", dev);
+    return report(dev, probe->word, op);
+}
+
+static kiln_status report(kiln_device *dev, const int32_t *word, const char *op)
+{
     if (word[0] == 0)
         return KILN_OK;
     int64_t value, position, end;
@@ -133,8 +174,8 @@ kiln_status kiln__queue_error_check(kiln_device *dev, const char *op)
     memcpy(&position, &word[4], sizeof position);
     memcpy(&end, &word[6], sizeof end);
     int32_t zeros[KILN__ERROR_WORD_BYTES / 4] = {0};
-    err = kiln__cl.EnqueueWriteBuffer(kiln__queue(dev), dev->error_word, CL_TRUE, 0, sizeof zeros,
-                                      zeros, 0, NULL, NULL);
+    cl_int err = kiln__cl.EnqueueWriteBuffer(kiln__queue(dev), dev->error_word, CL_TRUE, 0,
+                                             sizeof zeros, zeros, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return kiln__queue_fail(err, op, "clEnqueueWriteBuffer", dev);
     bool index = word[1] != 2 && word[1] != 3; /* prelude.cl's KILN_ERROR_LABEL, _CLASS */
@@ -155,10 +196,13 @@ kiln_status kiln_device_synchronize(kiln_device *dev)
     kiln_status s = kiln__device_open(dev, op);
     if (s != KILN_OK)
         return s;
+    kiln__error_probe probe;
+    kiln__queue_error_probe(dev, &probe);
     cl_int err = kiln__cl.Finish(kiln__queue(dev));
+    kiln_status r = kiln__queue_error_report(dev, &probe, op);
     if (err != CL_SUCCESS)
         return kiln__queue_fail(err, op, "clFinish", dev);
-    return kiln__queue_error_check(dev, op);
+    return r;
 }
 
 cl_command_queue kiln_device_cl_queue(kiln_device *dev)

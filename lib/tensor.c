@@ -446,31 +446,38 @@ static kiln_status check_io(const kiln_tensor *t, const void *ptr, size_t nbytes
 
 /* A blocking copy between the tensor and host memory (ptr, nbytes): read into ptr, or write from
  * it (src may be reused at once). Through pinned staging buffers on a device without unified
- * memory (staging.c). */
-static kiln_status host_copy(const kiln_tensor *t, void *ptr, size_t nbytes, bool write)
+ * memory (staging.c). A read also reports, under report_op's name, a bad label or index a kernel
+ * before it met (queue.h, the device error word), folded into the read's wait. */
+static kiln_status host_copy(const kiln_tensor *t, void *ptr, size_t nbytes, bool write,
+                             const char *report_op)
 {
     const char *op = write ? "kiln_tensor_write" : "kiln_tensor_read";
     kiln_status s = check_io(t, ptr, nbytes, op, write ? "src" : "dst");
     if (s != KILN_OK || nbytes == 0)
         return s;
     cl_mem mem = t->storage->mem;
-    return write ? kiln__staging_write(t->dev, mem, 0, nbytes, ptr, op)
-                 : kiln__staging_read(t->dev, mem, 0, nbytes, ptr, op);
+    if (write)
+        return kiln__staging_write(t->dev, mem, 0, nbytes, ptr, op);
+    kiln__error_probe probe;
+    kiln__queue_error_probe(t->dev, &probe);
+    s = kiln__staging_read(t->dev, mem, 0, nbytes, ptr, op);
+    kiln_status r = kiln__queue_error_report(t->dev, &probe, report_op);
+    return s != KILN_OK ? s : r;
+}
+
+kiln_status kiln__tensor_read_as(const kiln_tensor *t, void *dst, size_t nbytes, const char *op)
+{
+    return host_copy(t, dst, nbytes, false, op);
 }
 
 kiln_status kiln_tensor_read(const kiln_tensor *t, void *dst, size_t nbytes)
 {
-    kiln_status s = host_copy(t, dst, nbytes, false);
-    /* The blocking read waited for every kernel before it: a bad label or index one of them met
-     * is reported here (queue.h, the device error word). */
-    if (s == KILN_OK)
-        s = kiln__queue_error_check(t->dev, "kiln_tensor_read");
-    return s;
+    return host_copy(t, dst, nbytes, false, "kiln_tensor_read");
 }
 
 kiln_status kiln_tensor_write(kiln_tensor *t, const void *src, size_t nbytes)
 {
-    kiln_status s = host_copy(t, (void *)src, nbytes, true);
+    kiln_status s = host_copy(t, (void *)src, nbytes, true, NULL);
     if (s == KILN_OK)
         kiln__tensor_bump(t);
     return s;

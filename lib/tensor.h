@@ -169,4 +169,8 @@ void kiln__tensor_hooks_add(const kiln__tensor_hooks *h);
  * checks do: for a use no check saw (launch.c's arguments). KILN_OK at once without hooks. */
 kiln_status kiln__tensor_use(const kiln_tensor *t, const char *op);
 
+/* kiln_tensor_read, a bad label or index an earlier kernel met (queue.h, the device error word)
+ * reported under op's name (kiln_tensor_item's). */
+kiln_status kiln__tensor_read_as(const kiln_tensor *t, void *dst, size_t nbytes, const char *op);
+
 #endif
