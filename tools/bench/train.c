@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "classifier.h"
 #include "mlp.h"
 
 #ifdef KILN_HAVE_CBLAS
@@ -304,72 +305,27 @@ done:
     return rc;
 }
 
-/* The step of examples/classify.c: Sequential(Linear(2, 64), ReLU, Linear(64, 3)), cross-entropy
- * against i32 labels, Adam, the loss read each step (kiln_tensor_item: the point where a bad
- * label is reported, issue 22 item 2), batch 64, a scope per step. No baseline in-process: the
- * row exists to compare builds (e.g. with and without the device error word), run alternately. */
+/* The step of examples/classify.c (classifier.c): 2-64-3, cross-entropy, Adam, batch 64, the
+ * loss read each step (kiln_tensor_item: where a bad label is reported, issue 22 item 2). No
+ * baseline in-process: the row is there to compare builds (with and without a change), run
+ * alternately. */
 static int bench_classify(bench_ctx *ctx)
 {
-    enum { BATCH = 64, HIDDEN = 64, CLASSES = 3 };
     int steps = ctx->quick ? 10 : 50;
-    float x[BATCH * 2];
-    int32_t y[BATCH];
-    for (int i = 0; i < BATCH; i++) {
-        x[2 * i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
-        x[2 * i + 1] = (float)((i * 104729) % 1000) / 500.0f - 1.0f;
-        y[i] = (x[2 * i] > 0) + (x[2 * i + 1] > 0.5f);
-    }
-    kiln_module *layers[3] = {NULL, NULL, NULL}, *model = NULL;
-    kiln_params *params = NULL;
-    kiln_optimizer *opt = NULL;
-    kiln_tensor *tx = NULL, *ty = NULL;
-    const int64_t xs[2] = {BATCH, 2}, ys[1] = {BATCH};
+    classifier *c = calloc(1, sizeof *c);
     double *t = calloc((size_t)ctx->repeats, sizeof(double));
-    kiln_status s = t ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
-    if (s == KILN_OK)
-        s = kiln_linear_create(ctx->dev, KILN_F32, 2, HIDDEN, true, KILN_INIT_DEFAULT, 1,
-                               &layers[0]);
-    if (s == KILN_OK)
-        s = kiln_activation_create(KILN_UNARY_RELU, &layers[1]);
-    if (s == KILN_OK)
-        s = kiln_linear_create(ctx->dev, KILN_F32, HIDDEN, CLASSES, true, KILN_INIT_DEFAULT, 2,
-                               &layers[2]);
-    if (s == KILN_OK)
-        s = kiln_sequential_create(layers, 3, &model);
-    else
-        for (int i = 0; i < 3; i++)
-            kiln_module_free(layers[i]);
-    if (s == KILN_OK)
-        s = kiln_params_create(&params);
-    if (s == KILN_OK)
-        s = kiln_module_params(model, "", params);
-    if (s == KILN_OK)
-        s = kiln_adam_create(params, 1e-2, 0.9, 0.999, 1e-8, 0.0, &opt);
-    if (s == KILN_OK)
-        s = kiln_tensor_from_host(ctx->dev, KILN_F32, 2, xs, x, &tx);
-    if (s == KILN_OK)
-        s = kiln_tensor_from_host(ctx->dev, KILN_I32, 1, ys, y, &ty);
-    double sink = 0;
-    /* two warm-up steps (builds), then repeats of `steps` steps */
-    for (int r = -1; r < ctx->repeats && s == KILN_OK; r++) {
+    kiln_status s = c && t ? classifier_init(c, ctx->dev) : KILN_ERR_OUT_OF_MEMORY;
+    double sum = 0, l = 0;
+    int b = 0;
+    for (int i = 0; i < 2 && s == KILN_OK; i++) /* warm-up: builds */
+        s = classifier_step(c, b++, &l);
+    for (int r = 0; r < ctx->repeats && s == KILN_OK; r++) {
         double t0 = bench_now();
-        for (int i = 0; i < (r < 0 ? 2 : steps) && s == KILN_OK; i++) {
-            kiln_scope *scope = NULL;
-            kiln_tensor *logits = NULL, *loss = NULL;
-            double l = 0;
-            if ((s = kiln_scope_begin(&scope)) != KILN_OK)
-                break;
-            if ((s = kiln_module_forward(model, tx, &logits)) == KILN_OK &&
-                (s = kiln_cross_entropy(logits, ty, &loss, NULL)) == KILN_OK &&
-                (s = kiln_optimizer_zero_grad(opt)) == KILN_OK &&
-                (s = kiln_backward(loss, NULL, 0)) == KILN_OK &&
-                (s = kiln_optimizer_step(opt)) == KILN_OK)
-                s = kiln_tensor_item(loss, &l);
-            kiln_scope_end(scope);
-            sink += l;
+        for (int i = 0; i < steps && s == KILN_OK; i++) {
+            s = classifier_step(c, b++, &l);
+            sum += l;
         }
-        if (r >= 0)
-            t[r] = (bench_now() - t0) / steps * 1e3;
+        t[r] = (bench_now() - t0) / steps * 1e3;
     }
     int rc = 0;
     if (s != KILN_OK) {
@@ -380,16 +336,13 @@ static int bench_classify(bench_ctx *ctx)
                          ctx->repeats);
         bench_report(ctx, &res);
         bench_note(ctx,
-                   "train: the classifier step (examples/classify.c's, loss read each step; "
-                   "mean loss %.3g) has no in-process baseline: compare builds, run "
-                   "alternately",
-                   sink / (double)(2 + steps * ctx->repeats));
+                   "train: the classifier step (examples/classify.c's, loss read each step; mean "
+                   "loss %.3g) has no in-process baseline: compare builds, run alternately",
+                   sum / (double)(steps * ctx->repeats));
     }
-    kiln_tensor_release(tx);
-    kiln_tensor_release(ty);
-    kiln_optimizer_free(opt);
-    kiln_params_free(params);
-    kiln_module_free(model);
+    if (c)
+        classifier_free(c);
+    free(c);
     free(t);
     return rc;
 }
