@@ -458,8 +458,8 @@ typedef struct kiln_checkpoint kiln_checkpoint;
  * each tensor's bytes and tile the data without gap or overlap; a file that fails gets
  * KILN_ERR_INVALID_ARGUMENT with the reason, a missing or unreadable one KILN_ERR_IO. A scalar
  * (shape []) loads as a 0-d tensor (before 1.0: as [1]), and a 0-d tensor saves as shape []. The
- * data is memory-mapped and copied to the device once: the file must not be truncated while this
- * runs. */
+ * data is read (pread) straight into each tensor's mapped memory; a file truncated while this
+ * runs is KILN_ERR_IO naming the tensor ("the file ends early"), nothing kept. */
 KILN_API kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out);
 /* The checkpoint's tensors, in file order, and their names. The tensors are owned by the
  * checkpoint: retain one (kiln_tensor_retain) to keep it past kiln_checkpoint_free. NULL for an
@@ -473,7 +473,8 @@ KILN_API void kiln_checkpoint_free(kiln_checkpoint *ck);
 /* Load into existing tensors (a model's parameters, an optimizer's moments): each named tensor
  * must be in the file with the same dtype and shape (KILN_ERR_INVALID_ARGUMENT,
  * KILN_ERR_DTYPE_MISMATCH, KILN_ERR_SHAPE_MISMATCH), all checked before any is written; tensors
- * of the file that are not named are ignored. */
+ * of the file that are not named are ignored. An I/O error while the data is read (a file
+ * truncated meanwhile) is KILN_ERR_IO naming the tensor; the tensors before it are then written. */
 KILN_API kiln_status kiln_load_into(const char *path, const kiln_named_tensor *tensors, int n);
 
 /* ------------------------------------------------------------------------------------------
@@ -1059,8 +1060,9 @@ typedef enum kiln_load_flags {
 /* Load a checkpoint into the list's tensors, strictly (PyTorch's load_state_dict): the file must
  * hold exactly the list's names (else KILN_ERR_INVALID_ARGUMENT, the message listing the
  * "Missing key(s)" and "Unexpected key(s)"), each with the tensor's dtype
- * (KILN_ERR_DTYPE_MISMATCH) and shape (KILN_ERR_SHAPE_MISMATCH). Everything is checked (and
- * converted) before any tensor is written: a refused load changes nothing. An empty list is
+ * (KILN_ERR_DTYPE_MISMATCH) and shape (KILN_ERR_SHAPE_MISMATCH). Everything is checked before
+ * any tensor is written: a refused load changes nothing (an I/O error while the data is read, a
+ * file truncated meanwhile, leaves the tensors before it written). An empty list is
  * KILN_ERR_INVALID_ARGUMENT. kiln_params_load_flags relaxes the rules with flags (0 is
  * kiln_params_load; unknown bits are KILN_ERR_INVALID_ARGUMENT); shapes must always match. */
 KILN_API kiln_status kiln_params_load(const kiln_params *p, const char *path);

@@ -57,6 +57,10 @@ kiln_status kiln__load_into(const char *op, const char *path, const kiln_named_t
  * without O_TMPFILE. */
 extern bool kiln__st_no_tmpfile;
 
+/* For tests: called with the path once a load has read and checked a file's header, before it
+ * reads the data (a test truncates the file there). */
+extern void (*kiln__st_test_after_header)(const char *path);
+
 /* KILN_OK where kiln was built with jansson; else KILN_ERR_UNSUPPORTED, with a message naming op
  * (the public function) and saying that kiln was built without jansson. The checkpoint functions
  * (kiln_save, kiln_load, kiln_load_into, kiln_params_save, kiln_params_load) call it first. */

@@ -761,6 +761,47 @@ START_TEST(test_load_fifo_and_device)
 }
 END_TEST
 
+/* Truncates the file to half its size: called by the load between its header and its data. */
+static void truncate_half(const char *path)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(truncate(path, st.st_size / 2), 0);
+}
+
+/* Issue 21, also: a file truncated while kiln_load or kiln_load_into reads its data is
+ * KILN_ERR_IO naming the function, the tensor and the file, and nothing is leaked; the data is
+ * read with pread, not through a mapping of the file, which killed the process with SIGBUS. */
+START_TEST(test_load_truncated_meanwhile)
+{
+    kiln_device *dev = test_device();
+    const int64_t shape[1] = {1 << 18}; /* 1 MiB each */
+    kiln_tensor *a = NULL, *b = NULL;
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 1, shape, &a));
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 1, shape, &b));
+    ASSERT_OK(kiln_fill(a, 1.5));
+    ASSERT_OK(kiln_fill(b, 2.5));
+    const kiln_named_tensor list[2] = {{"a", a}, {"b", b}};
+    const char *path = path_of("truncated.safetensors");
+    for (int into = 0; into < 2; into++) {
+        ASSERT_OK(kiln_save(path, list, 2));
+        kiln__st_test_after_header = truncate_half;
+        kiln_checkpoint *ck = (kiln_checkpoint *)1;
+        kiln_status s = into ? kiln_load_into(path, list, 2) : kiln_load(path, dev, &ck);
+        kiln__st_test_after_header = NULL;
+        ck_assert_msg(s == KILN_ERR_IO, "%s", kiln_last_error());
+        ASSERT_ERROR_HAS(into ? "kiln_load_into: could not read \"a\" from "
+                              : "kiln_load: could not read \"a\" from ");
+        ASSERT_ERROR_HAS(path);
+        ASSERT_ERROR_HAS("the file ends early (truncated meanwhile?)");
+        if (!into)
+            ck_assert_ptr_null(ck);
+    }
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+}
+END_TEST
+
 /* The entries of dir other than "." and "..", in one string ("a b c "). */
 static char *listing(const char *folder)
 {
@@ -1078,6 +1119,7 @@ Suite *checkpoint_suite(void)
     tcase_add_unchecked_fixture(tf, setup, teardown);
     tcase_set_timeout(tf, 120);
     tcase_add_test(tf, test_load_fifo_and_device);
+    tcase_add_test(tf, test_load_truncated_meanwhile);
     tcase_add_test(tf, test_save_long_name);
     tcase_add_test(tf, test_stale_temporaries);
     tcase_add_test(tf, test_save_killed);
