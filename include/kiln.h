@@ -697,6 +697,14 @@ typedef enum kiln_binary_op {
 #undef KILN__BINARY_ENUM
 } kiln_binary_op;
 
+/* The number of binary ops (their values are 0 ... KILN_BINARY_OP_COUNT - 1), for loops over
+ * every op; likewise KILN_UNARY_OP_COUNT and KILN_REDUCE_OP_COUNT. */
+enum {
+#define KILN__BINARY_COUNT(NAME, num, name, kind) +1
+    KILN_BINARY_OP_COUNT = 0 KILN_BINARY_OP_MAP(KILN__BINARY_COUNT)
+#undef KILN__BINARY_COUNT
+};
+
 /* The _out forms of the elementwise ops (binary, scalar, add ... div, where, unary, unary
  * backward, cast) may write in place: out may be (a view of) an input of the result's shape,
  * since each element is read before it is written by the same work-item.
@@ -776,6 +784,12 @@ typedef enum kiln_unary_op {
 #undef KILN__UNARY_ENUM
 } kiln_unary_op;
 
+enum {
+#define KILN__UNARY_COUNT(NAME, num, name, kind) +1
+    KILN_UNARY_OP_COUNT = 0 KILN_UNARY_OP_MAP(KILN__UNARY_COUNT)
+#undef KILN__UNARY_COUNT
+};
+
 KILN_API kiln_status kiln_unary(kiln_unary_op op, const kiln_tensor *x, kiln_tensor **out);
 KILN_API kiln_status kiln_unary_out(kiln_unary_op op, const kiln_tensor *x, kiln_tensor *out);
 /* grad_in = grad_out * op'(x), the backward pass of kiln_unary (same shapes and dtype;
@@ -805,6 +819,12 @@ typedef enum kiln_reduce_op {
     KILN_REDUCE_OP_MAP(KILN__REDUCE_ENUM)
 #undef KILN__REDUCE_ENUM
 } kiln_reduce_op;
+
+enum {
+#define KILN__REDUCE_COUNT(NAME, num, name) +1
+    KILN_REDUCE_OP_COUNT = 0 KILN_REDUCE_OP_MAP(KILN__REDUCE_COUNT)
+#undef KILN__REDUCE_COUNT
+};
 
 KILN_API kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
                                  kiln_tensor **out);

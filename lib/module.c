@@ -13,6 +13,7 @@
 #include "alloc.h"
 #include "dtype.h"
 #include "live.h"
+#include "ops/optables.h"
 #include "params.h"
 #include "registry.h"
 #include "scope.h"
@@ -253,7 +254,7 @@ kiln_status kiln_activation_create(kiln_unary_op op_, kiln_module **m)
     if (!m)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: m is NULL", op);
     *m = NULL;
-    if (op_ < KILN_UNARY_NEG || op_ > KILN_UNARY_GELU)
+    if (!kiln__unary_name(op_))
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown unary op %d", op, (int)op_);
     kiln_status s = new_module(ACTIVATION, op, m);
     if (s == KILN_OK)

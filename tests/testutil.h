@@ -121,4 +121,22 @@ double rnd(void);
  * [-1000, 1000] (ties are likely). */
 void fill_values(kiln_dtype dt, double *v, int64_t n);
 
+/* A binary op's kind as KILN_BINARY_OP_MAP gives it: a comparison (u8 result), and an op on
+ * floating dtypes only; so that adding an op to the table needs no edit here. */
+static inline bool test_binary_is_compare(int op)
+{
+#define TEST_BINARY_CMP(NAME, num, name, kind) || (op == (num) && TEST_KIND_##kind == 2)
+    enum { TEST_KIND_ARITH, TEST_KIND_FLOAT, TEST_KIND_COMPARE };
+    return false KILN_BINARY_OP_MAP(TEST_BINARY_CMP);
+#undef TEST_BINARY_CMP
+}
+
+static inline bool test_binary_float_only(int op)
+{
+#define TEST_BINARY_FLOAT(NAME, num, name, kind) || (op == (num) && TEST_KIND_##kind == 1)
+    enum { TEST_KIND_ARITH, TEST_KIND_FLOAT, TEST_KIND_COMPARE };
+    return false KILN_BINARY_OP_MAP(TEST_BINARY_FLOAT);
+#undef TEST_BINARY_FLOAT
+}
+
 #endif
