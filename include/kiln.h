@@ -763,7 +763,8 @@ KILN_API kiln_status kiln_where_out(const kiln_tensor *cond, const kiln_tensor *
 /* Elementwise unary ops (floating dtypes; NEG, ABS and RELU also on integers, wrapping; other
  * ops on integers are KILN_ERR_UNSUPPORTED). SIGMOID never overflows (exp of -|x| only);
  * RELU keeps NaN; GELU is the tanh approximation
- * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). kiln_unary_out may write in place. */
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); SOFTPLUS is log(1 + exp(x)), x itself above
+ * 20 (PyTorch's softplus, beta 1, threshold 20). kiln_unary_out may write in place. */
 #define KILN_UNARY_OP_MAP(X)                                                                       \
     X(NEG, 0, neg, ANY)                                                                            \
     X(ABS, 1, abs, ANY)                                                                            \
@@ -776,7 +777,8 @@ KILN_API kiln_status kiln_where_out(const kiln_tensor *cond, const kiln_tensor *
     X(TANH, 8, tanh, FLOAT)                                                                        \
     X(SIGMOID, 9, sigmoid, FLOAT)                                                                  \
     X(RELU, 10, relu, ANY)                                                                         \
-    X(GELU, 11, gelu, FLOAT)
+    X(GELU, 11, gelu, FLOAT)                                                                       \
+    X(SOFTPLUS, 12, softplus, FLOAT)
 
 typedef enum kiln_unary_op {
 #define KILN__UNARY_ENUM(NAME, num, name, kind) KILN_UNARY_##NAME = num,

@@ -487,6 +487,8 @@ static double ref_unary(kiln_unary_op op, double x)
         return x < 0 ? 0 : x;
     case KILN_UNARY_GELU:
         return 0.5 * x * (1 + tanh(GK * (x + GC * x * x * x)));
+    case KILN_UNARY_SOFTPLUS: /* torch.nn.functional.softplus: beta 1, threshold 20 */
+        return x > 20 ? x : log1p(exp(x));
     }
     return NAN;
 }
@@ -520,6 +522,8 @@ static double ref_derivative(kiln_unary_op op, double x)
     case KILN_UNARY_GELU:
         t = tanh(GK * (x + GC * x * x * x));
         return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GK * (1 + 3 * GC * x * x);
+    case KILN_UNARY_SOFTPLUS:
+        return x > 20 ? 1 : exp(x) / (exp(x) + 1);
     }
     return NAN;
 }
@@ -527,8 +531,8 @@ static double ref_derivative(kiln_unary_op op, double x)
 /* Spec ULP bounds for f32 (exp 3, log 3, sqrt 3, rsqrt 2, sin/cos 4, tanh 5), composed ops
  * (sigmoid, gelu and derivatives) with an absolute part for their cancellations:
  * |got - ref| <= ulps ulp(ref) + abs_eps * eps * (1 + |x|)^2 (1 + |g|). */
-static const double unary_ulps[] = {0.5, 0.5, 3, 3, 3, 2, 4, 4, 5, 8, 0.5, 8};
-static const double unary_abs[] = {0, 0, 0, 0, 0, 0, 2, 2, 4, 4, 0, 16};
+static const double unary_ulps[KILN_UNARY_OP_COUNT] = {0.5, 0.5, 3, 3, 3, 2, 4, 4, 5, 8, 0.5, 8, 8};
+static const double unary_abs[KILN_UNARY_OP_COUNT] = {0, 0, 0, 0, 0, 0, 2, 2, 4, 4, 0, 16, 4};
 
 static double *unary_inputs(kiln_unary_op op, kiln_dtype dt, int64_t n)
 {

@@ -213,6 +213,7 @@ kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global 
 #define U_tanh(x) tanh(x)
 #define U_sigmoid(x) kiln_sigmoid(x)
 #define U_gelu(x) kiln_gelu(x)
+#define U_softplus(x) ((x) > (KILN_TC)20 ? (x) : log1p(exp(x)))
 
 #define UB_neg(x, g) ((void)(x), -(g))
 #define UB_abs(x, g) ((x) > ZERO ? (g) : (x) < ZERO ? -(g) : ZERO)
@@ -225,6 +226,7 @@ kernel void kiln_where_bb(global const uchar *c, global const KILN_T *a, global 
 #define UB_tanh(x, g) kiln_tanh_bw((x), (g))
 #define UB_sigmoid(x, g) kiln_sigmoid_bw((x), (g))
 #define UB_gelu(x, g) ((g) * kiln_gelu_d(x))
+#define UB_softplus(x, g) ((x) > (KILN_TC)20 ? (g) : (g) * exp(x) / (exp(x) + ONE))
 
 /* Never exponentiates a positive number, so it cannot overflow to inf/inf. */
 KILN_TC kiln_sigmoid(KILN_TC x)
