@@ -675,7 +675,8 @@ KILN_API kiln_status kiln_rand_normal_out(uint64_t seed, double mean, double std
  * dtype (else KILN_ERR_DTYPE_MISMATCH; cast first); the result has it too, and comparisons
  * give KILN_U8 masks (0/1). f16 computes in f32. Integers (i32, i64, u8) wrap on overflow;
  * integer division truncates toward zero, x / 0 gives 0 and MIN / -1 gives MIN. POW needs a
- * floating dtype (KILN_ERR_UNSUPPORTED on integers). MINIMUM/MAXIMUM propagate NaN. */
+ * floating dtype (KILN_ERR_UNSUPPORTED on integers). MINIMUM/MAXIMUM propagate NaN. ATAN2 is
+ * atan2(a, b), the angle of the point (b, a) in (-pi, pi] (torch.atan2). */
 #define KILN_BINARY_OP_MAP(X)                                                                      \
     X(ADD, 0, add, ARITH)                                                                          \
     X(SUB, 1, sub, ARITH)                                                                          \
@@ -689,7 +690,8 @@ KILN_API kiln_status kiln_rand_normal_out(uint64_t seed, double mean, double std
     X(LT, 9, lt, COMPARE)                                                                          \
     X(LE, 10, le, COMPARE)                                                                         \
     X(GT, 11, gt, COMPARE)                                                                         \
-    X(GE, 12, ge, COMPARE)
+    X(GE, 12, ge, COMPARE)                                                                         \
+    X(ATAN2, 13, atan2, FLOAT)
 
 typedef enum kiln_binary_op {
 #define KILN__BINARY_ENUM(NAME, num, name, kind) KILN_BINARY_##NAME = num,

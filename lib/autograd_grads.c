@@ -163,6 +163,19 @@ static void binary_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor
         RUN(sc, gb, kiln_sub(g, ga, &gb));
         break;
     }
+    case KILN_BINARY_ATAN2: { /* atan2(a, b): b / (a^2 + b^2) and -a / (a^2 + b^2) */
+        kiln_tensor *den = NULL, *q = NULL;
+        RUN(sc, t1, kiln_mul(a, a, &t1));
+        RUN(sc, t2, kiln_mul(b, b, &t2));
+        RUN(sc, den, kiln_add(t1, t2, &den));
+        RUN(sc, q, kiln_div(g, den, &q));
+        RUN(sc, ga, kiln_mul(q, b, &ga));
+        if (b->requires_grad) {
+            RUN(sc, t3, kiln_mul(q, a, &t3));
+            RUN(sc, gb, kiln_unary(KILN_UNARY_NEG, t3, &gb));
+        }
+        break;
+    }
     default:
         break;
     }
@@ -203,6 +216,12 @@ static void scalar_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor
         RUN(sc, gx, kiln_mul(g, m, &gx));
         break;
     }
+    case KILN_BINARY_ATAN2: /* d/dx atan2(x, v) = v / (x^2 + v^2) */
+        RUN(sc, t1, kiln_mul(x, x, &t1));
+        RUN(sc, t2, kiln_binary_scalar(KILN_BINARY_ADD, t1, v * v, &t2));
+        RUN(sc, t3, kiln_div(g, t2, &t3));
+        RUN(sc, gx, kiln_binary_scalar(KILN_BINARY_MUL, t3, v, &gx));
+        break;
     default:
         break;
     }

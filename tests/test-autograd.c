@@ -336,7 +336,7 @@ START_TEST(test_fd_binary)
 {
     const kiln_binary_op ops[] = {KILN_BINARY_ADD, KILN_BINARY_SUB,     KILN_BINARY_MUL,
                                   KILN_BINARY_DIV, KILN_BINARY_MINIMUM, KILN_BINARY_MAXIMUM,
-                                  KILN_BINARY_POW};
+                                  KILN_BINARY_POW, KILN_BINARY_ATAN2};
     /* same shape, a row broadcast, a column against a row, a leading dimension */
     const spec shapes[][2] = {
         {S2(2, 3, 0.5, 1.5), S2(2, 3, 0.5, 1.5)},
@@ -356,9 +356,9 @@ END_TEST
 
 START_TEST(test_fd_scalar_unary)
 {
-    const kiln_binary_op sops[] = {KILN_BINARY_ADD,    KILN_BINARY_SUB, KILN_BINARY_MUL,
-                                   KILN_BINARY_DIV,    KILN_BINARY_POW, KILN_BINARY_MINIMUM,
-                                   KILN_BINARY_MAXIMUM};
+    const kiln_binary_op sops[] = {KILN_BINARY_ADD,     KILN_BINARY_SUB,  KILN_BINARY_MUL,
+                                   KILN_BINARY_DIV,     KILN_BINARY_POW,  KILN_BINARY_MINIMUM,
+                                   KILN_BINARY_MAXIMUM, KILN_BINARY_ATAN2};
     spec pos[1] = {S2(2, 3, 0.5, 1.5)}, any[1] = {S2(2, 3, -1.0, 1.0)};
     for (size_t o = 0; o < sizeof sops / sizeof *sops; o++) {
         opctx c = {.op = sops[o], .scalar = sops[o] == KILN_BINARY_POW ? 2.5 : 0.9};

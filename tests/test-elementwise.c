@@ -156,6 +156,8 @@ static double ref_binary(kiln_binary_op op, kiln_dtype dt, double x, double y)
         return x > y;
     case KILN_BINARY_GE:
         return x >= y;
+    case KILN_BINARY_ATAN2:
+        return atan2(x, y);
     }
     return NAN;
 }
@@ -168,6 +170,8 @@ static double binary_ulps(kiln_binary_op op, kiln_dtype dt)
         return dt == KILN_F64 ? 0.5 : 3;
     if (op == KILN_BINARY_POW)
         return 16;
+    if (op == KILN_BINARY_ATAN2)
+        return 6;
     return 0.5;
 }
 

@@ -32,6 +32,7 @@
 #define OP_mul(x, y) ((x) * (y))
 #define OP_div(x, y) ((x) / (y))
 #define OP_pow(x, y) pow((x), (y))
+#define OP_atan2(x, y) atan2((x), (y))
 /* NaN propagates (as in NumPy/PyTorch), unlike fmin/fmax. */
 #define OP_minimum(x, y) (isnan(x) || isnan(y) ? (x) + (y) : fmin((x), (y)))
 #define OP_maximum(x, y) (isnan(x) || isnan(y) ? (x) + (y) : fmax((x), (y)))
