@@ -838,6 +838,12 @@ KILN_API kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int ax
 KILN_API kiln_status kiln_reduce_out(kiln_reduce_op op, const kiln_tensor *x, int axis,
                                      bool keepdim, kiln_tensor *out);
 
+/* log(sum(exp(x))) along axis (or KILN_ALL_AXES), stably: the maximum is subtracted first (and
+ * an infinite or NaN maximum is not), as torch.logsumexp; an empty axis gives -inf. Floating
+ * dtypes (integers: KILN_ERR_UNSUPPORTED); keepdim as kiln_reduce. Its gradient is softmax(x). */
+KILN_API kiln_status kiln_logsumexp(const kiln_tensor *x, int axis, bool keepdim,
+                                    kiln_tensor **out);
+
 /* Matrix product of the last two dimensions, batched over the leading ones (a batch of 1
  * broadcasts). a: [..., M, K] (or [..., K, M] with KILN_MATMUL_TRANS_A), b: [..., K, N]
  * (or [..., N, K] with KILN_MATMUL_TRANS_B); out: [..., M, N]. f32 and f64 (f64 needs fp64 on the

@@ -203,6 +203,12 @@ static kiln_status f_reduce(kiln_tensor *const *in, kiln_tensor **out, const voi
     return kiln_reduce(o->op, in[0], o->axis, o->keepdim, out);
 }
 
+static kiln_status f_logsumexp(kiln_tensor *const *in, kiln_tensor **out, const void *c)
+{
+    const opctx *o = c;
+    return kiln_logsumexp(in[0], o->axis, o->keepdim, out);
+}
+
 static kiln_status f_matmul(kiln_tensor *const *in, kiln_tensor **out, const void *c)
 {
     return kiln_matmul_trans(in[0], in[1], ((const opctx *)c)->flags, out);
@@ -395,6 +401,8 @@ START_TEST(test_fd_reduce)
                     continue; /* Oclgrind: axis 1 and all axes, without keepdim */
                 opctx c = {.op = ops[o], .axis = axes[a], .keepdim = keep};
                 gradcheck("reduce", f_reduce, &c, 1, x);
+                if (o == 0) /* logsumexp, an op made of others: its gradient is softmax */
+                    gradcheck("logsumexp", f_logsumexp, &c, 1, x);
             }
 }
 END_TEST

@@ -430,6 +430,108 @@ START_TEST(test_special_values)
 }
 END_TEST
 
+/* kiln_logsumexp against a long double loop: every axis of [3, 4, 5] with and without keepdim
+ * and all axes, f32, f64 and f16, rows with huge values (exp overflows without the shift); then
+ * rows of -inf (-inf), with +inf (+inf) and with NaN (NaN), an empty axis (-inf), and its
+ * errors (issue 20's add-an-op trial). */
+START_TEST(test_logsumexp)
+{
+    static const kiln_dtype dts[] = {KILN_F32, KILN_F64, KILN_F16};
+    const int64_t shape[3] = {3, 4, 5};
+    double x[60];
+    for (int i = 0; i < 60; i++)
+        x[i] = (i % 7) * 0.75 - 2 + (i % 13 == 0 ? 80 : 0); /* a few exp(80+) */
+    const int axes[] = {0, 1, 2, -1, KILN_ALL_AXES};
+    for (int di = 0; di < ndevs; di++) {
+        kiln_device *dev = devs[di];
+        for (size_t k = 0; k < 3; k++) {
+            kiln_dtype dt = dts[k];
+            if (dt == KILN_F64 && !has_fp64(dev))
+                continue;
+            kiln_tensor *t = upload(dev, dt, 3, shape, x);
+            double *xv = download(t); /* the values as the dtype holds them */
+            for (size_t ai = 0; ai < 5; ai++)
+                for (int keep = 0; keep < 2; keep++) {
+                    int axis = axes[ai], a = axis == -1 ? 2 : axis;
+                    kiln_tensor *y = NULL;
+                    ASSERT_OK(kiln_logsumexp(t, axis, keep, &y));
+                    int64_t outer = 1, n = 60, inner = 1;
+                    if (axis != KILN_ALL_AXES) {
+                        n = shape[a];
+                        for (int d = 0; d < a; d++)
+                            outer *= shape[d];
+                        for (int d = a + 1; d < 3; d++)
+                            inner *= shape[d];
+                        ck_assert_int_eq(kiln_tensor_ndim(y), keep ? 3 : 2);
+                    }
+                    ck_assert_int_eq(kiln_tensor_numel(y), outer * inner);
+                    double *got = download(y);
+                    for (int64_t r = 0; r < outer * inner; r++) {
+                        const double *row = xv + (r / inner) * n * inner + r % inner;
+                        long double m = -INFINITY, s = 0;
+                        for (int64_t j = 0; j < n; j++)
+                            m = row[j * inner] > m ? row[j * inner] : m;
+                        for (int64_t j = 0; j < n; j++)
+                            s += expl(row[j * inner] - m);
+                        double ref = (double)(m + logl(s));
+                        double tol = (dt == KILN_F16   ? 2e-3
+                                      : dt == KILN_F32 ? 4e-6
+                                                       : 1e-12) *
+                                     (1 + fabs(ref));
+                        ck_assert_msg(fabs(got[r] - ref) <= tol,
+                                      "%s %s axis %d keep %d [%lld]: %.9g, want %.9g",
+                                      kiln_device_spec(dev), kiln_dtype_name(dt), axis, keep,
+                                      (long long)r, got[r], ref);
+                    }
+                    free(got);
+                    kiln_tensor_release(y);
+                }
+            free(xv);
+            kiln_tensor_release(t);
+        }
+        /* special rows: all -inf, one +inf, one NaN, ordinary */
+        const int64_t s2[2] = {4, 3};
+        const double sp[12] = {-INFINITY, -INFINITY, -INFINITY, 1, INFINITY, 2, 1, NAN, 3, 0, 0, 0};
+        kiln_tensor *t = upload(dev, KILN_F32, 2, s2, sp), *y = NULL;
+        ASSERT_OK(kiln_logsumexp(t, 1, false, &y));
+        double *got = download(y);
+        ck_assert_msg(isinf(got[0]) && got[0] < 0, "all -inf: %g", got[0]);
+        ck_assert_msg(isinf(got[1]) && got[1] > 0, "with +inf: %g", got[1]);
+        ck_assert_msg(isnan(got[2]), "with NaN: %g", got[2]);
+        ck_assert_msg(fabs(got[3] - log(3.0)) < 1e-6, "zeros: %g", got[3]);
+        free(got);
+        kiln_tensor_release(y);
+        kiln_tensor_release(t);
+        /* an empty axis: -inf, as torch.logsumexp */
+        const int64_t s0[2] = {2, 0};
+        ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 2, s0, &t));
+        ASSERT_OK(kiln_logsumexp(t, 1, false, &y));
+        ck_assert_int_eq(kiln_tensor_numel(y), 2);
+        got = download(y);
+        ck_assert_msg(isinf(got[0]) && got[0] < 0 && isinf(got[1]), "empty: %g", got[0]);
+        free(got);
+        kiln_tensor_release(y);
+        kiln_tensor_release(t);
+        /* errors, each naming kiln_logsumexp, *out NULL */
+        const int64_t n3 = 3;
+        kiln_tensor *ti = NULL, *o = (kiln_tensor *)1;
+        ASSERT_OK(kiln_tensor_zeros(dev, KILN_I32, 1, &n3, &ti));
+        ASSERT_FAILS(kiln_logsumexp(ti, 0, false, &o), KILN_ERR_UNSUPPORTED,
+                     "kiln_logsumexp: x is i32");
+        ck_assert_ptr_null(o);
+        ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, &n3, &t));
+        ASSERT_FAILS(kiln_logsumexp(t, 1, false, &o), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_logsumexp: axis 1 is out of range");
+        ASSERT_FAILS(kiln_logsumexp(t, 0, false, NULL), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_logsumexp: out is NULL");
+        ASSERT_FAILS(kiln_logsumexp(NULL, 0, false, &o), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_logsumexp");
+        kiln_tensor_release(ti);
+        kiln_tensor_release(t);
+    }
+}
+END_TEST
+
 /* Extremes of the integer ranges survive max/min; an i32 sum past 2^31 is exact in i64. */
 START_TEST(test_integer_extremes)
 {
@@ -609,6 +711,7 @@ Suite *reduce_suite(void)
     tcase_add_test(tc, test_many_rows);
     tcase_add_test(tc, test_big_sum_accuracy);
     tcase_add_test(tc, test_special_values);
+    tcase_add_test(tc, test_logsumexp);
     tcase_add_test(tc, test_integer_extremes);
     tcase_add_test(tc, test_empty);
     suite_add_tcase(s, tc);
