@@ -300,8 +300,8 @@ int bench_startup(bench_ctx *ctx)
         /* classify.c's first epoch: warm, and after a prewarm with the driver's cache empty (a
          * machine where kiln-info --prewarm ran after installing), each against a cold one */
         st.kind = st.warm = "epoch";
-        snprintf(name[0], sizeof name[0], "classify 1st epoch, warm kiln + %s", st.driver);
-        snprintf(name[1], sizeof name[1], "classify 1st epoch, prewarmed, empty %s", st.driver);
+        snprintf(name[0], sizeof name[0], "classify epoch 1, warm kiln + %s", st.driver);
+        snprintf(name[1], sizeof name[1], "classify epoch 1, prewarm, empty %s", st.driver);
         if (rc == 0)
             rc = row(&st, name[0], "both empty", false, false, true, true);
         st.warm = "prewarm";
@@ -311,12 +311,12 @@ int bench_startup(bench_ctx *ctx)
         rc = row(&st, "warm kiln cache", "empty kiln cache", false, true, true, true);
         st.kind = st.warm = "epoch";
         if (rc == 0)
-            rc = row(&st, "classify 1st epoch, warm kiln cache", "empty kiln cache", false, true,
+            rc = row(&st, "classify epoch 1, warm kiln cache", "empty kiln cache", false, true,
                      true, true);
         st.warm = "prewarm";
         if (rc == 0 && !ctx->quick)
-            rc = row(&st, "classify 1st epoch, prewarmed kiln cache", "empty kiln cache", false,
-                     true, true, true);
+            rc = row(&st, "classify epoch 1, prewarmed kiln cache", "empty kiln cache", false, true,
+                     true, true);
         bench_note(ctx,
                    "startup: %s has no driver cache kiln knows of; only kiln's cache is varied",
                    info.platform);
@@ -324,7 +324,7 @@ int bench_startup(bench_ctx *ctx)
     bench_note(ctx, "startup: the driver's cache (POCL_CACHE_DIR, CUDA_CACHE_PATH) is a fresh "
                     "temporary folder, emptied for \"empty\" samples");
     bench_note(ctx,
-               "startup: classify 1st epoch: examples/classify.c's model, data and first "
+               "startup: classify epoch 1: examples/classify.c's model, data and first "
                "epoch (46 steps of batch 64, then the accuracy) in a fresh process; "
                "\"prewarmed\": kiln_device_prewarm filled the kiln cache first%s",
                ctx->quick ? " (not with --quick)" : "");
