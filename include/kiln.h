@@ -388,6 +388,18 @@ KILN_API kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src);
 KILN_API kiln_status kiln_tensor_reshape(const kiln_tensor *t, int ndim, const int64_t *shape,
                                          kiln_tensor **out);
 
+/* Views as PyTorch's (sharing x's storage, differentiable; axes negative from the end):
+ * kiln_flatten merges dimensions start..end into one (torch.flatten(x, start, end); a 0-d tensor
+ * gives [1]; kiln_flatten(x, 1, -1) flattens each sample of a batch); kiln_unsqueeze inserts a
+ * dimension of size 1 before axis (axis in -ndim-1..ndim); kiln_squeeze removes dimension axis
+ * if it has size 1 (else the view has x's shape, as torch.squeeze(x, dim)), or every size-1
+ * dimension with KILN_ALL_AXES. kiln_stack joins n tensors of one shape, dtype and device along
+ * a new dimension axis (a copy; torch.stack). */
+KILN_API kiln_status kiln_flatten(const kiln_tensor *x, int start, int end, kiln_tensor **out);
+KILN_API kiln_status kiln_unsqueeze(const kiln_tensor *x, int axis, kiln_tensor **out);
+KILN_API kiln_status kiln_squeeze(const kiln_tensor *x, int axis, kiln_tensor **out);
+KILN_API kiln_status kiln_stack(const kiln_tensor *const *xs, int n, int axis, kiln_tensor **out);
+
 /* Add a reference; returns t. NULL is a no-op returning NULL. */
 KILN_API kiln_tensor *kiln_tensor_retain(kiln_tensor *t);
 

@@ -261,6 +261,135 @@ START_TEST(test_cat)
 }
 END_TEST
 
+/* kiln_flatten, kiln_unsqueeze, kiln_squeeze (views: torch's shapes, x's storage) and
+ * kiln_stack (against a C loop), with autograd through them; errors name each function. */
+START_TEST(test_views_and_stack)
+{
+    static const int64_t s4[4] = {2, 3, 1, 4};
+    for (int i = 0; i < ndevs; i++) {
+        kiln_device *dev = devs[i];
+        double x[24];
+        for (int k = 0; k < 24; k++)
+            x[k] = k - 7.5;
+        kiln_tensor *t = upload(dev, KILN_F32, 4, s4, x), *y = NULL;
+        /* flatten: every (start, end), negative too */
+        ASSERT_OK(kiln_flatten(t, 1, -1, &y));
+        assert_shape(y, 2, (const int64_t[]){2, 12});
+        assert_values(y, x, 24, "flatten(1, -1)");
+        kiln_tensor_release(y);
+        ASSERT_OK(kiln_flatten(t, 0, 1, &y));
+        assert_shape(y, 3, (const int64_t[]){6, 1, 4});
+        kiln_tensor_release(y);
+        ASSERT_OK(kiln_flatten(t, 2, 2, &y));
+        assert_shape(y, 4, s4);
+        kiln_tensor_release(y);
+        ASSERT_OK(kiln_flatten(t, 0, -1, &y));
+        assert_shape(y, 1, (const int64_t[]){24});
+        kiln_tensor_release(y);
+        /* unsqueeze at each position, squeeze back */
+        for (int a = -5; a <= 4; a++) {
+            ASSERT_OK(kiln_unsqueeze(t, a, &y));
+            int at = a < 0 ? a + 5 : a;
+            int64_t want[5];
+            for (int d = 0, k = 0; d < 5; d++)
+                want[d] = d == at ? 1 : s4[k++];
+            assert_shape(y, 5, want);
+            kiln_tensor *z = NULL;
+            ASSERT_OK(kiln_squeeze(y, a, &z));
+            assert_shape(z, 4, s4);
+            kiln_tensor_release(z);
+            kiln_tensor_release(y);
+        }
+        ASSERT_OK(kiln_squeeze(t, KILN_ALL_AXES, &y));
+        assert_shape(y, 3, (const int64_t[]){2, 3, 4});
+        kiln_tensor_release(y);
+        ASSERT_OK(kiln_squeeze(t, 1, &y)); /* size 3: unchanged, as torch.squeeze(x, 1) */
+        assert_shape(y, 4, s4);
+        /* a view: a write through it is seen by x */
+        ASSERT_OK(kiln_fill(y, 2.0));
+        double *back = download(t);
+        ck_assert(back[0] == 2.0 && back[23] == 2.0);
+        free(back);
+        kiln_tensor_release(y);
+        kiln_tensor_release(t);
+        /* stack along every axis of three [2, 3] tensors, against out[.., k, ..] = xs[k][..] */
+        static const int64_t s2[2] = {2, 3};
+        double v[3][6];
+        kiln_tensor *xs[3];
+        for (int k = 0; k < 3; k++) {
+            for (int e = 0; e < 6; e++)
+                v[k][e] = 10 * k + e;
+            xs[k] = upload(dev, KILN_F32, 2, s2, v[k]);
+        }
+        for (int a = 0; a < 3; a++) {
+            ASSERT_OK(kiln_stack((const kiln_tensor *const *)xs, 3, a - (a == 2 ? 3 : 0), &y));
+            double ref[18];
+            for (int k = 0; k < 3; k++)
+                for (int r = 0; r < 2; r++)
+                    for (int c = 0; c < 3; c++) {
+                        int64_t idx = a == 0   ? (k * 2 + r) * 3 + c
+                                      : a == 1 ? (r * 3 + k) * 3 + c
+                                               : (r * 3 + c) * 3 + k;
+                        ref[idx] = v[k][r * 3 + c];
+                    }
+            static const int64_t shapes[3][3] = {{3, 2, 3}, {2, 3, 3}, {2, 3, 3}};
+            assert_shape(y, 3, shapes[a]);
+            assert_values(y, ref, 18, "stack");
+            kiln_tensor_release(y);
+        }
+        /* autograd: d/dx sum(stack(x, 2x) * w) */
+        kiln_tensor *two = NULL, *st = NULL, *p = NULL, *l = NULL;
+        ASSERT_OK(kiln_tensor_set_requires_grad(xs[0], true));
+        ASSERT_OK(kiln_binary_scalar(KILN_BINARY_MUL, xs[0], 2.0, &two));
+        const kiln_tensor *pair[2] = {xs[0], two};
+        ASSERT_OK(kiln_stack(pair, 2, 0, &st));
+        ASSERT_OK(kiln_flatten(st, 0, -1, &p));
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, p, KILN_ALL_AXES, false, &l));
+        ASSERT_OK(kiln_backward(l, NULL, 0));
+        double *g = download(kiln_tensor_grad(xs[0]));
+        for (int e = 0; e < 6; e++)
+            ck_assert_msg(g[e] == 3.0, "grad[%d] = %g, want 3", e, g[e]);
+        free(g);
+        kiln_tensor_release(two);
+        kiln_tensor_release(st);
+        kiln_tensor_release(p);
+        kiln_tensor_release(l);
+        /* errors: each names its function, *out NULL */
+        kiln_tensor *o = (kiln_tensor *)1;
+        ASSERT_FAILS(kiln_flatten(xs[1], 1, 0, &o), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_flatten: start 1 comes after end 0");
+        ck_assert_ptr_null(o);
+        ASSERT_FAILS(kiln_flatten(xs[1], 0, 2, &o), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_flatten: end 2 is out of range for 2 dimensions");
+        ASSERT_FAILS(kiln_unsqueeze(xs[1], 3, &o), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_unsqueeze: axis 3 is out of range for 3 dimensions");
+        ASSERT_FAILS(kiln_squeeze(xs[1], -3, &o), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_squeeze: axis -3 is out of range");
+        ASSERT_FAILS(kiln_squeeze(NULL, 0, &o), KILN_ERR_INVALID_ARGUMENT, "kiln_squeeze");
+        ASSERT_FAILS(kiln_stack(NULL, 2, 0, &o), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_stack: xs is NULL");
+        ASSERT_FAILS(kiln_stack((const kiln_tensor *const *)xs, 0, 0, &o),
+                     KILN_ERR_INVALID_ARGUMENT, "kiln_stack: n is less than 1");
+        ASSERT_FAILS(kiln_stack((const kiln_tensor *const *)xs, 3, 3, &o),
+                     KILN_ERR_INVALID_ARGUMENT, "kiln_stack: axis 3 is out of range");
+        kiln_tensor *odd = NULL;
+        ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, &s2[1], &odd));
+        const kiln_tensor *mixed[2] = {xs[1], odd};
+        ASSERT_FAILS(kiln_stack(mixed, 2, 0, &o), KILN_ERR_SHAPE_MISMATCH,
+                     "kiln_stack: xs[1] has shape [3] but xs[0] has [2, 3]");
+        kiln_tensor *i32 = NULL;
+        ASSERT_OK(kiln_tensor_zeros(dev, KILN_I32, 2, s2, &i32));
+        const kiln_tensor *dts[2] = {xs[1], i32};
+        ASSERT_FAILS(kiln_stack(dts, 2, 0, &o), KILN_ERR_DTYPE_MISMATCH, "kiln_stack: ");
+        ck_assert_ptr_null(o);
+        kiln_tensor_release(odd);
+        kiln_tensor_release(i32);
+        for (int k = 0; k < 3; k++)
+            kiln_tensor_release(xs[k]);
+    }
+}
+END_TEST
+
 START_TEST(test_cat_errors)
 {
     static const int64_t s23[] = {2, 3}, s24[] = {2, 4}, s33[] = {3, 3}, s3[] = {3};
@@ -504,6 +633,7 @@ Suite *shape_suite(void)
     tcase_add_test(tc, test_transpose);
     tcase_add_test(tc, test_cat);
     tcase_add_test(tc, test_slice);
+    tcase_add_test(tc, test_views_and_stack);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("errors");
     tcase_add_unchecked_fixture(te, setup_devices, teardown_devices);
