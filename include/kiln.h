@@ -945,6 +945,23 @@ KILN_API kiln_status kiln_one_hot(const kiln_tensor *labels, int64_t classes, ki
                                   kiln_tensor **out);
 KILN_API kiln_status kiln_one_hot_out(const kiln_tensor *labels, int64_t classes, kiln_tensor *out);
 
+/* 2-D convolution as torch.nn.functional.conv2d: x [N, C, H, W], weight [O, C/groups, KH, KW]
+ * (PyTorch's layout, so state_dicts load both ways), bias [O] or NULL; out [N, O, OH, OW] with
+ * OH = (H + 2 padding[0] - dilation[0] (KH - 1) - 1) / stride[0] + 1 (OW likewise). params NULL,
+ * or a member 0, means the default: stride 1, padding 0, dilation 1, groups 1. f32 and f64 (f16:
+ * KILN_ERR_UNSUPPORTED; cast first). Computed as im2col and one matmul over the groups (on CPU
+ * devices OpenBLAS); differentiable in x, weight and bias. Channels not divisible by groups, a
+ * weight of the wrong shape or a kernel larger than the padded input: KILN_ERR_SHAPE_MISMATCH. */
+typedef struct kiln_conv2d_params {
+    int stride[2];   /* (height, width); 0: 1 */
+    int padding[2];  /* zeros added on each side; 0: none */
+    int dilation[2]; /* 0: 1 */
+    int groups;      /* 0: 1 */
+} kiln_conv2d_params;
+KILN_API kiln_status kiln_conv2d(const kiln_tensor *x, const kiln_tensor *weight,
+                                 const kiln_tensor *bias, const kiln_conv2d_params *params,
+                                 kiln_tensor **out);
+
 /* Neural-network helpers (f32, f64; softmax also f16). softmax/log_softmax are max-subtracted
  * (stable); their _out forms need an out of x's shape and dtype that shares no memory with x
  * (KILN_ERR_INVALID_ARGUMENT). */

@@ -27,6 +27,7 @@ typedef enum kiln__ag_kind {
     KILN__AG_MSE,           /* inputs pred, target */
     KILN__AG_INDEX_SELECT,  /* axis (resolved); inputs x, index */
     KILN__AG_GATHER,        /* axis (resolved); inputs x, index */
+    KILN__AG_IM2COL,        /* kiln_conv2d's unfolding: the geometry (ops/conv.h); input x */
     KILN__AG_UNSUPPORTED,   /* an op without a gradient: backward through it fails */
 } kiln__ag_kind;
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backward.h"
+#include "ops/conv.h"
 #include "ops/index.h"
 #include "status.h"
 #include "tensor.h"
@@ -505,6 +506,10 @@ kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_t
     case KILN__AG_INDEX_SELECT:
     case KILN__AG_GATHER:
         index_grads(&sc, nd, g, grads);
+        break;
+    case KILN__AG_IM2COL: /* its adjoint: col2im */
+        RUN(&sc, gx, kiln__col2im(g, x, &nd->a, &gx));
+        give(&sc, nd, 0, gx, grads);
         break;
     default:
         sc.s = kiln__error(KILN_ERR_UNSUPPORTED, "kiln_backward: %s has no gradient", nd->name);

@@ -170,6 +170,10 @@ static void gradcheck(const char *what, fn_t f, const void *ctx, int n, const sp
     {                                                                                              \
         3, {a, b, c}, lo, hi, true                                                                 \
     }
+#define S4(a, b, c, d, lo, hi)                                                                     \
+    {                                                                                              \
+        4, {a, b, c, d}, lo, hi, true                                                              \
+    }
 
 /* ---- the ops, as fn_t ------------------------------------------------------------------------ */
 
@@ -207,6 +211,19 @@ static kiln_status f_logsumexp(kiln_tensor *const *in, kiln_tensor **out, const 
 {
     const opctx *o = c;
     return kiln_logsumexp(in[0], o->axis, o->keepdim, out);
+}
+
+/* kiln_conv2d of x, weight and (three inputs) bias with the params of conv_cases[op]. */
+static const kiln_conv2d_params conv_cases[] = {
+    {{1, 1}, {0, 0}, {1, 1}, 1}, /* plain 3x3 */
+    {{2, 1}, {1, 2}, {1, 1}, 1}, /* strides and paddings that differ per dimension */
+    {{1, 1}, {2, 2}, {2, 2}, 2}, /* dilated, two groups */
+    {{2, 2}, {1, 1}, {1, 1}, 4}, /* depthwise */
+};
+static kiln_status f_conv(kiln_tensor *const *in, kiln_tensor **out, const void *c)
+{
+    const opctx *o = c;
+    return kiln_conv2d(in[0], in[1], o->flags ? in[2] : NULL, &conv_cases[o->op], out);
 }
 
 static kiln_status f_matmul(kiln_tensor *const *in, kiln_tensor **out, const void *c)
@@ -385,6 +402,24 @@ START_TEST(test_fd_scalar_unary)
     gradcheck("clamp", f_clamp, &cl, 1, any);
     spec r[2] = {S2(2, 3, -1.0, 1.0), S2(2, 3, -1.0, 1.0)};
     gradcheck("a leaf used twice", f_reuse, NULL, 2, r);
+}
+END_TEST
+
+/* kiln_conv2d's gradients for x, weight and bias by finite differences (issue 23): x [2, 4, 5, 5],
+ * each case's weight [4, 4/groups, 3, 3], with and without bias. */
+START_TEST(test_fd_conv2d)
+{
+    for (int k = 0; k < 4; k++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            if (simulated(dev) && (k % 2 || !with_bias))
+                continue; /* Oclgrind: two cases */
+            int cg = 4 / conv_cases[k].groups;
+            spec sp[3] = {S4(2, 4, 5, 5, -1.0, 1.0), S4(4, cg, 3, 3, -1.0, 1.0), S1(4, -1.0, 1.0)};
+            opctx c = {.op = k, .flags = with_bias};
+            char what[48];
+            snprintf(what, sizeof what, "conv2d case %d%s", k, with_bias ? " with bias" : "");
+            gradcheck(what, f_conv, &c, with_bias ? 3 : 2, sp);
+        }
 }
 END_TEST
 
@@ -1112,6 +1147,7 @@ Suite *autograd_suite(void)
     tcase_add_test(tc, test_fd_binary);
     tcase_add_test(tc, test_fd_scalar_unary);
     tcase_add_test(tc, test_fd_reduce);
+    tcase_add_test(tc, test_fd_conv2d);
     tcase_add_test(tc, test_fd_matmul);
     tcase_add_test(tc, test_fd_shape);
     tcase_add_test(tc, test_fd_nn);

@@ -429,6 +429,159 @@ START_TEST(test_cross_entropy_errors)
 }
 END_TEST
 
+/* ---- conv2d (issue 23) ------------------------------------------------------------------ */
+
+typedef struct conv_case {
+    int64_t n, c, h, w, o, kh, kw;
+    kiln_conv2d_params p;
+    bool bias;
+} conv_case;
+
+/* torch.nn.functional.conv2d's definition, in double: out[n, o, i, j] = bias[o] + sum over the
+ * group's channels c and kernel (a, b) of x[n, c, i s0 - p0 + a d0, j s1 - p1 + b d1] w[o, c', a,
+ * b] (zero outside x). */
+static void ref_conv(const conv_case *k, const double *x, const double *w, const double *b,
+                     int64_t oh, int64_t ow, double *out, double *mag)
+{
+    int g = k->p.groups ? k->p.groups : 1;
+    int s0 = k->p.stride[0] ? k->p.stride[0] : 1, s1 = k->p.stride[1] ? k->p.stride[1] : 1;
+    int d0 = k->p.dilation[0] ? k->p.dilation[0] : 1, d1 = k->p.dilation[1] ? k->p.dilation[1] : 1;
+    int64_t cg = k->c / g, og = k->o / g;
+    for (int64_t n = 0; n < k->n; n++)
+        for (int64_t o = 0; o < k->o; o++)
+            for (int64_t i = 0; i < oh; i++)
+                for (int64_t j = 0; j < ow; j++) {
+                    double acc = k->bias ? b[o] : 0, m = fabs(acc);
+                    for (int64_t c = 0; c < cg; c++)
+                        for (int64_t a = 0; a < k->kh; a++)
+                            for (int64_t bb = 0; bb < k->kw; bb++) {
+                                int64_t h = i * s0 - k->p.padding[0] + a * d0;
+                                int64_t v = j * s1 - k->p.padding[1] + bb * d1;
+                                if (h < 0 || h >= k->h || v < 0 || v >= k->w)
+                                    continue;
+                                double t =
+                                    x[((n * k->c + (o / og) * cg + c) * k->h + h) * k->w + v] *
+                                    w[((o * cg + c) * k->kh + a) * k->kw + bb];
+                                acc += t;
+                                m += fabs(t);
+                            }
+                    int64_t e = ((n * k->o + o) * oh + i) * ow + j;
+                    out[e] = acc;
+                    mag[e] = m;
+                }
+}
+
+/* Values against ref_conv for strides, paddings, dilations, groups (depthwise too), 1x1 and
+ * rectangular kernels, with and without bias, f32 on every device and f64 where it computes. */
+START_TEST(test_conv2d)
+{
+    static const conv_case cases[] = {
+        {2, 3, 7, 6, 4, 3, 3, {{0, 0}, {0, 0}, {0, 0}, 0}, true},
+        {2, 3, 7, 6, 4, 3, 3, {{2, 2}, {1, 1}, {1, 1}, 1}, false},
+        {1, 4, 9, 8, 6, 2, 3, {{2, 1}, {0, 2}, {1, 1}, 2}, true},
+        {2, 4, 8, 8, 4, 3, 3, {{1, 1}, {2, 2}, {2, 2}, 4}, true},  /* depthwise, dilated */
+        {3, 5, 4, 4, 7, 1, 1, {{1, 1}, {0, 0}, {1, 1}, 1}, true},  /* 1x1 */
+        {1, 2, 5, 5, 3, 5, 5, {{1, 1}, {0, 0}, {1, 1}, 1}, false}, /* kernel = input: 1x1 out */
+        {0, 2, 5, 5, 3, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, true},  /* an empty batch */
+    };
+    for (int di = 0; di < ndevs; di++) {
+        kiln_device *dev = devs[di];
+        for (int dtk = 0; dtk < 2; dtk++) {
+            kiln_dtype dt = dtk ? KILN_F64 : KILN_F32;
+            if (!usable(dev, dt))
+                continue;
+            for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+                const conv_case *k = &cases[ci];
+                if (simulated(dev) && ci % 2)
+                    continue; /* Oclgrind: every other case */
+                int g = k->p.groups ? k->p.groups : 1;
+                const int64_t xs[4] = {k->n, k->c, k->h, k->w},
+                              ws[4] = {k->o, k->c / g, k->kh, k->kw};
+                int64_t nx = k->n * k->c * k->h * k->w, nw = k->o * (k->c / g) * k->kh * k->kw;
+                double *x = malloc(sizeof(double) * (size_t)(nx ? nx : 1));
+                double *w = malloc(sizeof(double) * (size_t)nw), b[8];
+                for (int64_t i = 0; i < nx; i++)
+                    x[i] = rnd() * 2 - 1;
+                for (int64_t i = 0; i < nw; i++)
+                    w[i] = rnd() * 2 - 1;
+                for (int i = 0; i < 8; i++)
+                    b[i] = rnd() - 0.5;
+                kiln_tensor *tx = upload(dev, dt, 4, xs, x), *tw = upload(dev, dt, 4, ws, w);
+                kiln_tensor *tb = k->bias ? upload(dev, dt, 1, &k->o, b) : NULL, *y = NULL;
+                ASSERT_OK(kiln_conv2d(tx, tw, tb, &k->p, &y));
+                const int64_t *ys = kiln_tensor_shape(y);
+                ck_assert_int_eq(kiln_tensor_ndim(y), 4);
+                ck_assert(ys[0] == k->n && ys[1] == k->o);
+                int64_t ny = kiln_tensor_numel(y);
+                double *ref = malloc(sizeof(double) * (size_t)(ny ? ny : 1));
+                double *mag = malloc(sizeof(double) * (size_t)(ny ? ny : 1));
+                ref_conv(k, x, w, b, ys[2], ys[3], ref, mag);
+                double *got = download(y);
+                for (int64_t i = 0; i < ny; i++)
+                    ck_assert_msg(fabs(got[i] - ref[i]) <= 8 * eps_of(dt) * (mag[i] + 1),
+                                  "conv2d case %zu %s on %s: [%lld] %.9g, want %.9g", ci,
+                                  kiln_dtype_name(dt), kiln_device_spec(dev), (long long)i, got[i],
+                                  ref[i]);
+                free(got);
+                free(ref);
+                free(mag);
+                free(x);
+                free(w);
+                kiln_tensor_release(tx);
+                kiln_tensor_release(tw);
+                kiln_tensor_release(tb);
+                kiln_tensor_release(y);
+            }
+        }
+    }
+}
+END_TEST
+
+/* Bad input: each case KILN_ERR_* naming kiln_conv2d and what is wrong, *out NULL. */
+START_TEST(test_conv2d_errors)
+{
+    kiln_device *dev = test_device();
+    const int64_t xs[4] = {1, 4, 5, 5}, ws[4] = {2, 4, 3, 3}, wg[4] = {2, 2, 3, 3}, bs[1] = {2};
+    kiln_tensor *x = NULL, *w = NULL, *w2 = NULL, *b = NULL, *h = NULL, *xd = NULL, *o = NULL;
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 4, xs, &x));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 4, ws, &w));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 4, wg, &w2));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, bs, &b));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F16, 4, xs, &h));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_I32, 4, ws, &xd));
+    o = (kiln_tensor *)1;
+    ASSERT_FAILS(kiln_conv2d(x, w, b, NULL, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_conv2d: out is NULL");
+    ASSERT_FAILS(kiln_conv2d(NULL, w, b, NULL, &o), KILN_ERR_INVALID_ARGUMENT, "kiln_conv2d");
+    ck_assert_ptr_null(o);
+    ASSERT_FAILS(kiln_conv2d(h, w, NULL, NULL, &o), KILN_ERR_UNSUPPORTED,
+                 "kiln_conv2d: x is f16; convolution computes in f32 or f64");
+    ASSERT_FAILS(kiln_conv2d(x, xd, NULL, NULL, &o), KILN_ERR_DTYPE_MISMATCH,
+                 "kiln_conv2d: x is f32, weight i32");
+    ASSERT_FAILS(kiln_conv2d(x, b, NULL, NULL, &o), KILN_ERR_SHAPE_MISMATCH,
+                 "x is [N, C, H, W] and weight [O, C/groups, KH, KW]");
+    ASSERT_FAILS(kiln_conv2d(x, w2, NULL, NULL, &o), KILN_ERR_SHAPE_MISMATCH,
+                 "kiln_conv2d: x has 4 channels and weight shape [2, 2, 3, 3] with groups 1");
+    kiln_conv2d_params p = {.groups = 2};
+    ASSERT_OK(kiln_conv2d(x, w2, b, &p, &o)); /* the same weight is right with 2 groups */
+    kiln_tensor_release(o);
+    p.groups = 3;
+    ASSERT_FAILS(kiln_conv2d(x, w2, NULL, &p, &o), KILN_ERR_SHAPE_MISMATCH, "groups 3");
+    ASSERT_FAILS(kiln_conv2d(x, w, w, NULL, &o), KILN_ERR_SHAPE_MISMATCH,
+                 "kiln_conv2d: bias has shape [2, 4, 3, 3]; it needs [2]");
+    p = (kiln_conv2d_params){.stride = {-1, 1}};
+    ASSERT_FAILS(kiln_conv2d(x, w, NULL, &p, &o), KILN_ERR_INVALID_ARGUMENT,
+                 "must not be negative");
+    p = (kiln_conv2d_params){.dilation = {3, 1}};
+    ASSERT_FAILS(kiln_conv2d(x, w, NULL, &p, &o), KILN_ERR_SHAPE_MISMATCH,
+                 "kiln_conv2d: a 3x3 kernel (dilated 7x3) does not fit the 5x5 input");
+    ck_assert_ptr_null(o);
+    kiln_tensor *arr[] = {x, w, w2, b, h, xd};
+    for (int i = 0; i < 6; i++)
+        kiln_tensor_release(arr[i]);
+}
+END_TEST
+
 static void check_mse(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape)
 {
     int64_t n = 1;
@@ -833,6 +986,7 @@ Suite *nn_suite(void)
     tcase_add_test(tc, test_cross_entropy_bad_label);
     tcase_add_test(tc, test_cross_entropy_checked);
     tcase_add_test(tc, test_mse);
+    tcase_add_test(tc, test_conv2d);
     tcase_add_test(tc, test_sgd);
     tcase_add_test(tc, test_adam);
     tcase_add_test(tc, test_steady_state_allocations);
@@ -845,6 +999,7 @@ Suite *nn_suite(void)
     tcase_add_test(te, test_optimizer_errors);
     tcase_add_test(te, test_out_errors);
     tcase_add_test(te, test_device_mismatch);
+    tcase_add_test(te, test_conv2d_errors);
     suite_add_tcase(s, te);
     return s;
 }

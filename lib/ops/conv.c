@@ -1,0 +1,244 @@
+/* conv.c - kiln_conv2d as im2col and one batched matmul (PyTorch's weight layout
+ * [O, C/groups, KH, KW], NCHW). im2col (conv.cl) is the only new kernel and the only op with a
+ * gradient of its own (col2im, its adjoint); the weight's reshape, the matmul over the groups,
+ * the permute back to NCHW and the bias add are recorded by autograd as the ops they are, so
+ * the gradients for input, weight and bias follow. On CPU devices the matmul is OpenBLAS's
+ * (matmul.c picks the path, KILN_LOG=debug says which). */
+#include "ops/conv.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "alloc.h"
+#include "autograd.h"
+#include "common.h"
+#include "dtype.h"
+#include "launch.h"
+#include "program.h"
+#include "status.h"
+#include "tensor.h"
+
+/* The geometry of one convolution, every member checked. */
+typedef struct geom {
+    int64_t n, c, h, w, o, kh, kw, oh, ow;
+    int sh, sw, ph, pw, dh, dw, groups;
+} geom;
+
+static kiln_status conv_kernel(kiln_device *dev, kiln_dtype dtype, const char *name, const char *op,
+                               kiln__kernel **k)
+{
+    char defs[128] = "";
+    kiln__dtype_defines(defs, sizeof defs, "T", dtype);
+    return kiln__builtin_kernel(dev, "conv", defs, name, op, k);
+}
+
+/* Launch im2col or col2im with the geometry's 15 arguments after the two tensors. */
+static kiln_status run(const char *name, const char *op, const kiln_tensor *in, kiln_tensor *out,
+                       const geom *g, int dims, const size_t *global)
+{
+    kiln__kernel *k;
+    kiln_status s = conv_kernel(in->dev, in->dtype, name, op, &k);
+    if (s != KILN_OK)
+        return s;
+    kiln_arg args[] = {kiln_arg_tensor(in),     kiln_arg_tensor(out), kiln_arg_i64(g->n),
+                       kiln_arg_i64(g->c),      kiln_arg_i64(g->h),   kiln_arg_i64(g->w),
+                       kiln_arg_i64(g->groups), kiln_arg_i64(g->kh),  kiln_arg_i64(g->kw),
+                       kiln_arg_i64(g->sh),     kiln_arg_i64(g->sw),  kiln_arg_i64(g->ph),
+                       kiln_arg_i64(g->pw),     kiln_arg_i64(g->dh),  kiln_arg_i64(g->dw),
+                       kiln_arg_i64(g->oh),     kiln_arg_i64(g->ow)};
+    return kiln__kernel_launch(in->dev, k, op, dims, global, NULL, 17, args);
+}
+
+static void geom_to_args(const geom *g, kiln__ag_args *a)
+{
+    *a =
+        (kiln__ag_args){.op = g->groups,
+                        .perm = {(int)g->kh, (int)g->kw, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw}};
+}
+
+static geom geom_from(const kiln_tensor *x, const kiln__ag_args *a, int64_t oh, int64_t ow)
+{
+    return (geom){.n = x->shape[0],
+                  .c = x->shape[1],
+                  .h = x->shape[2],
+                  .w = x->shape[3],
+                  .kh = a->perm[0],
+                  .kw = a->perm[1],
+                  .sh = a->perm[2],
+                  .sw = a->perm[3],
+                  .ph = a->perm[4],
+                  .pw = a->perm[5],
+                  .dh = a->perm[6],
+                  .dw = a->perm[7],
+                  .groups = a->op,
+                  .oh = oh,
+                  .ow = ow};
+}
+
+/* x [N, C, H, W] -> cols [G, C/G KH KW, N OH OW], recorded with its own gradient. */
+static kiln_status im2col(const kiln_tensor *x, const geom *g, const char *op, kiln_tensor **cols)
+{
+    int64_t shape[3] = {g->groups, g->c / g->groups * g->kh * g->kw, g->n * g->oh * g->ow};
+    kiln_status s = kiln__tensor_new(x->dev, x->dtype, 3, shape, op, cols);
+    if (s == KILN_OK && shape[1] * shape[2] > 0) {
+        size_t global[2] = {(size_t)shape[2], (size_t)(shape[0] * shape[1])};
+        s = run("kiln_im2col", op, x, *cols, g, 2, global);
+        if (s != KILN_OK) {
+            kiln_tensor_release(*cols);
+            *cols = NULL;
+        }
+    }
+    kiln__ag_args a;
+    geom_to_args(g, &a);
+    return kiln__ag_record(s, op, KILN__AG_IM2COL, &a, 1, &x, cols);
+}
+
+kiln_status kiln__col2im(const kiln_tensor *gc, const kiln_tensor *x, const kiln__ag_args *a,
+                         kiln_tensor **dx)
+{
+    const char *op = "kiln_conv2d (backward)";
+    /* OH and OW from the columns: N OH OW of them, and OW from the geometry */
+    int64_t kh = a->perm[0], kw = a->perm[1];
+    int64_t ow = (x->shape[3] + 2 * a->perm[5] - a->perm[7] * (kw - 1) - 1) / a->perm[3] + 1;
+    int64_t oh = (x->shape[2] + 2 * a->perm[4] - a->perm[6] * (kh - 1) - 1) / a->perm[2] + 1;
+    geom g = geom_from(x, a, oh, ow);
+    kiln_status s = kiln__tensor_new(gc->dev, gc->dtype, 4, x->shape, op, dx);
+    if (s == KILN_OK && x->numel > 0) {
+        size_t global = (size_t)x->numel;
+        s = run("kiln_col2im", op, gc, *dx, &g, 1, &global);
+        if (s != KILN_OK) {
+            kiln_tensor_release(*dx);
+            *dx = NULL;
+        }
+    }
+    return s;
+}
+
+/* The checks of kiln_conv2d: shapes, dtypes, devices and parameters, into *g. */
+static kiln_status check(const char *op, const kiln_tensor *x, const kiln_tensor *w,
+                         const kiln_tensor *bias, const kiln_conv2d_params *p, geom *g)
+{
+    const kiln_tensor *ts[3] = {x, w, bias};
+    static const char *const names[3] = {"x", "weight", "bias"};
+    kiln_status s = kiln__check_tensors(op, 3, 2, ts, names, NULL);
+    if (s == KILN_OK && bias)
+        s = kiln__check_tensor(bias, op, "bias");
+    if (s != KILN_OK)
+        return s;
+    char a[160], b[160];
+    if (x->dtype != KILN_F32 && x->dtype != KILN_F64)
+        return kiln__error(KILN_ERR_UNSUPPORTED,
+                           "%s: x is %s; convolution computes in f32 or f64 (cast f16 to f32)", op,
+                           kiln_dtype_name(x->dtype));
+    if (w->dtype != x->dtype || (bias && bias->dtype != x->dtype))
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH,
+                           "%s: x is %s, weight %s%s%s; all must have one dtype", op,
+                           kiln_dtype_name(x->dtype), kiln_dtype_name(w->dtype),
+                           bias ? ", bias " : "", bias ? kiln_dtype_name(bias->dtype) : "");
+    if (x->ndim != 4 || w->ndim != 4)
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                           "%s: x has shape %s and weight %s; x is [N, C, H, W] and weight [O, "
+                           "C/groups, KH, KW]",
+                           op, kiln__shape_str(a, sizeof a, x->ndim, x->shape),
+                           kiln__shape_str(b, sizeof b, w->ndim, w->shape));
+    kiln_conv2d_params d = p ? *p : (kiln_conv2d_params){0};
+    for (int i = 0; i < 2; i++)
+        if (d.stride[i] < 0 || d.padding[i] < 0 || d.dilation[i] < 0)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "%s: stride %d, padding %d and dilation %d (dimension %d) must not "
+                               "be negative (0 means the default: stride and dilation 1)",
+                               op, d.stride[i], d.padding[i], d.dilation[i], i);
+    if (d.groups < 0)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: groups is %d", op, d.groups);
+    *g = (geom){.n = x->shape[0],
+                .c = x->shape[1],
+                .h = x->shape[2],
+                .w = x->shape[3],
+                .o = w->shape[0],
+                .kh = w->shape[2],
+                .kw = w->shape[3],
+                .sh = d.stride[0] ? d.stride[0] : 1,
+                .sw = d.stride[1] ? d.stride[1] : 1,
+                .ph = d.padding[0],
+                .pw = d.padding[1],
+                .dh = d.dilation[0] ? d.dilation[0] : 1,
+                .dw = d.dilation[1] ? d.dilation[1] : 1,
+                .groups = d.groups ? d.groups : 1};
+    if (g->c % g->groups || g->o % g->groups || w->shape[1] != g->c / g->groups)
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                           "%s: x has %" PRId64 " channels and weight shape %s with groups %d; "
+                           "both channel counts must divide by groups and weight be [O, C/groups "
+                           "(%" PRId64 "), KH, KW]",
+                           op, g->c, kiln__shape_str(b, sizeof b, w->ndim, w->shape), g->groups,
+                           g->c % g->groups ? (int64_t)0 : g->c / g->groups);
+    if (bias && (bias->ndim != 1 || bias->shape[0] != g->o))
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                           "%s: bias has shape %s; it needs [%" PRId64 "], one per output channel",
+                           op, kiln__shape_str(a, sizeof a, bias->ndim, bias->shape), g->o);
+    /* sizes: each term within int64 (dimensions are below 2^62, parameters below 2^31) */
+    int64_t eh = (int64_t)g->dh * (g->kh - 1) + 1, ew = (int64_t)g->dw * (g->kw - 1) + 1;
+    int64_t ph = g->h + 2 * (int64_t)g->ph, pw = g->w + 2 * (int64_t)g->pw;
+    if (g->kh < 1 || g->kw < 1 || ph < eh || pw < ew)
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                           "%s: a %" PRId64 "x%" PRId64 " kernel (dilated %" PRId64 "x%" PRId64
+                           ") does not fit the %" PRId64 "x%" PRId64 " input padded to %" PRId64
+                           "x%" PRId64,
+                           op, g->kh, g->kw, eh, ew, g->h, g->w, ph, pw);
+    g->oh = (ph - eh) / g->sh + 1;
+    g->ow = (pw - ew) / g->sw + 1;
+    int64_t k = 0, cols = 0, t;
+    if (!kiln__dim_mul(g->c / g->groups, g->kh * g->kw, &k) || !kiln__dim_mul(k, g->groups, &t) ||
+        !kiln__dim_mul(g->n, g->oh, &cols) || !kiln__dim_mul(cols, g->ow, &cols) ||
+        !kiln__dim_mul(t, cols, &t))
+        return kiln__error(KILN_ERR_OUT_OF_MEMORY,
+                           "%s: the unfolded input (%" PRId64 " x %" PRId64 " x %" PRId64
+                           ") is too large",
+                           op, g->c, g->kh * g->kw, g->n * g->oh * g->ow);
+    return KILN_OK;
+}
+
+kiln_status kiln_conv2d(const kiln_tensor *x, const kiln_tensor *weight, const kiln_tensor *bias,
+                        const kiln_conv2d_params *params, kiln_tensor **out)
+{
+    const char *op = "kiln_conv2d";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    geom g;
+    kiln_status s = check(op, x, weight, bias, params, &g);
+    if (s != KILN_OK)
+        return s;
+    int64_t G = g.groups, og = g.o / G, k = g.c / G * g.kh * g.kw, l = g.oh * g.ow;
+    kiln_tensor *cols = NULL, *wg = NULL, *y = NULL, *y4 = NULL, *p = NULL, *r = NULL, *b4 = NULL;
+    kiln__log_hold();
+    s = im2col(x, &g, op, &cols);
+    if (s == KILN_OK) /* weight [O, C/G, KH, KW] as [G, O/G, K] */
+        s = kiln_tensor_reshape(weight, 3, (const int64_t[]){G, og, k}, &wg);
+    if (s == KILN_OK) /* [G, O/G, N L] */
+        s = kiln_matmul(wg, cols, &y);
+    if (s == KILN_OK)
+        s = kiln_tensor_reshape(y, 4, (const int64_t[]){G, og, g.n, l}, &y4);
+    if (s == KILN_OK) /* [N, G, O/G, L] = [N, O, OH, OW] */
+        s = kiln_permute(y4, (const int[]){2, 0, 1, 3}, &p);
+    if (s == KILN_OK)
+        s = kiln_tensor_reshape(p, 4, (const int64_t[]){g.n, g.o, g.oh, g.ow}, bias ? &r : out);
+    if (s == KILN_OK && bias)
+        s = kiln_tensor_reshape(bias, 4, (const int64_t[]){1, g.o, 1, 1}, &b4);
+    if (s == KILN_OK && bias)
+        s = kiln_add(r, b4, out);
+    if (s != KILN_OK) { /* an inner op's error (out of memory, the device), under this name */
+        char *msg = kiln__strdup(kiln_last_error());
+        s = kiln__error(s, "%s: %s", op, msg ? msg : "");
+        free(msg);
+    }
+    kiln__log_release();
+    kiln_tensor_release(cols);
+    kiln_tensor_release(wg);
+    kiln_tensor_release(y);
+    kiln_tensor_release(y4);
+    kiln_tensor_release(p);
+    kiln_tensor_release(r);
+    kiln_tensor_release(b4);
+    return s;
+}
