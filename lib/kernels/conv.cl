@@ -3,7 +3,9 @@
  *                 (0 outside x), k = (c KH + ki) KW + kj, l = oh OW + ow, L = OH OW
  *   kiln_col2im   its adjoint: dx[n, c, h, w] = the sum of the cols entries that im2col read
  *                 from (n, c, h, w), gathered by the input element (no atomics, one order)
- * x is [N, C, H, W] in slot T (half storage through LOAD_T/STORE_T), cols [G, Cg KH KW, N L].
+ * x is [N, C, H, W] in slot T (half storage through LOAD_T/STORE_T), cols [G, Cg KH KW, N L],
+ * or with SM (sample-major, groups 1 only) [N, C KH KW, L], whose product with the weight is
+ * NCHW already.
  * Dimension 0 of im2col's range runs over the N L columns, dimension 1 over the G Cg KH KW rows:
  * neighbouring work-items write neighbouring columns. Remainders are written as a - (a / b) b,
  * never with % beside the same division: LLVM then pairs them with a `freeze`, which Oclgrind's
@@ -15,7 +17,7 @@
 #if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_im2col)
 kernel void kiln_im2col(global const KILN_T *x, global KILN_T *cols, long N, long C, long H,
                         long W, long G, long KH, long KW, long SH, long SW, long PH, long PW,
-                        long DH, long DW, long OH, long OW)
+                        long DH, long DW, long OH, long OW, int SM)
 {
     long Cg = C / G, K = Cg * KH * KW, L = OH * OW, NL = N * L;
     KILN_FOR(row, 1, G * K) {
@@ -27,7 +29,7 @@ kernel void kiln_im2col(global const KILN_T *x, global KILN_T *cols, long N, lon
             KILN_TC v = (KILN_TC)0;
             if (h >= 0 && h < H && w >= 0 && w < W)
                 v = LOAD_T(x, ((n * C + c) * H + h) * W + w);
-            STORE_T(cols, row * NL + col, v);
+            STORE_T(cols, SM ? (n * K + row) * L + l : row * NL + col, v);
         }
     }
 }
@@ -36,7 +38,7 @@ kernel void kiln_im2col(global const KILN_T *x, global KILN_T *cols, long N, lon
 #if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_col2im)
 kernel void kiln_col2im(global const KILN_T *cols, global KILN_T *dx, long N, long C, long H,
                         long W, long G, long KH, long KW, long SH, long SW, long PH, long PW,
-                        long DH, long DW, long OH, long OW)
+                        long DH, long DW, long OH, long OW, int SM)
 {
     long Cg = C / G, K = Cg * KH * KW, L = OH * OW, NL = N * L;
     KILN_FOR(i, 0, N * C * H * W) {
@@ -52,7 +54,8 @@ kernel void kiln_col2im(global const KILN_T *cols, global KILN_T *dx, long N, lo
                 if (ww < 0 || ow * SW != ww || ow >= OW)
                     continue;
                 long row = gi * K + (cg * KH + ki) * KW + kj;
-                acc += LOAD_T(cols, row * NL + n * L + oh * OW + ow);
+                long l = oh * OW + ow;
+                acc += LOAD_T(cols, SM ? (n * K + row) * L + l : row * NL + n * L + l);
             }
         }
         STORE_T(dx, i, acc);

@@ -46,8 +46,8 @@ static kiln_status run(const char *name, const char *op, const kiln_tensor *in, 
                        kiln_arg_i64(g->groups), kiln_arg_i64(g->kh),  kiln_arg_i64(g->kw),
                        kiln_arg_i64(g->sh),     kiln_arg_i64(g->sw),  kiln_arg_i64(g->ph),
                        kiln_arg_i64(g->pw),     kiln_arg_i64(g->dh),  kiln_arg_i64(g->dw),
-                       kiln_arg_i64(g->oh),     kiln_arg_i64(g->ow)};
-    return kiln__kernel_launch(in->dev, k, op, dims, global, NULL, 17, args);
+                       kiln_arg_i64(g->oh),     kiln_arg_i64(g->ow),  kiln_arg_i32(g->groups == 1)};
+    return kiln__kernel_launch(in->dev, k, op, dims, global, NULL, 18, args);
 }
 
 static void geom_to_args(const geom *g, kiln__ag_args *a)
@@ -76,13 +76,17 @@ static geom geom_from(const kiln_tensor *x, const kiln__ag_args *a, int64_t oh, 
                   .ow = ow};
 }
 
-/* x [N, C, H, W] -> cols [G, C/G KH KW, N OH OW], recorded with its own gradient. */
+/* x [N, C, H, W] -> cols [G, C/G KH KW, N OH OW], or [N, C KH KW, OH OW] for one group (whose
+ * product with the weight needs no permute), recorded with its own gradient. */
 static kiln_status im2col(const kiln_tensor *x, const geom *g, const char *op, kiln_tensor **cols)
 {
-    int64_t shape[3] = {g->groups, g->c / g->groups * g->kh * g->kw, g->n * g->oh * g->ow};
+    int64_t k = g->c / g->groups * g->kh * g->kw, l = g->oh * g->ow;
+    int64_t shape[3] = {g->groups, k, g->n * l};
+    if (g->groups == 1)
+        shape[0] = g->n, shape[2] = l;
     kiln_status s = kiln__tensor_new(x->dev, x->dtype, 3, shape, op, cols);
-    if (s == KILN_OK && shape[1] * shape[2] > 0) {
-        size_t global[2] = {(size_t)shape[2], (size_t)(shape[0] * shape[1])};
+    if (s == KILN_OK && k * g->n * l > 0) {
+        size_t global[2] = {(size_t)(g->n * l), (size_t)(g->groups * k)};
         s = run("kiln_im2col", op, x, *cols, g, 2, global);
         if (s != KILN_OK) {
             kiln_tensor_release(*cols);
@@ -213,16 +217,23 @@ kiln_status kiln_conv2d(const kiln_tensor *x, const kiln_tensor *weight, const k
     kiln_tensor *cols = NULL, *wg = NULL, *y = NULL, *y4 = NULL, *p = NULL, *r = NULL, *b4 = NULL;
     kiln__log_hold();
     s = im2col(x, &g, op, &cols);
-    if (s == KILN_OK) /* weight [O, C/G, KH, KW] as [G, O/G, K] */
-        s = kiln_tensor_reshape(weight, 3, (const int64_t[]){G, og, k}, &wg);
-    if (s == KILN_OK) /* [G, O/G, N L] */
-        s = kiln_matmul(wg, cols, &y);
+    if (G == 1) { /* [O, K] x [N, K, L] = [N, O, L]: NCHW as it comes */
+        if (s == KILN_OK)
+            s = kiln_tensor_reshape(weight, 2, (const int64_t[]){g.o, k}, &wg);
+        if (s == KILN_OK)
+            s = kiln_matmul(wg, cols, &y);
+    } else {
+        if (s == KILN_OK) /* weight [O, C/G, KH, KW] as [G, O/G, K]; [G, O/G, N L] */
+            s = kiln_tensor_reshape(weight, 3, (const int64_t[]){G, og, k}, &wg);
+        if (s == KILN_OK)
+            s = kiln_matmul(wg, cols, &y4);
+        if (s == KILN_OK)
+            s = kiln_tensor_reshape(y4, 4, (const int64_t[]){G, og, g.n, l}, &p);
+        if (s == KILN_OK) /* [N, G, O/G, L] = [N, O, OH, OW] */
+            s = kiln_permute(p, (const int[]){2, 0, 1, 3}, &y);
+    }
     if (s == KILN_OK)
-        s = kiln_tensor_reshape(y, 4, (const int64_t[]){G, og, g.n, l}, &y4);
-    if (s == KILN_OK) /* [N, G, O/G, L] = [N, O, OH, OW] */
-        s = kiln_permute(y4, (const int[]){2, 0, 1, 3}, &p);
-    if (s == KILN_OK)
-        s = kiln_tensor_reshape(p, 4, (const int64_t[]){g.n, g.o, g.oh, g.ow}, bias ? &r : out);
+        s = kiln_tensor_reshape(y, 4, (const int64_t[]){g.n, g.o, g.oh, g.ow}, bias ? &r : out);
     if (s == KILN_OK && bias)
         s = kiln_tensor_reshape(bias, 4, (const int64_t[]){1, g.o, 1, 1}, &b4);
     if (s == KILN_OK && bias)
