@@ -6,8 +6,11 @@
  * x is [N, C, H, W] in slot T (half storage through LOAD_T/STORE_T), cols [G, Cg KH KW, N L],
  * or with SM (sample-major, groups 1 only) [N, C KH KW, L], whose product with the weight is
  * NCHW already.
- * Dimension 0 of im2col's range runs over the N L columns, dimension 1 over the G Cg KH KW rows:
- * neighbouring work-items write neighbouring columns. Remainders are written as a - (a / b) b,
+ * Dimension 0 of im2col's range runs over the N OH output rows of the image, dimension 1 over
+ * the G Cg KH KW rows of cols; each work-item writes its OW columns in a loop, so the index
+ * arithmetic (divisions) is paid once per OW elements: on CPU devices the kernel was half of a
+ * convolution's time with one work-item per element. (A GPU wants neighbouring work-items on
+ * neighbouring columns instead: issue 19's GPU-shaped kernels.) Remainders are written as a - (a / b) b,
  * never with % beside the same division: LLVM then pairs them with a `freeze`, which Oclgrind's
  * uninitialised-value checker cannot run. */
 
@@ -23,13 +26,16 @@ kernel void kiln_im2col(global const KILN_T *x, global KILN_T *cols, long N, lon
     KILN_FOR(row, 1, G * K) {
         long gi = row / K, k = row - gi * K, cg = k / (KH * KW), r = k - cg * (KH * KW);
         long ki = r / KW, kj = r - ki * KW, c = gi * Cg + cg;
-        KILN_FOR(col, 0, NL) {
-            long n = col / L, l = col - n * L, oh = l / OW, ow = l - oh * OW;
-            long h = oh * SH - PH + ki * DH, w = ow * SW - PW + kj * DW;
-            KILN_TC v = (KILN_TC)0;
-            if (h >= 0 && h < H && w >= 0 && w < W)
-                v = LOAD_T(x, ((n * C + c) * H + h) * W + w);
-            STORE_T(cols, SM ? (n * K + row) * L + l : row * NL + col, v);
+        KILN_FOR(no, 0, N * OH) {
+            long n = no / OH, oh = no - n * OH, h = oh * SH - PH + ki * DH;
+            bool hin = h >= 0 && h < H;
+            long in0 = ((n * C + c) * H + h) * W;
+            long out0 = SM ? (n * K + row) * L + oh * OW : row * NL + n * L + oh * OW;
+            for (long ow = 0; ow < OW; ow++) {
+                long w = ow * SW - PW + kj * DW;
+                STORE_T(cols, out0 + ow,
+                        hin && w >= 0 && w < W ? LOAD_T(x, in0 + w) : (KILN_TC)0);
+            }
         }
     }
 }

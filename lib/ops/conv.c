@@ -86,7 +86,7 @@ static kiln_status im2col(const kiln_tensor *x, const geom *g, const char *op, k
         shape[0] = g->n, shape[2] = l;
     kiln_status s = kiln__tensor_new(x->dev, x->dtype, 3, shape, op, cols);
     if (s == KILN_OK && k * g->n * l > 0) {
-        size_t global[2] = {(size_t)(g->n * l), (size_t)(g->groups * k)};
+        size_t global[2] = {(size_t)(g->n * g->oh), (size_t)(g->groups * k)};
         s = run("kiln_im2col", op, x, *cols, g, 2, global);
         if (s != KILN_OK) {
             kiln_tensor_release(*cols);
