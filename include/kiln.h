@@ -962,6 +962,26 @@ KILN_API kiln_status kiln_conv2d(const kiln_tensor *x, const kiln_tensor *weight
                                  const kiln_tensor *bias, const kiln_conv2d_params *params,
                                  kiln_tensor **out);
 
+/* Pooling over x [N, C, H, W] (f32, f64, f16) as torch.nn.functional's: a window of kernel[0] x
+ * kernel[1], moved by stride (0: the kernel size), padding at most half the kernel on each side;
+ * out [N, C, OH, OW] with OH = (H + 2 padding[0] - kernel[0]) / stride[0] + 1 (floor).
+ * kiln_max_pool2d: the window's maximum (NaN propagates), *indices (optional, NULL to skip; i64,
+ * out's shape) the flat h W + w of each maximum in its plane, as return_indices=True gives.
+ * kiln_avg_pool2d: the window's sum / (kernel[0] kernel[1]) (padding counted as zeros:
+ * count_include_pad=True). kiln_adaptive_avg_pool2d: the global average, oh = ow = 1 only
+ * (other sizes KILN_ERR_UNSUPPORTED for now). All differentiable in x. */
+typedef struct kiln_pool2d_params {
+    int kernel[2];
+    int stride[2];  /* 0: the kernel size */
+    int padding[2]; /* at most kernel / 2 */
+} kiln_pool2d_params;
+KILN_API kiln_status kiln_max_pool2d(const kiln_tensor *x, const kiln_pool2d_params *params,
+                                     kiln_tensor **out, kiln_tensor **indices);
+KILN_API kiln_status kiln_avg_pool2d(const kiln_tensor *x, const kiln_pool2d_params *params,
+                                     kiln_tensor **out);
+KILN_API kiln_status kiln_adaptive_avg_pool2d(const kiln_tensor *x, int64_t oh, int64_t ow,
+                                              kiln_tensor **out);
+
 /* Neural-network helpers (f32, f64; softmax also f16). softmax/log_softmax are max-subtracted
  * (stable); their _out forms need an out of x's shape and dtype that shares no memory with x
  * (KILN_ERR_INVALID_ARGUMENT). */

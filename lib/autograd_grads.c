@@ -511,6 +511,14 @@ kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_t
         RUN(&sc, gx, kiln__col2im(g, x, &nd->a, &gx));
         give(&sc, nd, 0, gx, grads);
         break;
+    case KILN__AG_MAX_POOL:
+        RUN(&sc, gx, kiln__max_pool2d_bw(g, x, nd->in[1].t, &nd->a, &gx));
+        give(&sc, nd, 0, gx, grads);
+        break;
+    case KILN__AG_AVG_POOL:
+        RUN(&sc, gx, kiln__avg_pool2d_bw(g, x, &nd->a, &gx));
+        give(&sc, nd, 0, gx, grads);
+        break;
     default:
         sc.s = kiln__error(KILN_ERR_UNSUPPORTED, "kiln_backward: %s has no gradient", nd->name);
         break;

@@ -226,6 +226,18 @@ static kiln_status f_conv(kiln_tensor *const *in, kiln_tensor **out, const void 
     return kiln_conv2d(in[0], in[1], o->flags ? in[2] : NULL, &conv_cases[o->op], out);
 }
 
+/* pooling: op 0 max, 1 avg, 2 adaptive (global) average; windows of pool_cases[flags] */
+static const kiln_pool2d_params pool_cases[] = {
+    {{2, 2}, {0, 0}, {0, 0}}, {{3, 3}, {2, 1}, {1, 1}}, {{3, 2}, {1, 2}, {1, 0}}};
+static kiln_status f_pool(kiln_tensor *const *in, kiln_tensor **out, const void *c)
+{
+    const opctx *o = c;
+    if (o->op == 2)
+        return kiln_adaptive_avg_pool2d(in[0], 1, 1, out);
+    return o->op ? kiln_avg_pool2d(in[0], &pool_cases[o->flags], out)
+                 : kiln_max_pool2d(in[0], &pool_cases[o->flags], out, NULL);
+}
+
 static kiln_status f_matmul(kiln_tensor *const *in, kiln_tensor **out, const void *c)
 {
     return kiln_matmul_trans(in[0], in[1], ((const opctx *)c)->flags, out);
@@ -419,6 +431,23 @@ START_TEST(test_fd_conv2d)
             char what[48];
             snprintf(what, sizeof what, "conv2d case %d%s", k, with_bias ? " with bias" : "");
             gradcheck(what, f_conv, &c, with_bias ? 3 : 2, sp);
+        }
+}
+END_TEST
+
+/* max, average and global average pooling by finite differences (distinct random inputs, so no
+ * window has a tie for its maximum). */
+START_TEST(test_fd_pool)
+{
+    for (int op = 0; op < 3; op++)
+        for (int k = 0; k < 3; k++) {
+            if ((op == 2 && k > 0) || (simulated(dev) && k == 2))
+                continue;
+            spec sp[1] = {S4(2, 2, 5, 6, -1.0, 1.0)};
+            opctx c = {.op = op, .flags = k};
+            char what[48];
+            snprintf(what, sizeof what, "pool op %d case %d", op, k);
+            gradcheck(what, f_pool, &c, 1, sp);
         }
 }
 END_TEST
@@ -1148,6 +1177,7 @@ Suite *autograd_suite(void)
     tcase_add_test(tc, test_fd_scalar_unary);
     tcase_add_test(tc, test_fd_reduce);
     tcase_add_test(tc, test_fd_conv2d);
+    tcase_add_test(tc, test_fd_pool);
     tcase_add_test(tc, test_fd_matmul);
     tcase_add_test(tc, test_fd_shape);
     tcase_add_test(tc, test_fd_nn);

@@ -537,6 +537,125 @@ START_TEST(test_conv2d)
 }
 END_TEST
 
+/* Pooling against C loops: max (with its indices) and average over windows with strides and
+ * paddings, f32/f64/f16 on every device; NaN wins a max; the global average; errors. */
+START_TEST(test_pool2d)
+{
+    static const kiln_pool2d_params cases[] = {
+        {{2, 2}, {0, 0}, {0, 0}}, {{3, 3}, {2, 2}, {1, 1}}, {{3, 2}, {1, 2}, {1, 1}}};
+    const int64_t xs[4] = {2, 3, 7, 6};
+    double x[252];
+    for (int i = 0; i < 252; i++)
+        x[i] = (double)((i * 37) % 251) / 25.0 - 5; /* distinct in every plane */
+    for (int di = 0; di < ndevs; di++) {
+        kiln_device *dev = devs[di];
+        for (int t = 0; t < 3; t++) {
+            kiln_dtype dt = float_dtypes[t];
+            if (!usable(dev, dt))
+                continue;
+            kiln_tensor *tx = upload(dev, dt, 4, xs, x);
+            double *xv = download(tx);
+            for (size_t ci = 0; ci < 3; ci++) {
+                const kiln_pool2d_params *p = &cases[ci];
+                int sh = p->stride[0] ? p->stride[0] : p->kernel[0];
+                int sw = p->stride[1] ? p->stride[1] : p->kernel[1];
+                int64_t oh = (7 + 2 * p->padding[0] - p->kernel[0]) / sh + 1;
+                int64_t ow = (6 + 2 * p->padding[1] - p->kernel[1]) / sw + 1;
+                kiln_tensor *mx = NULL, *idx = NULL, *av = NULL;
+                ASSERT_OK(kiln_max_pool2d(tx, p, &mx, &idx));
+                ASSERT_OK(kiln_avg_pool2d(tx, p, &av));
+                ck_assert_int_eq(kiln_tensor_dtype(idx), KILN_I64);
+                ck_assert(kiln_tensor_shape(mx)[2] == oh && kiln_tensor_shape(mx)[3] == ow);
+                double *gm = download(mx), *ga = download(av), *gi = download(idx);
+                for (int64_t pl = 0; pl < 6; pl++)
+                    for (int64_t i = 0; i < oh; i++)
+                        for (int64_t j = 0; j < ow; j++) {
+                            double best = -INFINITY, sum = 0;
+                            int64_t at = -1;
+                            for (int a = 0; a < p->kernel[0]; a++)
+                                for (int b = 0; b < p->kernel[1]; b++) {
+                                    int64_t h = i * sh - p->padding[0] + a;
+                                    int64_t w = j * sw - p->padding[1] + b;
+                                    if (h < 0 || h >= 7 || w < 0 || w >= 6)
+                                        continue;
+                                    double v = xv[(pl * 7 + h) * 6 + w];
+                                    sum += v;
+                                    if (v > best)
+                                        best = v, at = h * 6 + w;
+                                }
+                            int64_t o = (pl * oh + i) * ow + j;
+                            double avg = sum / (p->kernel[0] * p->kernel[1]);
+                            ck_assert_msg(gm[o] == best && gi[o] == (double)at,
+                                          "max case %zu %s on %s [%lld]: %g at %g, want %g at %lld",
+                                          ci, kiln_dtype_name(dt), kiln_device_spec(dev),
+                                          (long long)o, gm[o], gi[o], best, (long long)at);
+                            ck_assert_msg(fabs(ga[o] - avg) <= 4 * eps_of(dt) * (1 + fabs(sum)),
+                                          "avg case %zu %s on %s [%lld]: %g, want %g", ci,
+                                          kiln_dtype_name(dt), kiln_device_spec(dev), (long long)o,
+                                          ga[o], avg);
+                        }
+                free(gm);
+                free(ga);
+                free(gi);
+                kiln_tensor_release(mx);
+                kiln_tensor_release(idx);
+                kiln_tensor_release(av);
+            }
+            /* the global average */
+            kiln_tensor *g = NULL;
+            ASSERT_OK(kiln_adaptive_avg_pool2d(tx, 1, 1, &g));
+            ck_assert_int_eq(kiln_tensor_ndim(g), 4);
+            double *gv = download(g);
+            for (int pl = 0; pl < 6; pl++) {
+                double sum = 0;
+                for (int e = 0; e < 42; e++)
+                    sum += xv[pl * 42 + e];
+                ck_assert_msg(fabs(gv[pl] - sum / 42) <= 8 * eps_of(dt) * (1 + fabs(sum)),
+                              "global average %s plane %d: %g, want %g", kiln_dtype_name(dt), pl,
+                              gv[pl], sum / 42);
+            }
+            free(gv);
+            kiln_tensor_release(g);
+            free(xv);
+            kiln_tensor_release(tx);
+        }
+        /* NaN wins a max */
+        const int64_t s1[4] = {1, 1, 2, 2};
+        const double nanx[4] = {1, NAN, 3, 2};
+        kiln_tensor *tn = upload(dev, KILN_F32, 4, s1, nanx), *y = NULL;
+        ASSERT_OK(kiln_max_pool2d(tn, &(kiln_pool2d_params){{2, 2}, {0, 0}, {0, 0}}, &y, NULL));
+        double *yv = download(y);
+        ck_assert_msg(isnan(yv[0]), "max with NaN: %g", yv[0]);
+        free(yv);
+        kiln_tensor_release(y);
+        kiln_tensor_release(tn);
+    }
+    /* errors, each naming the function, *out NULL */
+    kiln_device *dev = test_device();
+    kiln_tensor *tx = NULL, *ti = NULL, *o = (kiln_tensor *)1, *ix = (kiln_tensor *)1;
+    const int64_t xs4[4] = {1, 1, 4, 4};
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 4, xs4, &tx));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_I32, 4, xs4, &ti));
+    ASSERT_FAILS(kiln_max_pool2d(tx, NULL, &o, &ix), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_max_pool2d: params is NULL");
+    ck_assert_ptr_null(o);
+    ck_assert_ptr_null(ix);
+    ASSERT_FAILS(kiln_avg_pool2d(tx, &(kiln_pool2d_params){{3, 3}, {1, 1}, {2, 2}}, &o),
+                 KILN_ERR_INVALID_ARGUMENT, "the padding at most half the kernel");
+    ASSERT_FAILS(kiln_avg_pool2d(tx, &(kiln_pool2d_params){{5, 5}, {0, 0}, {0, 0}}, &o),
+                 KILN_ERR_SHAPE_MISMATCH, "kiln_avg_pool2d: a 5x5 window does not fit");
+    ASSERT_FAILS(kiln_max_pool2d(ti, &(kiln_pool2d_params){{2, 2}, {0, 0}, {0, 0}}, &o, NULL),
+                 KILN_ERR_UNSUPPORTED, "kiln_max_pool2d: x is i32");
+    ASSERT_FAILS(kiln_adaptive_avg_pool2d(tx, 2, 2, &o), KILN_ERR_UNSUPPORTED,
+                 "only the global 1x1 average");
+    ASSERT_FAILS(kiln_adaptive_avg_pool2d(tx, 1, 1, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_adaptive_avg_pool2d: out is NULL");
+    ck_assert_ptr_null(o);
+    kiln_tensor_release(tx);
+    kiln_tensor_release(ti);
+}
+END_TEST
+
 /* Bad input: each case KILN_ERR_* naming kiln_conv2d and what is wrong, *out NULL. */
 START_TEST(test_conv2d_errors)
 {
@@ -987,6 +1106,7 @@ Suite *nn_suite(void)
     tcase_add_test(tc, test_cross_entropy_checked);
     tcase_add_test(tc, test_mse);
     tcase_add_test(tc, test_conv2d);
+    tcase_add_test(tc, test_pool2d);
     tcase_add_test(tc, test_sgd);
     tcase_add_test(tc, test_adam);
     tcase_add_test(tc, test_steady_state_allocations);

@@ -1,4 +1,5 @@
-/* conv.cl - the two data movements of kiln_conv2d (lib/ops/conv.c), whose products are matmuls:
+/* conv.cl - the two data movements of kiln_conv2d (lib/ops/conv.c), whose products are matmuls
+ * (and, further down, the 2-D poolings):
  *   kiln_im2col   cols[g, k, n L + l] = x[n, g Cg + c, oh SH - PH + ki DH, ow SW - PW + kj DW]
  *                 (0 outside x), k = (c KH + ki) KW + kj, l = oh OW + ow, L = OH OW
  *   kiln_col2im   its adjoint: dx[n, c, h, w] = the sum of the cols entries that im2col read
@@ -65,6 +66,132 @@ kernel void kiln_col2im(global const KILN_T *cols, global KILN_T *dx, long N, lo
             }
         }
         STORE_T(dx, i, acc);
+    }
+}
+#endif
+#endif
+
+/* Pooling over x [NC, H, W] (N C planes), out [NC, OH, OW], launched over [OW, OH, NC] (no
+ * divisions): a window of KH x KW from (oh SH - PH, ow SW - PW), padding outside x.
+ *   kiln_max_pool2d      the maximum (NaN wins, the first of equals) and its index h W + w in
+ *                        the plane (PyTorch's return_indices)
+ *   kiln_max_pool2d_bw   dx[nc, h, w] = the sum of g over the windows whose index is (h, w)
+ *   kiln_avg_pool2d      the sum over the window's elements inside x / (KH KW) (PyTorch's
+ *                        count_include_pad)
+ *   kiln_avg_pool2d_bw   dx[nc, h, w] = the sum of g / (KH KW) over the windows holding (h, w)
+ * The backward kernels run over [W, H, NC] and gather (no atomics, one order). */
+#ifdef KILN_T
+/* The windows o0..o1 (o1 < o0: none) of a pooling that hold position p: o S - P <= p and
+ * p <= o S - P + K - 1, within 0..O-1. */
+void kiln_pool_windows(long p, long P, long K, long S, long O, long *o0, long *o1)
+{
+    long a = p + P - K + 1;
+    *o0 = a <= 0 ? 0 : (a + S - 1) / S;
+    *o1 = (p + P) / S;
+    if (*o1 > O - 1)
+        *o1 = O - 1;
+}
+
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_max_pool2d)
+kernel void kiln_max_pool2d(global const KILN_T *x, global KILN_T *out, global long *idx, long NC,
+                            long H, long W, long OH, long OW, long KH, long KW, long SH, long SW,
+                            long PH, long PW)
+{
+    KILN_FOR(nc, 2, NC) {
+        KILN_FOR(oh, 1, OH) {
+            KILN_FOR(ow, 0, OW) {
+                KILN_TC best = (KILN_TC)0;
+                long at = -1;
+                for (long i = 0; i < KH; i++) {
+                    long h = oh * SH - PH + i;
+                    if (h < 0 || h >= H)
+                        continue;
+                    for (long j = 0; j < KW; j++) {
+                        long w = ow * SW - PW + j;
+                        if (w < 0 || w >= W)
+                            continue;
+                        KILN_TC v = LOAD_T(x, (nc * H + h) * W + w);
+                        if (at < 0 || (!isnan(best) && (v > best || isnan(v)))) {
+                            best = v;
+                            at = h * W + w;
+                        }
+                    }
+                }
+                long o = (nc * OH + oh) * OW + ow;
+                STORE_T(out, o, best);
+                idx[o] = at;
+            }
+        }
+    }
+}
+#endif
+
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_max_pool2d_bw)
+kernel void kiln_max_pool2d_bw(global const KILN_T *g, global const long *idx, global KILN_T *dx,
+                               long NC, long H, long W, long OH, long OW, long KH, long KW,
+                               long SH, long SW, long PH, long PW)
+{
+    KILN_FOR(nc, 2, NC) {
+        KILN_FOR(h, 1, H) {
+            KILN_FOR(w, 0, W) {
+                KILN_TC acc = (KILN_TC)0;
+                long oh0, oh1, ow0, ow1;
+                kiln_pool_windows(h, PH, KH, SH, OH, &oh0, &oh1);
+                kiln_pool_windows(w, PW, KW, SW, OW, &ow0, &ow1);
+                for (long oh = oh0; oh <= oh1; oh++)
+                    for (long ow = ow0; ow <= ow1; ow++) {
+                        long o = (nc * OH + oh) * OW + ow;
+                        if (idx[o] == h * W + w)
+                            acc += LOAD_T(g, o);
+                    }
+                STORE_T(dx, (nc * H + h) * W + w, acc);
+            }
+        }
+    }
+}
+#endif
+
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_avg_pool2d)
+kernel void kiln_avg_pool2d(global const KILN_T *x, global KILN_T *out, long NC, long H, long W,
+                            long OH, long OW, long KH, long KW, long SH, long SW, long PH, long PW)
+{
+    KILN_FOR(nc, 2, NC) {
+        KILN_FOR(oh, 1, OH) {
+            KILN_FOR(ow, 0, OW) {
+                KILN_TC acc = (KILN_TC)0;
+                for (long i = 0; i < KH; i++) {
+                    long h = oh * SH - PH + i;
+                    for (long j = 0; h >= 0 && h < H && j < KW; j++) {
+                        long w = ow * SW - PW + j;
+                        if (w >= 0 && w < W)
+                            acc += LOAD_T(x, (nc * H + h) * W + w);
+                    }
+                }
+                STORE_T(out, (nc * OH + oh) * OW + ow, acc / (KILN_TC)(KH * KW));
+            }
+        }
+    }
+}
+#endif
+
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_avg_pool2d_bw)
+kernel void kiln_avg_pool2d_bw(global const KILN_T *g, global KILN_T *dx, long NC, long H, long W,
+                               long OH, long OW, long KH, long KW, long SH, long SW, long PH,
+                               long PW)
+{
+    KILN_FOR(nc, 2, NC) {
+        KILN_FOR(h, 1, H) {
+            KILN_FOR(w, 0, W) {
+                KILN_TC acc = (KILN_TC)0;
+                long oh0, oh1, ow0, ow1;
+                kiln_pool_windows(h, PH, KH, SH, OH, &oh0, &oh1);
+                kiln_pool_windows(w, PW, KW, SW, OW, &ow0, &ow1);
+                for (long oh = oh0; oh <= oh1; oh++)
+                    for (long ow = ow0; ow <= ow1; ow++)
+                        acc += LOAD_T(g, (nc * OH + oh) * OW + ow);
+                STORE_T(dx, (nc * H + h) * W + w, acc / (KILN_TC)(KH * KW));
+            }
+        }
     }
 }
 #endif

@@ -3,7 +3,8 @@
  * gradient of its own (col2im, its adjoint); the weight's reshape, the matmul over the groups,
  * the permute back to NCHW and the bias add are recorded by autograd as the ops they are, so
  * the gradients for input, weight and bias follow. On CPU devices the matmul is OpenBLAS's
- * (matmul.c picks the path, KILN_LOG=debug says which). */
+ * (matmul.c picks the path, KILN_LOG=debug says which). Also the 2-D poolings (max, average,
+ * global average), whose kernels live in conv.cl too. */
 #include "ops/conv.h"
 
 #include <inttypes.h>
@@ -251,5 +252,227 @@ kiln_status kiln_conv2d(const kiln_tensor *x, const kiln_tensor *weight, const k
     kiln_tensor_release(p);
     kiln_tensor_release(r);
     kiln_tensor_release(b4);
+    return s;
+}
+
+/* ---- pooling ------------------------------------------------------------------------------ */
+
+/* The checked window of a pooling of x into *w (KH, KW, SH, SW, PH, PW) and the output size. */
+static kiln_status pool_check(const char *op, const kiln_tensor *x, const kiln_pool2d_params *p,
+                              int64_t w[6], int64_t *oh, int64_t *ow)
+{
+    kiln_status s = kiln__check_tensor(x, op, "x");
+    if (s != KILN_OK)
+        return s;
+    if (!p)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: params is NULL; give the kernel size",
+                           op);
+    if (!kiln__dtype_is_float(x->dtype))
+        return kiln__error(KILN_ERR_UNSUPPORTED, "%s: x is %s; pooling takes f32, f64 or f16", op,
+                           kiln_dtype_name(x->dtype));
+    char a[160];
+    if (x->ndim != 4)
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: x has shape %s; it needs [N, C, H, W]", op,
+                           kiln__shape_str(a, sizeof a, x->ndim, x->shape));
+    for (int i = 0; i < 2; i++) {
+        int k = p->kernel[i], st = p->stride[i] ? p->stride[i] : k, pad = p->padding[i];
+        if (k < 1 || st < 1 || pad < 0 || pad > k / 2)
+            return kiln__error(
+                KILN_ERR_INVALID_ARGUMENT,
+                "%s: kernel %d, stride %d and padding %d in dimension %d; the kernel "
+                "must be at least 1, the stride at least 1 (0: the kernel size) and "
+                "the padding at most half the kernel (as PyTorch)",
+                op, p->kernel[i], p->stride[i], pad, i);
+        w[i] = k;
+        w[2 + i] = st;
+        w[4 + i] = pad;
+    }
+    int64_t ph = x->shape[2] + 2 * w[4], pw = x->shape[3] + 2 * w[5];
+    if (ph < w[0] || pw < w[1])
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                           "%s: a %" PRId64 "x%" PRId64 " window does not fit x of shape %s padded "
+                           "to %" PRId64 "x%" PRId64,
+                           op, w[0], w[1], kiln__shape_str(a, sizeof a, x->ndim, x->shape), ph, pw);
+    *oh = (ph - w[0]) / w[2] + 1;
+    *ow = (pw - w[1]) / w[3] + 1;
+    return KILN_OK;
+}
+
+static void pool_args(const int64_t w[6], kiln__ag_args *a)
+{
+    *a =
+        (kiln__ag_args){.perm = {(int)w[0], (int)w[1], (int)w[2], (int)w[3], (int)w[4], (int)w[5]}};
+}
+
+/* Launch a pooling kernel for the pooling of x (its N C, H and W) over [cols, rows, planes] with
+ * (tensors..., NC, H, W, OH, OW, window), ts[0]'s dtype selecting the program. */
+static kiln_status pool_run(const char *name, const char *op, const kiln_tensor *x, int ntensors,
+                            const kiln_tensor *const *ts, const int64_t w[6], int64_t oh,
+                            int64_t ow, const size_t *global)
+{
+    kiln__kernel *k;
+    kiln_status s = conv_kernel(ts[0]->dev, ts[0]->dtype, name, op, &k);
+    if (s != KILN_OK)
+        return s;
+    kiln_arg args[14];
+    int n = 0;
+    for (int i = 0; i < ntensors; i++)
+        args[n++] = kiln_arg_tensor(ts[i]);
+    const int64_t v[] = {x->shape[0] * x->shape[1],
+                         x->shape[2],
+                         x->shape[3],
+                         oh,
+                         ow,
+                         w[0],
+                         w[1],
+                         w[2],
+                         w[3],
+                         w[4],
+                         w[5]};
+    for (int i = 0; i < 11; i++)
+        args[n++] = kiln_arg_i64(v[i]);
+    return kiln__kernel_launch(ts[0]->dev, k, op, 3, global, NULL, n, args);
+}
+
+kiln_status kiln_max_pool2d(const kiln_tensor *x, const kiln_pool2d_params *params,
+                            kiln_tensor **out, kiln_tensor **indices)
+{
+    const char *op = "kiln_max_pool2d";
+    if (indices)
+        *indices = NULL;
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    int64_t w[6], oh, ow;
+    kiln_status s = pool_check(op, x, params, w, &oh, &ow);
+    if (s != KILN_OK)
+        return s;
+    const int64_t shape[4] = {x->shape[0], x->shape[1], oh, ow};
+    kiln_tensor *y = NULL, *idx = NULL;
+    s = kiln__tensor_new(x->dev, x->dtype, 4, shape, op, &y);
+    if (s == KILN_OK)
+        s = kiln__tensor_new(x->dev, KILN_I64, 4, shape, op, &idx);
+    if (s == KILN_OK && y->numel > 0) {
+        size_t global[3] = {(size_t)ow, (size_t)oh, (size_t)(x->shape[0] * x->shape[1])};
+        s = pool_run("kiln_max_pool2d", op, x, 3, (const kiln_tensor *[]){x, y, idx}, w, oh, ow,
+                     global);
+    }
+    if (s != KILN_OK) {
+        kiln_tensor_release(y);
+        kiln_tensor_release(idx);
+        return s;
+    }
+    *out = y;
+    kiln__ag_args a;
+    pool_args(w, &a);
+    s = kiln__ag_record(s, op, KILN__AG_MAX_POOL, &a, 2, (const kiln_tensor *[]){x, idx}, out);
+    if (s == KILN_OK && indices)
+        *indices = idx;
+    else
+        kiln_tensor_release(idx);
+    return s;
+}
+
+kiln_status kiln_avg_pool2d(const kiln_tensor *x, const kiln_pool2d_params *params,
+                            kiln_tensor **out)
+{
+    const char *op = "kiln_avg_pool2d";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    int64_t w[6], oh, ow;
+    kiln_status s = pool_check(op, x, params, w, &oh, &ow);
+    if (s != KILN_OK)
+        return s;
+    const int64_t shape[4] = {x->shape[0], x->shape[1], oh, ow};
+    s = kiln__tensor_new(x->dev, x->dtype, 4, shape, op, out);
+    if (s == KILN_OK && (*out)->numel > 0) {
+        size_t global[3] = {(size_t)ow, (size_t)oh, (size_t)(x->shape[0] * x->shape[1])};
+        s = pool_run("kiln_avg_pool2d", op, x, 2, (const kiln_tensor *[]){x, *out}, w, oh, ow,
+                     global);
+        if (s != KILN_OK) {
+            kiln_tensor_release(*out);
+            *out = NULL;
+        }
+    }
+    kiln__ag_args a;
+    pool_args(w, &a);
+    return kiln__ag_record(s, op, KILN__AG_AVG_POOL, &a, 1, &x, out);
+}
+
+/* The gradients: dx over [W, H, NC]. */
+static kiln_status pool_bw(const char *name, const kiln_tensor *g, const kiln_tensor *x,
+                           const kiln_tensor *idx, const kiln__ag_args *a, kiln_tensor **dx)
+{
+    const char *op = "kiln_backward (pooling)";
+    int64_t w[6];
+    for (int i = 0; i < 6; i++)
+        w[i] = a->perm[i];
+    kiln_status s = kiln__tensor_new(g->dev, g->dtype, 4, x->shape, op, dx);
+    if (s == KILN_OK && x->numel > 0) {
+        size_t global[3] = {(size_t)x->shape[3], (size_t)x->shape[2],
+                            (size_t)(x->shape[0] * x->shape[1])};
+        const kiln_tensor *ts[3] = {g, idx, *dx};
+        s = pool_run(name, op, x, idx ? 3 : 2, idx ? ts : (const kiln_tensor *[]){g, *dx}, w,
+                     g->shape[2], g->shape[3], global);
+        if (s != KILN_OK) {
+            kiln_tensor_release(*dx);
+            *dx = NULL;
+        }
+    }
+    return s;
+}
+
+kiln_status kiln__max_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln_tensor *idx,
+                                const kiln__ag_args *a, kiln_tensor **dx)
+{
+    return pool_bw("kiln_max_pool2d_bw", g, x, idx, a, dx);
+}
+
+kiln_status kiln__avg_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln__ag_args *a,
+                                kiln_tensor **dx)
+{
+    return pool_bw("kiln_avg_pool2d_bw", g, x, NULL, a, dx);
+}
+
+kiln_status kiln_adaptive_avg_pool2d(const kiln_tensor *x, int64_t oh, int64_t ow,
+                                     kiln_tensor **out)
+{
+    const char *op = "kiln_adaptive_avg_pool2d";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    kiln_status s = kiln__check_tensor(x, op, "x");
+    if (s != KILN_OK)
+        return s;
+    char a[160];
+    if (x->ndim != 4 || !kiln__dtype_is_float(x->dtype))
+        return kiln__error(x->ndim != 4 ? KILN_ERR_SHAPE_MISMATCH : KILN_ERR_UNSUPPORTED,
+                           "%s: x is %s of shape %s; it needs a floating [N, C, H, W]", op,
+                           kiln_dtype_name(x->dtype),
+                           kiln__shape_str(a, sizeof a, x->ndim, x->shape));
+    if (oh != 1 || ow != 1)
+        return kiln__error(KILN_ERR_UNSUPPORTED,
+                           "%s: an output of %" PRId64 "x%" PRId64 "; only the global 1x1 average "
+                           "is supported yet (or use kiln_avg_pool2d where H and W divide evenly)",
+                           op, oh, ow);
+    /* the mean over each plane: [N, C, H W] -> mean over axis 2 -> [N, C, 1, 1] */
+    kiln_tensor *flat = NULL, *m = NULL;
+    kiln__log_hold();
+    s = kiln_tensor_reshape(x, 3, (const int64_t[]){x->shape[0], x->shape[1], -1}, &flat);
+    if (s == KILN_OK && x->shape[2] * x->shape[3] == 0)
+        s = kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: x has empty planes", op);
+    if (s == KILN_OK)
+        s = kiln_reduce(KILN_REDUCE_MEAN, flat, 2, true, &m);
+    if (s == KILN_OK)
+        s = kiln_tensor_reshape(m, 4, (const int64_t[]){x->shape[0], x->shape[1], 1, 1}, out);
+    if (s != KILN_OK) {
+        char *msg = kiln__strdup(kiln_last_error());
+        s = kiln__error(s, "%s: %s", op, msg ? msg : "");
+        free(msg);
+    }
+    kiln__log_release();
+    kiln_tensor_release(flat);
+    kiln_tensor_release(m);
     return s;
 }
