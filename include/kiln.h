@@ -1234,6 +1234,17 @@ KILN_API kiln_status kiln_clip_grad_norm(const kiln_params *p, double max_norm, 
  * table's rows. */
 KILN_API kiln_status kiln_linear(const kiln_tensor *x, const kiln_tensor *weight,
                                  const kiln_tensor *bias, kiln_tensor **y);
+/* Batch normalisation as torch.nn.functional.batch_norm, per channel (dimension 1) of x [N, C,
+ * ...]: training uses the batch's mean and biased variance over N and the trailing dimensions
+ * (more than one value per channel), and, when running_mean and running_var are given, updates
+ * them in place to (1 - momentum) running + momentum batch (the variance unbiased, n / (n - 1));
+ * evaluation uses the running values (both required). Then * weight + bias (each optional, [C]).
+ * Differentiable in x, weight and bias (in training through the batch statistics). Momentum in
+ * [0, 1] (PyTorch's default 0.1), eps >= 0 (1e-5). num_batches_tracked is the module's. */
+KILN_API kiln_status kiln_batch_norm(const kiln_tensor *x, kiln_tensor *running_mean,
+                                     kiln_tensor *running_var, const kiln_tensor *weight,
+                                     const kiln_tensor *bias, bool training, double momentum,
+                                     double eps, kiln_tensor **y);
 KILN_API kiln_status kiln_layer_norm(const kiln_tensor *x, const kiln_tensor *weight,
                                      const kiln_tensor *bias, double eps, kiln_tensor **y);
 KILN_API kiln_status kiln_dropout(const kiln_tensor *x, double p, uint64_t seed, kiln_tensor **y);

@@ -238,6 +238,13 @@ static kiln_status f_pool(kiln_tensor *const *in, kiln_tensor **out, const void 
                  : kiln_max_pool2d(in[0], &pool_cases[o->flags], out, NULL);
 }
 
+/* kiln_batch_norm in training mode (batch statistics) with weight and bias, no running buffers. */
+static kiln_status f_batch_norm(kiln_tensor *const *in, kiln_tensor **out, const void *c)
+{
+    (void)c;
+    return kiln_batch_norm(in[0], NULL, NULL, in[1], in[2], true, 0.1, 1e-5, out);
+}
+
 static kiln_status f_matmul(kiln_tensor *const *in, kiln_tensor **out, const void *c)
 {
     return kiln_matmul_trans(in[0], in[1], ((const opctx *)c)->flags, out);
@@ -449,6 +456,14 @@ START_TEST(test_fd_pool)
             snprintf(what, sizeof what, "pool op %d case %d", op, k);
             gradcheck(what, f_pool, &c, 1, sp);
         }
+}
+END_TEST
+
+START_TEST(test_fd_batch_norm)
+{
+    spec sp[3] = {S4(3, 2, 2, 3, -1.0, 1.0), S1(2, 0.5, 1.5), S1(2, -1.0, 1.0)};
+    opctx c = {0};
+    gradcheck("batch_norm", f_batch_norm, &c, 3, sp);
 }
 END_TEST
 
@@ -1178,6 +1193,7 @@ Suite *autograd_suite(void)
     tcase_add_test(tc, test_fd_reduce);
     tcase_add_test(tc, test_fd_conv2d);
     tcase_add_test(tc, test_fd_pool);
+    tcase_add_test(tc, test_fd_batch_norm);
     tcase_add_test(tc, test_fd_matmul);
     tcase_add_test(tc, test_fd_shape);
     tcase_add_test(tc, test_fd_nn);

@@ -98,6 +98,99 @@ START_TEST(test_linear_forward)
 }
 END_TEST
 
+/* kiln_batch_norm against C loops (issue 23): training (batch statistics, running buffers
+ * updated with momentum, the variance unbiased), then evaluation with those running values, with
+ * and without weight and bias, on x [4, 3, 2, 5] and [6, 3]; errors. */
+START_TEST(test_batch_norm)
+{
+    for (int k = 0; k < n_float_dtypes(); k++) {
+        kiln_dtype dt = float_dtypes[k];
+        for (int shape_i = 0; shape_i < 2; shape_i++) {
+            const int64_t x4[4] = {4, 3, 2, 5}, x2[2] = {6, 3}, c = 3;
+            int nd = shape_i ? 2 : 4;
+            const int64_t *xs = shape_i ? x2 : x4;
+            int64_t n = shape_i ? 6 : 4, rest = shape_i ? 1 : 10, numel = n * c * rest;
+            double xv[120], wv[3] = {0.5, -1.25, 2}, bv[3] = {0.1, 0, -0.3};
+            double rm[3] = {0.2, -0.1, 0.0}, rv[3] = {1.0, 0.5, 2.0}, want[120];
+            fill_values(dt, xv, numel);
+            kiln_tensor *x = upload(dev, dt, nd, xs, xv), *w = upload(dev, dt, 1, &c, wv);
+            kiln_tensor *b = upload(dev, dt, 1, &c, bv), *trm = upload(dev, dt, 1, &c, rm);
+            kiln_tensor *trv = upload(dev, dt, 1, &c, rv), *y = NULL;
+            double mean[3] = {0}, var[3] = {0};
+            for (int64_t i = 0; i < n; i++)
+                for (int ch = 0; ch < 3; ch++)
+                    for (int64_t r = 0; r < rest; r++)
+                        mean[ch] += xv[(i * c + ch) * rest + r] / (double)(n * rest);
+            for (int64_t i = 0; i < n; i++)
+                for (int ch = 0; ch < 3; ch++)
+                    for (int64_t r = 0; r < rest; r++) {
+                        double d = xv[(i * c + ch) * rest + r] - mean[ch];
+                        var[ch] += d * d / (double)(n * rest);
+                    }
+            for (int affine = 0; affine < 2; affine++) {
+                for (int64_t i = 0; i < n; i++)
+                    for (int ch = 0; ch < 3; ch++)
+                        for (int64_t r = 0; r < rest; r++) {
+                            int64_t e = (i * c + ch) * rest + r;
+                            double v = (xv[e] - mean[ch]) / sqrt(var[ch] + 1e-5);
+                            want[e] = affine ? v * wv[ch] + bv[ch] : v;
+                        }
+                ASSERT_OK(kiln_batch_norm(x, affine ? trm : NULL, affine ? trv : NULL,
+                                          affine ? w : NULL, affine ? b : NULL, true, 0.1, 1e-5,
+                                          &y));
+                double *got = download(y);
+                assert_close(got, want, numel, dt == KILN_F32 ? 1e-5 : 1e-12, "batch_norm train");
+                free(got);
+                kiln_tensor_release(y);
+            }
+            /* the running buffers, updated once (the affine pass) */
+            double *grm = download(trm), *grv = download(trv), want_m[3], want_v[3];
+            double cnt = (double)(n * rest);
+            for (int ch = 0; ch < 3; ch++) {
+                want_m[ch] = 0.9 * rm[ch] + 0.1 * mean[ch];
+                want_v[ch] = 0.9 * rv[ch] + 0.1 * var[ch] * cnt / (cnt - 1);
+            }
+            assert_close(grm, want_m, 3, dt == KILN_F32 ? 1e-6 : 1e-14, "running_mean");
+            assert_close(grv, want_v, 3, dt == KILN_F32 ? 1e-6 : 1e-14, "running_var");
+            /* evaluation with them */
+            for (int64_t i = 0; i < n; i++)
+                for (int ch = 0; ch < 3; ch++)
+                    for (int64_t r = 0; r < rest; r++) {
+                        int64_t e = (i * c + ch) * rest + r;
+                        want[e] = (xv[e] - grm[ch]) / sqrt(grv[ch] + 1e-5) * wv[ch] + bv[ch];
+                    }
+            ASSERT_OK(kiln_batch_norm(x, trm, trv, w, b, false, 0.1, 1e-5, &y));
+            double *got = download(y);
+            assert_close(got, want, numel, dt == KILN_F32 ? 1e-5 : 1e-12, "batch_norm eval");
+            free(got);
+            free(grm);
+            free(grv);
+            kiln_tensor_release(y);
+            /* errors, each naming kiln_batch_norm, *y NULL */
+            y = (kiln_tensor *)1;
+            ASSERT_FAILS(kiln_batch_norm(x, NULL, NULL, w, b, false, 0.1, 1e-5, &y),
+                         KILN_ERR_INVALID_ARGUMENT, "kiln_batch_norm: evaluation mode");
+            ck_assert_ptr_null(y);
+            ASSERT_FAILS(kiln_batch_norm(x, trm, trv, w, b, true, 1.5, 1e-5, &y),
+                         KILN_ERR_INVALID_ARGUMENT, "momentum is 1.5");
+            ASSERT_FAILS(kiln_batch_norm(x, trm, trv, x, b, true, 0.1, 1e-5, &y),
+                         KILN_ERR_SHAPE_MISMATCH, "kiln_batch_norm: weight has shape");
+            ASSERT_FAILS(kiln_batch_norm(x, trm, trv, w, b, true, 0.1, 1e-5, NULL),
+                         KILN_ERR_INVALID_ARGUMENT, "kiln_batch_norm: y is NULL");
+            kiln_tensor *arr[] = {x, w, b, trm, trv};
+            for (int i = 0; i < 5; i++)
+                kiln_tensor_release(arr[i]);
+        }
+        const int64_t one[2] = {1, 3};
+        kiln_tensor *x1 = NULL, *y = NULL;
+        ASSERT_OK(kiln_tensor_zeros(dev, dt, 2, one, &x1));
+        ASSERT_FAILS(kiln_batch_norm(x1, NULL, NULL, NULL, NULL, true, 0.1, 1e-5, &y),
+                     KILN_ERR_SHAPE_MISMATCH, "training needs more than one");
+        kiln_tensor_release(x1);
+    }
+}
+END_TEST
+
 START_TEST(test_layer_norm_forward)
 {
     int64_t xs[2] = {3, 6}, d = 6;
@@ -1152,6 +1245,7 @@ Suite *layers_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_linear_forward);
     tcase_add_test(tc, test_layer_norm_forward);
+    tcase_add_test(tc, test_batch_norm);
     tcase_add_test(tc, test_dropout);
     tcase_add_test(tc, test_dropout_module);
     tcase_add_test(tc, test_embedding);

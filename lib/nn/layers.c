@@ -141,6 +141,122 @@ kiln_status kiln_layer_norm(const kiln_tensor *x, const kiln_tensor *weight,
     return drop(s, 8, t);
 }
 
+kiln_status kiln_batch_norm(const kiln_tensor *x, kiln_tensor *running_mean,
+                            kiln_tensor *running_var, const kiln_tensor *weight,
+                            const kiln_tensor *bias, bool training, double momentum, double eps,
+                            kiln_tensor **y)
+{
+    const char *op = "kiln_batch_norm";
+    kiln_status s = check_args(
+        op, x, 5, (const kiln_tensor *[]){x, running_mean, running_var, weight, bias},
+        (const char *const[]){"x", "running_mean", "running_var", "weight", "bias"}, 1, y);
+    if (s != KILN_OK)
+        return s;
+    char sh[160];
+    if (x->ndim < 2 || x->shape[1] < 1)
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                           "%s: x has shape %s; it needs [N, C, ...] with at least one channel", op,
+                           kiln__shape_str(sh, sizeof sh, x->ndim, x->shape));
+    int64_t c = x->shape[1], rest = x->numel / c / (x->shape[0] ? x->shape[0] : 1);
+    int64_t count = x->shape[0] * rest; /* values per channel */
+    const char *what = "one per channel, x's dimension 1";
+    s = check_vector(op, "running_mean", running_mean, c, what);
+    if (s == KILN_OK)
+        s = check_vector(op, "running_var", running_var, c, what);
+    if (s == KILN_OK)
+        s = check_vector(op, "weight", weight, c, what);
+    if (s == KILN_OK)
+        s = check_vector(op, "bias", bias, c, what);
+    if (s == KILN_OK && !(eps >= 0 && isfinite(eps)))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: eps is %g; it must be finite and >= 0", op,
+                        eps);
+    if (s == KILN_OK && !(momentum >= 0 && momentum <= 1))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: momentum is %g; it must be in [0, 1]", op,
+                        momentum);
+    if (s == KILN_OK && !training && (!running_mean || !running_var))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                        "%s: evaluation mode normalises with running_mean and running_var; pass "
+                        "both (or training = true)",
+                        op);
+    if (s == KILN_OK && training && count < 2)
+        s = kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                        "%s: x has shape %s: %" PRId64 " value per channel; training needs more "
+                        "than one (as PyTorch)",
+                        op, kiln__shape_str(sh, sizeof sh, x->ndim, x->shape), count);
+    if (s != KILN_OK)
+        return s;
+    /* x as [N, C, R]; per channel: mean and biased variance over N and R (training) or the
+     * running values; (x - mean) rsqrt(var + eps) weight + bias */
+    const int64_t flat[3] = {x->shape[0], c, rest}, col[3] = {1, c, 1};
+    kiln_tensor *t[16] = {0};
+    enum { XR, M1, MEAN, D, D2, V1, VAR, VE, R, N, NW, Y3, W3, B3, UPD, UPD2 };
+    s = kiln_tensor_reshape(x, 3, flat, &t[XR]);
+    if (training) {
+        if (s == KILN_OK)
+            s = kiln_reduce(KILN_REDUCE_MEAN, t[XR], 2, true, &t[M1]);
+        if (s == KILN_OK) /* equal counts per sample: the mean of the means */
+            s = kiln_reduce(KILN_REDUCE_MEAN, t[M1], 0, true, &t[MEAN]);
+        if (s == KILN_OK)
+            s = kiln_sub(t[XR], t[MEAN], &t[D]);
+        if (s == KILN_OK)
+            s = kiln_mul(t[D], t[D], &t[D2]);
+        if (s == KILN_OK)
+            s = kiln_reduce(KILN_REDUCE_MEAN, t[D2], 2, true, &t[V1]);
+        if (s == KILN_OK)
+            s = kiln_reduce(KILN_REDUCE_MEAN, t[V1], 0, true, &t[VAR]);
+        /* running = (1 - momentum) running + momentum batch (the variance unbiased), no grad */
+        bool grad = kiln_set_grad_enabled(false);
+        kiln_tensor *ru[2] = {running_mean, running_var}, *bt[2] = {t[MEAN], t[VAR]};
+        for (int i = 0; i < 2 && s == KILN_OK && running_mean; i++) {
+            double scale = i ? momentum * (double)count / (double)(count - 1) : momentum;
+            kiln_tensor *a = NULL, *b = NULL, *sum = NULL, *flat1 = NULL;
+            s = kiln_binary_scalar(KILN_BINARY_MUL, ru[i], 1 - momentum, &a);
+            if (s == KILN_OK)
+                s = kiln_tensor_reshape(bt[i], 1, &c, &flat1);
+            if (s == KILN_OK)
+                s = kiln_binary_scalar(KILN_BINARY_MUL, flat1, scale, &b);
+            if (s == KILN_OK)
+                s = kiln_add(a, b, &sum);
+            if (s == KILN_OK)
+                s = kiln_tensor_copy(ru[i], sum);
+            kiln_tensor_release(a);
+            kiln_tensor_release(b);
+            kiln_tensor_release(sum);
+            kiln_tensor_release(flat1);
+        }
+        kiln_set_grad_enabled(grad);
+    } else {
+        if (s == KILN_OK)
+            s = kiln_tensor_reshape(running_mean, 3, col, &t[MEAN]);
+        if (s == KILN_OK)
+            s = kiln_tensor_reshape(running_var, 3, col, &t[VAR]);
+        if (s == KILN_OK)
+            s = kiln_sub(t[XR], t[MEAN], &t[D]);
+    }
+    if (s == KILN_OK)
+        s = kiln_binary_scalar(KILN_BINARY_ADD, t[VAR], eps, &t[VE]);
+    if (s == KILN_OK)
+        s = kiln_unary(KILN_UNARY_RSQRT, t[VE], &t[R]);
+    if (s == KILN_OK)
+        s = kiln_mul(t[D], t[R], &t[N]);
+    kiln_tensor *cur = t[N];
+    if (s == KILN_OK && weight)
+        s = kiln_tensor_reshape(weight, 3, col, &t[W3]);
+    if (s == KILN_OK && weight)
+        s = kiln_mul(cur, t[W3], &t[NW]);
+    if (weight)
+        cur = t[NW];
+    if (s == KILN_OK && bias)
+        s = kiln_tensor_reshape(bias, 3, col, &t[B3]);
+    if (s == KILN_OK && bias)
+        s = kiln_add(cur, t[B3], &t[Y3]);
+    if (bias)
+        cur = t[Y3];
+    if (s == KILN_OK)
+        s = kiln_tensor_reshape(cur, x->ndim, x->shape, y);
+    return drop(s, 16, t);
+}
+
 /* kiln_dropout's checks; then *y is NULL. */
 static kiln_status check_dropout(const kiln_tensor *x, double p, kiln_tensor **y)
 {
