@@ -105,8 +105,10 @@ kiln_status kiln__col2im(const kiln_tensor *gc, const kiln_tensor *x, const kiln
     const char *op = "kiln_conv2d (backward)";
     /* OH and OW from the columns: N OH OW of them, and OW from the geometry */
     int64_t kh = a->perm[0], kw = a->perm[1];
-    int64_t ow = (x->shape[3] + 2 * a->perm[5] - a->perm[7] * (kw - 1) - 1) / a->perm[3] + 1;
-    int64_t oh = (x->shape[2] + 2 * a->perm[4] - a->perm[6] * (kh - 1) - 1) / a->perm[2] + 1;
+    int64_t ow =
+        (x->shape[3] + 2 * (int64_t)a->perm[5] - a->perm[7] * (kw - 1) - 1) / a->perm[3] + 1;
+    int64_t oh =
+        (x->shape[2] + 2 * (int64_t)a->perm[4] - a->perm[6] * (kh - 1) - 1) / a->perm[2] + 1;
     geom g = geom_from(x, a, oh, ow);
     kiln_status s = kiln__tensor_new(gc->dev, gc->dtype, 4, x->shape, op, dx);
     if (s == KILN_OK && x->numel > 0) {

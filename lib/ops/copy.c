@@ -69,14 +69,17 @@ kiln_status kiln_flatten(const kiln_tensor *x, int start, int end, kiln_tensor *
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: start %d comes after end %d (dimensions %d and %d)", op, start, end,
                            a, b);
+    /* dimensions a..b become one; no overflow: the product is at most x's element count */
     int64_t shape[KILN_MAX_DIMS];
     int n = 0;
-    for (int d = 0; d < x->ndim; d++) {
-        if (d <= a || d > b)
-            shape[n++] = x->shape[d];
-        else
-            shape[n - 1] *= x->shape[d]; /* no overflow: the product is x's element count */
-    }
+    for (int d = 0; d < a; d++)
+        shape[n++] = x->shape[d];
+    int64_t merged = 1;
+    for (int d = a; d <= b; d++)
+        merged *= x->shape[d];
+    shape[n++] = merged;
+    for (int d = b + 1; d < x->ndim; d++)
+        shape[n++] = x->shape[d];
     return view_as(x, n, shape, op, out);
 }
 
@@ -150,7 +153,7 @@ kiln_status kiln_stack(const kiln_tensor *const *xs, int n, int axis, kiln_tenso
     }
     if (s != KILN_OK)
         return s;
-    kiln_tensor **views = kiln__calloc((size_t)n, sizeof *views);
+    kiln_tensor **views = kiln__calloc((size_t)n, sizeof(kiln_tensor *));
     if (!views)
         return kiln__host_oom(op);
     kiln__log_hold(); /* the inner calls' errors are rewrapped under kiln_stack's name */
