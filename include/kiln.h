@@ -1281,6 +1281,34 @@ KILN_API kiln_status kiln_embedding_create(kiln_device *dev, kiln_dtype dtype, i
 KILN_API kiln_status kiln_dropout_create(double p, uint64_t seed, kiln_module **m);
 /* forward is kiln_unary(op, x): KILN_UNARY_RELU, GELU, TANH, SIGMOID, or any other unary op. */
 KILN_API kiln_status kiln_activation_create(kiln_unary_op op, kiln_module **m);
+/* nn.Conv2d(in, out, (kh, kw), stride, padding, dilation, groups, bias): weight [out, in/groups,
+ * kh, kw] and bias [out] drawn U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in/groups kh kw, as
+ * PyTorch's defaults (the bias with seed mixed); forward is kiln_conv2d with params (NULL: stride
+ * 1, no padding, dilation 1, groups 1; negative members, or in or out not divisible by groups,
+ * are KILN_ERR_INVALID_ARGUMENT). f32 or f64 (f16: KILN_ERR_UNSUPPORTED, as for linear). */
+KILN_API kiln_status kiln_conv2d_create(kiln_device *dev, kiln_dtype dtype, int64_t in, int64_t out,
+                                        int kh, int kw, const kiln_conv2d_params *params, bool bias,
+                                        uint64_t seed, kiln_module **m);
+/* nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d((1, 1)) and nn.Flatten(start, end)
+ * (PyTorch's default nn.Flatten() is start 1, end -1): no parameters; forward is
+ * kiln_max_pool2d (without indices), kiln_avg_pool2d, kiln_adaptive_avg_pool2d, kiln_flatten. The
+ * pooling params are required (a kernel of at least 1; the rest as kiln_pool2d_params says). */
+KILN_API kiln_status kiln_max_pool2d_create(const kiln_pool2d_params *params, kiln_module **m);
+KILN_API kiln_status kiln_avg_pool2d_create(const kiln_pool2d_params *params, kiln_module **m);
+KILN_API kiln_status kiln_adaptive_avg_pool2d_create(int64_t oh, int64_t ow, kiln_module **m);
+KILN_API kiln_status kiln_flatten_create(int start, int end, kiln_module **m);
+/* nn.BatchNorm2d(features, eps, momentum) (x [N, C, H, W]) and nn.BatchNorm1d (x [N, C] or
+ * [N, C, L]; another rank is KILN_ERR_SHAPE_MISMATCH, "expected 4D input (got 3D input)"):
+ * parameters weight (ones) and bias (zeros) [features]; buffers running_mean (zeros),
+ * running_var (ones) [features] and num_batches_tracked (a 0-d i64 tensor, 0), PyTorch's names,
+ * listed by kiln_module_state. Forward is kiln_batch_norm: in training mode (the default) with the
+ * batch's statistics, updating the running buffers and counting the batch; after
+ * kiln_module_set_training(m, false), with the running values. PyTorch's defaults are eps 1e-5,
+ * momentum 0.1. */
+KILN_API kiln_status kiln_batch_norm1d_create(kiln_device *dev, kiln_dtype dtype, int64_t features,
+                                              double eps, double momentum, kiln_module **m);
+KILN_API kiln_status kiln_batch_norm2d_create(kiln_device *dev, kiln_dtype dtype, int64_t features,
+                                              double eps, double momentum, kiln_module **m);
 /* mods[0..n-1] applied in order (n >= 1). Takes ownership of every module in mods, also on
  * failure (they are freed then): a NULL entry, one listed twice or one another sequential
  * holds is KILN_ERR_INVALID_ARGUMENT. */
@@ -1295,18 +1323,24 @@ KILN_API kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, k
  * list is left as it was. */
 KILN_API kiln_status kiln_module_params(const kiln_module *m, const char *prefix,
                                         kiln_params *list);
-/* PyTorch's model.to(device) and model.to(dtype): every parameter of m and of the modules inside
- * it becomes a copy on dev (kiln_tensor_to), or converted to dtype (kiln_cast: floating dtypes
- * only, else KILN_ERR_DTYPE_MISMATCH; f16 for a model holding a linear layer is
- * KILN_ERR_UNSUPPORTED, as kiln_linear_create says), a new leaf requiring grad without a
- * gradient. Parameters already there (or of that dtype) stay as they are. All copies are made
- * before any is swapped in: a failure (out of memory, no fp64 on the device) leaves m unchanged.
- * The old tensors are released by m: a kiln_params list or an optimizer made before still holds
- * them, so call kiln_module_params and create the optimizer after moving the model (as PyTorch
- * advises). */
+/* model.state_dict(): the parameters and the buffers (batch norm's running_mean, running_var,
+ * num_batches_tracked), each module's in PyTorch's order, named as kiln_module_params names them.
+ * Save and load this list (kiln_save, kiln_params_load) to checkpoint a model with batch norm;
+ * give the optimizer kiln_module_params' list (buffers are not trained). */
+KILN_API kiln_status kiln_module_state(const kiln_module *m, const char *prefix, kiln_params *list);
+/* PyTorch's model.to(device) and model.to(dtype): every parameter (and buffer; to_dtype leaves
+ * integer buffers as they are) of m and of the modules inside it becomes a copy on dev
+ * (kiln_tensor_to), or converted to dtype (kiln_cast: floating dtypes only, else
+ * KILN_ERR_DTYPE_MISMATCH; f16 for a model holding a linear layer is KILN_ERR_UNSUPPORTED, as
+ * kiln_linear_create says), a new leaf requiring grad without a gradient. Parameters already there
+ * (or of that dtype) stay as they are. All copies are made before any is swapped in: a failure (out
+ * of memory, no fp64 on the device) leaves m unchanged. The old tensors are released by m: a
+ * kiln_params list or an optimizer made before still holds them, so call kiln_module_params and
+ * create the optimizer after moving the model (as PyTorch advises). */
 KILN_API kiln_status kiln_module_to(kiln_module *m, kiln_device *dev);
 KILN_API kiln_status kiln_module_to_dtype(kiln_module *m, kiln_dtype dtype);
-/* Training mode for m and every module inside it (only dropout uses it). NULL is ignored. */
+/* model.train() / model.eval(): training mode for m and every module inside it (dropout and batch
+ * norm use it). NULL is ignored. */
 KILN_API void kiln_module_set_training(kiln_module *m, bool training);
 /* Free m, the modules it holds and its references to its parameters. NULL is ignored. */
 KILN_API void kiln_module_free(kiln_module *m);

@@ -20,16 +20,36 @@
 #include "status.h"
 #include "tensor.h"
 
-typedef enum kind { LINEAR, LAYER_NORM, EMBEDDING, DROPOUT, ACTIVATION, SEQUENTIAL } kind;
+typedef enum kind {
+    LINEAR,
+    LAYER_NORM,
+    EMBEDDING,
+    DROPOUT,
+    ACTIVATION,
+    SEQUENTIAL,
+    CONV2D,
+    MAX_POOL2D,
+    AVG_POOL2D,
+    ADAPTIVE_AVG_POOL2D,
+    BATCH_NORM,
+    FLATTEN,
+} kind;
 
 struct kiln_module {
     kind kind;
     bool owned; /* a sequential holds it */
     bool training;
     kiln_tensor *weight, *bias; /* NULL where the layer has none */
-    double eps, p;
+    /* buffers (state, not parameters): batch norm's, NULL elsewhere */
+    kiln_tensor *running_mean, *running_var, *num_batches_tracked;
+    double eps, p, momentum;
     uint64_t seed, calls;
     kiln_unary_op op;
+    kiln_conv2d_params conv;
+    kiln_pool2d_params pool;
+    int64_t out_h, out_w; /* adaptive pooling's output size */
+    int start, end;       /* flatten's dimensions */
+    int bn_dims;          /* batch norm: 1 (BatchNorm1d: [N, C] or [N, C, L]) or 2 ([N, C, H, W]) */
     int n;
     kiln_module **mods;
 };
@@ -43,6 +63,9 @@ void kiln_module_free(kiln_module *m)
     free(m->mods);
     kiln_tensor_release(m->weight);
     kiln_tensor_release(m->bias);
+    kiln_tensor_release(m->running_mean);
+    kiln_tensor_release(m->running_var);
+    kiln_tensor_release(m->num_batches_tracked);
     free(m);
     kiln__live_add(KILN__LIVE_MODULE, -1);
 }
@@ -262,6 +285,218 @@ kiln_status kiln_activation_create(kiln_unary_op op_, kiln_module **m)
     return s;
 }
 
+/* A buffer: module state that is not a parameter (no grad), kept out of the caller's scope. */
+static kiln_status buffer(kiln_status s, kiln_tensor **t)
+{
+    if (s == KILN_OK)
+        kiln__scope_forget(*t);
+    return s;
+}
+
+/* Each of the n ints at v (named name[0..n-1]) is >= lo; 0 means the default where lo is 0. */
+static kiln_status check_ints(const char *op, const char *what, const int *v, int n, int lo)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] < lo)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s[%d] is %d; it must be >= %d%s",
+                               op, what, i, v[i], lo, lo == 0 ? " (0: the default)" : "");
+    return KILN_OK;
+}
+
+kiln_status kiln_conv2d_create(kiln_device *dev, kiln_dtype dtype, int64_t in, int64_t out, int kh,
+                               int kw, const kiln_conv2d_params *params, bool bias, uint64_t seed,
+                               kiln_module **m)
+{
+    const char *op = "kiln_conv2d_create";
+    kiln_status s = check_create(op, dev, dtype, m);
+    if (s == KILN_OK)
+        s = check_dims(op, "in", in, "out", out);
+    if (s == KILN_OK)
+        s = check_dims(op, "kh", kh, "kw", kw);
+    /* kiln_conv2d (the forward) runs on f32 and f64 only: refuse now what could never run */
+    if (s == KILN_OK && dtype != KILN_F32 && dtype != KILN_F64)
+        s = kiln__error(KILN_ERR_UNSUPPORTED,
+                        "%s: dtype is %s; half precision compute is not supported yet for "
+                        "convolutions: create the layer in f32",
+                        op, kiln_dtype_name(dtype));
+    kiln_conv2d_params p = params ? *params : (kiln_conv2d_params){0};
+    if (s == KILN_OK)
+        s = check_ints(op, "params->stride", p.stride, 2, 0);
+    if (s == KILN_OK)
+        s = check_ints(op, "params->padding", p.padding, 2, 0);
+    if (s == KILN_OK)
+        s = check_ints(op, "params->dilation", p.dilation, 2, 0);
+    if (s == KILN_OK)
+        s = check_ints(op, "params->groups", &p.groups, 1, 0);
+    int64_t groups = p.groups ? p.groups : 1;
+    if (s == KILN_OK && (in % groups || out % groups))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                        "%s: in %" PRId64 " and out %" PRId64 " must both be divisible by "
+                        "groups %" PRId64,
+                        op, in, out, groups);
+    int64_t ws[4] = {out, in / groups, kh, kw};
+    char sizes[96];
+    snprintf(sizes, sizeof sizes, "in %" PRId64 ", out %" PRId64 ", kernel %dx%d", in, out, kh, kw);
+    if (s == KILN_OK)
+        s = check_weight(op, sizes, dtype, 4, ws);
+    kiln_module *l = NULL;
+    if (s == KILN_OK)
+        s = new_module(CONV2D, op, &l);
+    if (s != KILN_OK)
+        return s;
+    l->conv = p;
+    seed = kiln__seed_resolve(seed);
+    /* PyTorch's Conv2d: kaiming_uniform(a = sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
+     * fan_in = in / groups * kh * kw, and the bias from the same range */
+    double bound = 1.0 / sqrt((double)ws[1] * (double)kh * (double)kw);
+    s = param(kiln__rand(op, true, dev, dtype, 4, ws, seed, -bound, bound, &l->weight), &l->weight);
+    if (s == KILN_OK && bias)
+        s = param(kiln__rand(op, true, dev, dtype, 1, &out, mix(seed), -bound, bound, &l->bias),
+                  &l->bias);
+    if (s != KILN_OK) {
+        kiln_module_free(l);
+        return s;
+    }
+    *m = l;
+    return KILN_OK;
+}
+
+static kiln_status pool_create(const char *op, kind k, const kiln_pool2d_params *params,
+                               kiln_module **m)
+{
+    if (!m)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: m is NULL", op);
+    *m = NULL;
+    if (!params)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: params is NULL (the kernel size is "
+                           "required)",
+                           op);
+    kiln_status s = check_ints(op, "params->kernel", params->kernel, 2, 1);
+    if (s == KILN_OK)
+        s = check_ints(op, "params->stride", params->stride, 2, 0);
+    if (s == KILN_OK)
+        s = check_ints(op, "params->padding", params->padding, 2, 0);
+    for (int i = 0; s == KILN_OK && i < 2; i++)
+        if (params->padding[i] > params->kernel[i] / 2)
+            s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                            "%s: params->padding[%d] is %d; it must be at most half the kernel "
+                            "(%d)",
+                            op, i, params->padding[i], params->kernel[i] / 2);
+    if (s == KILN_OK)
+        s = new_module(k, op, m);
+    if (s == KILN_OK)
+        (*m)->pool = *params;
+    return s;
+}
+
+kiln_status kiln_max_pool2d_create(const kiln_pool2d_params *params, kiln_module **m)
+{
+    return pool_create("kiln_max_pool2d_create", MAX_POOL2D, params, m);
+}
+
+kiln_status kiln_avg_pool2d_create(const kiln_pool2d_params *params, kiln_module **m)
+{
+    return pool_create("kiln_avg_pool2d_create", AVG_POOL2D, params, m);
+}
+
+kiln_status kiln_adaptive_avg_pool2d_create(int64_t oh, int64_t ow, kiln_module **m)
+{
+    const char *op = "kiln_adaptive_avg_pool2d_create";
+    if (!m)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: m is NULL", op);
+    *m = NULL;
+    kiln_status s = check_dims(op, "oh", oh, "ow", ow);
+    if (s == KILN_OK && (oh != 1 || ow != 1))
+        s = kiln__error(KILN_ERR_UNSUPPORTED,
+                        "%s: output %" PRId64 "x%" PRId64 "; only the global average (1x1) is "
+                        "supported for now",
+                        op, oh, ow);
+    if (s == KILN_OK)
+        s = new_module(ADAPTIVE_AVG_POOL2D, op, m);
+    if (s == KILN_OK) {
+        (*m)->out_h = oh;
+        (*m)->out_w = ow;
+    }
+    return s;
+}
+
+static kiln_status batch_norm_create(const char *op, int dims, kiln_device *dev, kiln_dtype dtype,
+                                     int64_t features, double eps, double momentum, kiln_module **m)
+{
+    kiln_status s = check_create(op, dev, dtype, m);
+    if (s == KILN_OK)
+        s = check_dims(op, "features", features, "features", features);
+    if (s == KILN_OK && !(eps >= 0 && isfinite(eps)))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: eps is %g; it must be finite and >= 0", op,
+                        eps);
+    if (s == KILN_OK && !(momentum >= 0 && momentum <= 1))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: momentum is %g; it must be in [0, 1]", op,
+                        momentum);
+    char sizes[48];
+    snprintf(sizes, sizeof sizes, "features %" PRId64, features);
+    if (s == KILN_OK)
+        s = check_weight(op, sizes, dtype, 1, &features);
+    kiln_module *l = NULL;
+    if (s == KILN_OK)
+        s = new_module(BATCH_NORM, op, &l);
+    if (s != KILN_OK)
+        return s;
+    l->bn_dims = dims;
+    l->eps = eps;
+    l->momentum = momentum;
+    /* PyTorch's: weight ones, bias zeros, running_mean zeros, running_var ones,
+     * num_batches_tracked a 0-d i64 zero */
+    s = param(kiln_full(dev, dtype, 1, &features, 1.0, &l->weight), &l->weight);
+    if (s == KILN_OK)
+        s = param(kiln_full(dev, dtype, 1, &features, 0.0, &l->bias), &l->bias);
+    if (s == KILN_OK)
+        s = buffer(kiln_full(dev, dtype, 1, &features, 0.0, &l->running_mean), &l->running_mean);
+    if (s == KILN_OK)
+        s = buffer(kiln_full(dev, dtype, 1, &features, 1.0, &l->running_var), &l->running_var);
+    if (s == KILN_OK)
+        s = buffer(kiln_full(dev, KILN_I64, 0, NULL, 0.0, &l->num_batches_tracked),
+                   &l->num_batches_tracked);
+    if (s != KILN_OK) {
+        kiln_module_free(l);
+        return s;
+    }
+    *m = l;
+    return KILN_OK;
+}
+
+kiln_status kiln_batch_norm1d_create(kiln_device *dev, kiln_dtype dtype, int64_t features,
+                                     double eps, double momentum, kiln_module **m)
+{
+    return batch_norm_create("kiln_batch_norm1d_create", 1, dev, dtype, features, eps, momentum, m);
+}
+
+kiln_status kiln_batch_norm2d_create(kiln_device *dev, kiln_dtype dtype, int64_t features,
+                                     double eps, double momentum, kiln_module **m)
+{
+    return batch_norm_create("kiln_batch_norm2d_create", 2, dev, dtype, features, eps, momentum, m);
+}
+
+kiln_status kiln_flatten_create(int start, int end, kiln_module **m)
+{
+    const char *op = "kiln_flatten_create";
+    if (!m)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: m is NULL", op);
+    *m = NULL;
+    /* the dimensions are checked against x's rank in forward (kiln_flatten's messages) */
+    if (start < -KILN_MAX_DIMS || start >= KILN_MAX_DIMS || end < -KILN_MAX_DIMS ||
+        end >= KILN_MAX_DIMS)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: start %d, end %d; a tensor has at most %d dimensions", op, start,
+                           end, KILN_MAX_DIMS);
+    kiln_status s = new_module(FLATTEN, op, m);
+    if (s == KILN_OK) {
+        (*m)->start = start;
+        (*m)->end = end;
+    }
+    return s;
+}
+
 /* Free every module of mods that no sequential owns, each once (the list may repeat one). */
 static void free_unowned(kiln_module *const *mods, int n)
 {
@@ -349,6 +584,34 @@ static kiln_status embed(const kiln_module *m, const kiln_tensor *idx, kiln_tens
     return s;
 }
 
+/* Batch norm: x's rank as the module's kind asks (PyTorch's message), then kiln_batch_norm with
+ * the running buffers; a training forward counts the batch in num_batches_tracked (on the device,
+ * no wait). */
+static kiln_status batch_norm_forward(kiln_module *m, const kiln_tensor *x, kiln_tensor **y)
+{
+    const char *op = "kiln_module_forward (batch norm)";
+    kiln_status s = kiln__check_tensor(x, op, "x");
+    if (s != KILN_OK)
+        return s;
+    bool ok = m->bn_dims == 2 ? x->ndim == 4 : x->ndim == 2 || x->ndim == 3;
+    if (!ok)
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: expected %s input (got %dD input)", op,
+                           m->bn_dims == 2 ? "4D" : "2D or 3D", x->ndim);
+    s = kiln_batch_norm(x, m->running_mean, m->running_var, m->weight, m->bias, m->training,
+                        m->momentum, m->eps, y);
+    if (s == KILN_OK && m->training) {
+        bool grad = kiln_set_grad_enabled(false);
+        s = kiln_binary_scalar_i64_out(KILN_BINARY_ADD, m->num_batches_tracked, 1,
+                                       m->num_batches_tracked);
+        kiln_set_grad_enabled(grad);
+        if (s != KILN_OK) {
+            kiln_tensor_release(*y);
+            *y = NULL;
+        }
+    }
+    return s;
+}
+
 kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, kiln_tensor **y)
 {
     const char *op = "kiln_module_forward";
@@ -378,6 +641,18 @@ kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, kiln_tenso
         return s;
     case ACTIVATION:
         return kiln_unary(m->op, x, y);
+    case CONV2D:
+        return kiln_conv2d(x, m->weight, m->bias, &m->conv, y);
+    case MAX_POOL2D:
+        return kiln_max_pool2d(x, &m->pool, y, NULL);
+    case AVG_POOL2D:
+        return kiln_avg_pool2d(x, &m->pool, y);
+    case ADAPTIVE_AVG_POOL2D:
+        return kiln_adaptive_avg_pool2d(x, m->out_h, m->out_w, y);
+    case BATCH_NORM:
+        return batch_norm_forward(m, x, y);
+    case FLATTEN:
+        return kiln_flatten(x, m->start, m->end, y);
     case SEQUENTIAL: {
         if ((s = kiln__check_handle(x, op, "x")) != KILN_OK)
             return s;
@@ -397,19 +672,26 @@ kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, kiln_tenso
     return KILN_ERR_INVALID_ARGUMENT;
 }
 
-static kiln_status add_params(const kiln_module *m, const char *prefix, kiln_params *list)
+/* A module's own tensors in PyTorch's state_dict order: parameters, then buffers. */
+enum { N_PARAMS = 2, N_STATE = 5 };
+static const char *const state_names[N_STATE] = {"weight", "bias", "running_mean", "running_var",
+                                                 "num_batches_tracked"};
+
+/* Add m's parameters (and its buffers when state is true) under prefix, then its modules'. */
+static kiln_status add_params(const kiln_module *m, const char *prefix, bool state,
+                              kiln_params *list)
 {
-    kiln_tensor *const ts[2] = {m->weight, m->bias};
-    const char *const names[2] = {"weight", "bias"};
+    kiln_tensor *const ts[N_STATE] = {m->weight, m->bias, m->running_mean, m->running_var,
+                                      m->num_batches_tracked};
     size_t plen = strlen(prefix);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (state ? N_STATE : N_PARAMS); i++) {
         if (!ts[i])
             continue;
         char name[512];
-        if (plen + 8 >= sizeof name)
+        if (plen + 24 >= sizeof name)
             return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                                "kiln_module_params: the prefix is too long (%zu bytes)", plen);
-        snprintf(name, sizeof name, "%s%s%s", prefix, plen ? "." : "", names[i]);
+        snprintf(name, sizeof name, "%s%s%s", prefix, plen ? "." : "", state_names[i]);
         kiln_status s = kiln_params_add(list, name, ts[i]);
         if (s != KILN_OK)
             return s;
@@ -420,43 +702,56 @@ static kiln_status add_params(const kiln_module *m, const char *prefix, kiln_par
             return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                                "kiln_module_params: the prefix is too long (%zu bytes)", plen);
         snprintf(sub, sizeof sub, "%s%s%d", prefix, plen ? "." : "", i);
-        kiln_status s = add_params(m->mods[i], sub, list);
+        kiln_status s = add_params(m->mods[i], sub, state, list);
         if (s != KILN_OK)
             return s;
     }
     return KILN_OK;
 }
 
-kiln_status kiln_module_params(const kiln_module *m, const char *prefix, kiln_params *list)
+static kiln_status list_tensors(const char *op, const kiln_module *m, const char *prefix,
+                                bool state, kiln_params *list)
 {
-    const char *op = "kiln_module_params";
     kiln_status s = check_module(m, op);
     if (s == KILN_OK && !list)
         s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: list is NULL", op);
     if (s != KILN_OK)
         return s;
     int before = kiln_params_count(list);
-    s = add_params(m, prefix ? prefix : "", list);
+    s = add_params(m, prefix ? prefix : "", state, list);
     if (s != KILN_OK)
         kiln__params_truncate(list, before);
     return s;
 }
 
-/* A parameter slot (a module's weight or bias) and the kind of module holding it. */
+kiln_status kiln_module_params(const kiln_module *m, const char *prefix, kiln_params *list)
+{
+    return list_tensors("kiln_module_params", m, prefix, false, list);
+}
+
+kiln_status kiln_module_state(const kiln_module *m, const char *prefix, kiln_params *list)
+{
+    return list_tensors("kiln_module_state", m, prefix, true, list);
+}
+
+/* A tensor slot (a module's weight, bias or buffer), the kind of module holding it and whether
+ * it is a parameter (a leaf requiring grad) or a buffer. */
 typedef struct slot {
     kiln_tensor **t;
     kind k;
+    bool is_param;
 } slot;
 
-/* The parameter slots of m and the modules inside it (weight, bias; NULL ones skipped), in
- * kiln_module_params' order. Returns the count; fills at most cap of slots (may be NULL). */
+/* The tensor slots of m and the modules inside it (NULL ones skipped), in kiln_module_state's
+ * order. Returns the count; fills at most cap of slots (may be NULL). */
 static int param_slots(kiln_module *m, slot *slots, int at, int cap)
 {
-    kiln_tensor **own[2] = {&m->weight, &m->bias};
-    for (int i = 0; i < 2; i++)
+    kiln_tensor **own[N_STATE] = {&m->weight, &m->bias, &m->running_mean, &m->running_var,
+                                  &m->num_batches_tracked};
+    for (int i = 0; i < N_STATE; i++)
         if (*own[i]) {
             if (slots && at < cap)
-                slots[at] = (slot){own[i], m->kind};
+                slots[at] = (slot){own[i], m->kind, i < N_PARAMS};
             at++;
         }
     for (int i = 0; i < m->n; i++)
@@ -486,7 +781,7 @@ static kiln_status convert_params(kiln_module *m, const char *op,
     for (int i = 0; s == KILN_OK && i < n; i++) {
         s = convert(*slots[i].t, arg, slots[i].k, op, &fresh[i]);
         if (s == KILN_OK && fresh[i] != *slots[i].t)
-            s = param(s, &fresh[i]);
+            s = slots[i].is_param ? param(s, &fresh[i]) : buffer(s, &fresh[i]);
     }
     kiln_set_grad_enabled(prev);
     for (int i = 0; i < n; i++) {
@@ -521,16 +816,17 @@ static kiln_status to_dtype(kiln_tensor *t, const void *arg, kind k, const char 
                             kiln_tensor **out)
 {
     kiln_dtype dtype = *(const kiln_dtype *)arg;
-    if (kiln_tensor_dtype(t) == dtype) {
+    /* as PyTorch's module.to(dtype): integer buffers (num_batches_tracked) keep theirs */
+    if (kiln_tensor_dtype(t) == dtype || !kiln__dtype_is_float(kiln_tensor_dtype(t))) {
         *out = t;
         return KILN_OK;
     }
-    if (k == LINEAR && dtype != KILN_F32 && dtype != KILN_F64)
+    if ((k == LINEAR || k == CONV2D) && dtype != KILN_F32 && dtype != KILN_F64)
         return kiln__error(KILN_ERR_UNSUPPORTED,
                            "%s: dtype is %s; half precision compute is not supported yet for "
-                           "linear layers (their matmul runs in f32 and f64 only): keep the model "
+                           "%s layers (their matmul runs in f32 and f64 only): keep the model "
                            "in f32",
-                           op, kiln_dtype_name(dtype));
+                           op, kiln_dtype_name(dtype), k == LINEAR ? "linear" : "convolution");
     kiln_status s = kiln_cast(t, dtype, out);
     if (s == KILN_OK && (s = kiln_tensor_eval(*out)) != KILN_OK) { /* fail here, not later */
         kiln_tensor_release(*out);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kiln.h"
 #include "lib/alloc.h"
@@ -690,6 +691,296 @@ START_TEST(test_sequential)
 }
 END_TEST
 
+/* The CNN modules in a sequential, as PyTorch's nn.Sequential(Conv2d(3, 4, 3, padding=1),
+ * BatchNorm2d(4), ReLU(), MaxPool2d(2), Flatten(), Linear(16, 5)): state names, the forward
+ * against the functional forms with the same tensors, training and eval modes, the buffers,
+ * num_batches_tracked, dtype conversion and a checkpoint round trip. */
+static kiln_module *cnn_model(uint64_t seed)
+{
+    kiln_module *mods[6] = {0}, *seq = NULL;
+    const kiln_conv2d_params cp = {.padding = {1, 1}};
+    const kiln_pool2d_params pp = {.kernel = {2, 2}};
+    ASSERT_OK(kiln_conv2d_create(dev, KILN_F32, 3, 4, 3, 3, &cp, true, seed, &mods[0]));
+    ASSERT_OK(kiln_batch_norm2d_create(dev, KILN_F32, 4, 1e-5, 0.1, &mods[1]));
+    ASSERT_OK(kiln_activation_create(KILN_UNARY_RELU, &mods[2]));
+    ASSERT_OK(kiln_max_pool2d_create(&pp, &mods[3]));
+    ASSERT_OK(kiln_flatten_create(1, -1, &mods[4]));
+    ASSERT_OK(
+        kiln_linear_create(dev, KILN_F32, 16, 5, true, KILN_INIT_DEFAULT, seed + 1, &mods[5]));
+    ASSERT_OK(kiln_sequential_create(mods, 6, &seq));
+    return seq;
+}
+
+/* The model by hand: conv, batch norm (with copies of the running buffers, which it updates
+ * when training), relu, max pool, flatten, linear. */
+static kiln_tensor *cnn_by_hand(const kiln_params *st, const kiln_tensor *x, bool training,
+                                kiln_tensor *rm, kiln_tensor *rv)
+{
+    const kiln_conv2d_params cp = {.padding = {1, 1}};
+    const kiln_pool2d_params pp = {.kernel = {2, 2}};
+    kiln_tensor *t[6] = {0};
+    ASSERT_OK(kiln_conv2d(x, kiln_params_find(st, "0.weight"), kiln_params_find(st, "0.bias"), &cp,
+                          &t[0]));
+    ASSERT_OK(kiln_batch_norm(t[0], rm, rv, kiln_params_find(st, "1.weight"),
+                              kiln_params_find(st, "1.bias"), training, 0.1, 1e-5, &t[1]));
+    ASSERT_OK(kiln_unary(KILN_UNARY_RELU, t[1], &t[2]));
+    ASSERT_OK(kiln_max_pool2d(t[2], &pp, &t[3], NULL));
+    ASSERT_OK(kiln_flatten(t[3], 1, -1, &t[4]));
+    ASSERT_OK(
+        kiln_linear(t[4], kiln_params_find(st, "5.weight"), kiln_params_find(st, "5.bias"), &t[5]));
+    for (int i = 0; i < 5; i++)
+        kiln_tensor_release(t[i]);
+    return t[5];
+}
+
+static void assert_same_values(const kiln_tensor *a, const kiln_tensor *b, const char *what)
+{
+    ck_assert_int_eq(kiln_tensor_numel(a), kiln_tensor_numel(b));
+    double *va = download(a), *vb = download(b);
+    assert_close(va, vb, kiln_tensor_numel(a), 1e-6, what);
+    free(va);
+    free(vb);
+}
+
+static kiln_tensor *copy_of(const kiln_tensor *t)
+{
+    kiln_tensor *c = NULL;
+    ASSERT_OK(kiln_tensor_clone(t, &c));
+    return c;
+}
+
+static int64_t batches_tracked_named(const kiln_params *st, const char *name)
+{
+    kiln_tensor *t = kiln_params_find(st, name);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(kiln_tensor_dtype(t), KILN_I64);
+    ck_assert_int_eq(kiln_tensor_ndim(t), 0);
+    int64_t v = -1;
+    ASSERT_OK(kiln_tensor_read(t, &v, sizeof v));
+    return v;
+}
+
+static int64_t batches_tracked(const kiln_params *st)
+{
+    return batches_tracked_named(st, "1.num_batches_tracked");
+}
+
+START_TEST(test_cnn_modules)
+{
+    kiln_module *seq = cnn_model(11);
+    kiln_params *ps = NULL, *st = NULL;
+    ASSERT_OK(kiln_params_create(&ps));
+    ASSERT_OK(kiln_params_create(&st));
+    ASSERT_OK(kiln_module_params(seq, "", ps));
+    ASSERT_OK(kiln_module_state(seq, "", st));
+    const char *pnames[] = {"0.weight", "0.bias", "1.weight", "1.bias", "5.weight", "5.bias"};
+    const char *snames[] = {"0.weight",
+                            "0.bias",
+                            "1.weight",
+                            "1.bias",
+                            "1.running_mean",
+                            "1.running_var",
+                            "1.num_batches_tracked",
+                            "5.weight",
+                            "5.bias"};
+    ck_assert_int_eq(kiln_params_count(ps), 6);
+    for (int i = 0; i < 6; i++)
+        ck_assert_str_eq(kiln_params_name(ps, i), pnames[i]);
+    ck_assert_int_eq(kiln_params_count(st), 9);
+    for (int i = 0; i < 9; i++)
+        ck_assert_str_eq(kiln_params_name(st, i), snames[i]);
+    /* PyTorch's layouts and initial values */
+    kiln_tensor *w = kiln_params_find(st, "0.weight");
+    const int64_t wshape[4] = {4, 3, 3, 3};
+    ck_assert_int_eq(kiln_tensor_ndim(w), 4);
+    ck_assert(memcmp(kiln_tensor_shape(w), wshape, sizeof wshape) == 0);
+    double *wv = download(w), *bv = download(kiln_params_find(st, "0.bias"));
+    double bound = 1 / sqrt(27.0), lo = 1, hi = -1;
+    for (int i = 0; i < 108; i++) {
+        ck_assert(fabs(wv[i]) <= bound);
+        lo = fmin(lo, wv[i]);
+        hi = fmax(hi, wv[i]);
+    }
+    ck_assert(lo < -bound / 2 && hi > bound / 2); /* spread over the range, not all zero */
+    for (int i = 0; i < 4; i++)
+        ck_assert(fabs(bv[i]) <= bound);
+    free(wv);
+    free(bv);
+    double *rv0 = download(kiln_params_find(st, "1.running_var"));
+    for (int i = 0; i < 4; i++)
+        ck_assert(rv0[i] == 1.0);
+    free(rv0);
+    ck_assert_int_eq(batches_tracked(st), 0);
+
+    /* training: two batches, each against the functional forms with buffers of its own */
+    const int64_t xs[4] = {2, 3, 4, 4};
+    double xv[96];
+    kiln_tensor *rm = copy_of(kiln_params_find(st, "1.running_mean"));
+    kiln_tensor *rv = copy_of(kiln_params_find(st, "1.running_var"));
+    for (int step = 0; step < 2; step++) {
+        fill_values(KILN_F32, xv, 96);
+        kiln_tensor *x = upload(dev, KILN_F32, 4, xs, xv), *y = NULL;
+        ASSERT_OK(kiln_module_forward(seq, x, &y));
+        const int64_t ys[2] = {2, 5};
+        ck_assert_int_eq(kiln_tensor_ndim(y), 2);
+        ck_assert(memcmp(kiln_tensor_shape(y), ys, sizeof ys) == 0);
+        kiln_tensor *want = cnn_by_hand(st, x, true, rm, rv);
+        assert_same_values(y, want, "training forward");
+        kiln_tensor_release(x);
+        kiln_tensor_release(y);
+        kiln_tensor_release(want);
+    }
+    assert_same_values(kiln_params_find(st, "1.running_mean"), rm, "running_mean");
+    assert_same_values(kiln_params_find(st, "1.running_var"), rv, "running_var");
+    ck_assert_int_eq(batches_tracked(st), 2);
+    /* a backward reaches every parameter, not the buffers */
+    kiln_tensor *x = upload(dev, KILN_F32, 4, xs, xv), *y = NULL, *l = NULL;
+    ASSERT_OK(kiln_module_forward(seq, x, &y));
+    ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, y, KILN_ALL_AXES, false, &l));
+    ASSERT_OK(kiln_backward(l, NULL, 0));
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(kiln_tensor_grad(kiln_params_tensor(ps, i)) != NULL, "%s has no grad",
+                      pnames[i]);
+    ck_assert_ptr_null(kiln_tensor_grad(kiln_params_find(st, "1.running_mean")));
+    ck_assert_int_eq(batches_tracked(st), 3);
+    kiln_tensor_release(y);
+    kiln_tensor_release(l);
+
+    /* eval: the running values, nothing updated */
+    kiln_module_set_training(seq, false);
+    ASSERT_OK(kiln_module_forward(seq, x, &y));
+    kiln_tensor *rm_now = copy_of(kiln_params_find(st, "1.running_mean"));
+    kiln_tensor *rv_now = copy_of(kiln_params_find(st, "1.running_var"));
+    kiln_tensor *want = cnn_by_hand(st, x, false, rm_now, rv_now);
+    assert_same_values(y, want, "eval forward");
+    ck_assert_int_eq(batches_tracked(st), 3);
+    kiln_tensor_release(y);
+    kiln_tensor_release(want);
+
+    /* a checkpoint of the state loads into a model made with another seed: the same outputs */
+    char path[] = "/tmp/kiln-test-cnn-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ASSERT_OK(kiln_params_save(st, path));
+    kiln_module *other = cnn_model(99);
+    kiln_params *ost = NULL;
+    ASSERT_OK(kiln_params_create(&ost));
+    ASSERT_OK(kiln_module_state(other, "", ost));
+    ASSERT_OK(kiln_params_load(ost, path));
+    unlink(path);
+    ck_assert_int_eq(batches_tracked(ost), 3);
+    kiln_module_set_training(other, false);
+    kiln_tensor *y2 = NULL;
+    ASSERT_OK(kiln_module_forward(seq, x, &y));
+    ASSERT_OK(kiln_module_forward(other, x, &y2));
+    assert_same_values(y, y2, "reloaded model");
+    kiln_tensor_release(y);
+    kiln_tensor_release(y2);
+    kiln_params_free(ost);
+    kiln_module_free(other);
+
+    /* to(f64): the floating parameters and buffers convert, num_batches_tracked stays i64 */
+    if (has_fp64(dev)) {
+        ASSERT_OK(kiln_module_to_dtype(seq, KILN_F64));
+        kiln_params *st64 = NULL;
+        ASSERT_OK(kiln_params_create(&st64));
+        ASSERT_OK(kiln_module_state(seq, "", st64));
+        for (int i = 0; i < 9; i++)
+            ck_assert_int_eq(kiln_tensor_dtype(kiln_params_tensor(st64, i)),
+                             i == 6 ? KILN_I64 : KILN_F64);
+        ck_assert_int_eq(batches_tracked(st64), 3);
+        ck_assert(!kiln_tensor_requires_grad(kiln_params_find(st64, "1.running_var")));
+        ck_assert(kiln_tensor_requires_grad(kiln_params_find(st64, "1.weight")));
+        kiln_params_free(st64);
+    }
+    kiln_tensor *all[] = {x, rm, rv, rm_now, rv_now};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        kiln_tensor_release(all[i]);
+    kiln_params_free(ps);
+    kiln_params_free(st);
+    kiln_module_free(seq);
+}
+END_TEST
+
+START_TEST(test_cnn_module_errors)
+{
+    uint64_t before = live_bytes();
+    kiln_module *m = (kiln_module *)&before;
+    const kiln_conv2d_params neg = {.stride = {1, -1}}, g3 = {.groups = 3};
+    ASSERT_FAILS(kiln_conv2d_create(dev, KILN_F16, 3, 4, 3, 3, NULL, true, 1, &m),
+                 KILN_ERR_UNSUPPORTED, "kiln_conv2d_create: dtype is f16");
+    ck_assert_ptr_null(m);
+    ASSERT_FAILS(kiln_conv2d_create(dev, KILN_I32, 3, 4, 3, 3, NULL, true, 1, &m),
+                 KILN_ERR_DTYPE_MISMATCH, "kiln_conv2d_create");
+    ASSERT_FAILS(kiln_conv2d_create(NULL, KILN_F32, 3, 4, 3, 3, NULL, true, 1, &m),
+                 KILN_ERR_INVALID_ARGUMENT, "dev is NULL");
+    ASSERT_FAILS(kiln_conv2d_create(dev, KILN_F32, 3, 4, 0, 3, NULL, true, 1, &m),
+                 KILN_ERR_INVALID_ARGUMENT, "kh is 0");
+    ASSERT_FAILS(kiln_conv2d_create(dev, KILN_F32, 3, 4, 3, 3, &neg, true, 1, &m),
+                 KILN_ERR_INVALID_ARGUMENT, "params->stride[1] is -1");
+    ASSERT_FAILS(kiln_conv2d_create(dev, KILN_F32, 3, 4, 3, 3, &g3, true, 1, &m),
+                 KILN_ERR_INVALID_ARGUMENT, "divisible by groups 3");
+    ASSERT_FAILS(kiln_conv2d_create(dev, KILN_F32, 3, 4, 3, 3, NULL, true, 1, NULL),
+                 KILN_ERR_INVALID_ARGUMENT, "m is NULL");
+    const kiln_pool2d_params k0 = {.kernel = {0, 2}}, pad = {.kernel = {2, 2}, .padding = {2, 0}};
+    ASSERT_FAILS(kiln_max_pool2d_create(NULL, &m), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_max_pool2d_create: params is NULL");
+    ASSERT_FAILS(kiln_avg_pool2d_create(&k0, &m), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_avg_pool2d_create: params->kernel[0] is 0");
+    ASSERT_FAILS(kiln_max_pool2d_create(&pad, &m), KILN_ERR_INVALID_ARGUMENT,
+                 "params->padding[0] is 2");
+    ASSERT_FAILS(kiln_adaptive_avg_pool2d_create(2, 2, &m), KILN_ERR_UNSUPPORTED,
+                 "only the global average");
+    ASSERT_FAILS(kiln_adaptive_avg_pool2d_create(0, 1, &m), KILN_ERR_INVALID_ARGUMENT, "oh is 0");
+    ASSERT_FAILS(kiln_flatten_create(1, 99, &m), KILN_ERR_INVALID_ARGUMENT, "kiln_flatten_create");
+    ASSERT_FAILS(kiln_batch_norm2d_create(dev, KILN_F32, 4, 1e-5, 1.5, &m),
+                 KILN_ERR_INVALID_ARGUMENT, "kiln_batch_norm2d_create: momentum is 1.5");
+    ASSERT_FAILS(kiln_batch_norm1d_create(dev, KILN_F32, 0, 1e-5, 0.1, &m),
+                 KILN_ERR_INVALID_ARGUMENT, "features is 0");
+    ASSERT_FAILS(kiln_batch_norm1d_create(dev, KILN_F32, 4, -1, 0.1, &m), KILN_ERR_INVALID_ARGUMENT,
+                 "eps is -1");
+    ASSERT_FAILS(kiln_module_state(NULL, "", NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_module_state: m is NULL");
+    ck_assert_ptr_null(m);
+    ck_assert_uint_eq(live_bytes(), before);
+
+    /* a rank the module does not take, as PyTorch says it; nothing counted */
+    kiln_module *bn2 = NULL, *bn1 = NULL, *flat = NULL;
+    ASSERT_OK(kiln_batch_norm2d_create(dev, KILN_F32, 3, 1e-5, 0.1, &bn2));
+    ASSERT_OK(kiln_batch_norm1d_create(dev, KILN_F32, 3, 1e-5, 0.1, &bn1));
+    ASSERT_OK(kiln_flatten_create(0, -1, &flat));
+    const int64_t s3[3] = {2, 3, 4}, s4[4] = {2, 3, 2, 2};
+    double v[24];
+    fill_values(KILN_F32, v, 24);
+    kiln_tensor *x3 = upload(dev, KILN_F32, 3, s3, v), *x4 = upload(dev, KILN_F32, 4, s4, v);
+    kiln_tensor *y = (kiln_tensor *)&before;
+    ASSERT_FAILS(kiln_module_forward(bn2, x3, &y), KILN_ERR_SHAPE_MISMATCH,
+                 "expected 4D input (got 3D input)");
+    ck_assert_ptr_null(y);
+    ASSERT_FAILS(kiln_module_forward(bn1, x4, &y), KILN_ERR_SHAPE_MISMATCH,
+                 "expected 2D or 3D input (got 4D input)");
+    /* BatchNorm1d on [N, C, L] and [N, C]; flatten(0, -1) gives every element in one axis */
+    ASSERT_OK(kiln_module_forward(bn1, x3, &y));
+    kiln_tensor_release(y);
+    ASSERT_OK(kiln_module_forward(flat, x4, &y));
+    ck_assert_int_eq(kiln_tensor_ndim(y), 1);
+    ck_assert_int_eq(kiln_tensor_shape(y)[0], 24);
+    kiln_tensor_release(y);
+    kiln_params *st = NULL;
+    ASSERT_OK(kiln_params_create(&st));
+    ASSERT_OK(kiln_module_state(bn2, "bn", st));
+    ck_assert_str_eq(kiln_params_name(st, 4), "bn.num_batches_tracked");
+    ck_assert_int_eq(batches_tracked_named(st, "bn.num_batches_tracked"), 0);
+    kiln_params_free(st);
+    kiln_tensor_release(x3);
+    kiln_tensor_release(x4);
+    kiln_module_free(bn2);
+    kiln_module_free(bn1);
+    kiln_module_free(flat);
+}
+END_TEST
+
 /* ---- errors and failed allocations ------------------------------------------------------------
  */
 
@@ -1178,6 +1469,10 @@ static kiln_status create_nth(int which, kiln_module **m)
         return kiln_dropout_create(0.1, 1, m);
     case 4:
         return kiln_activation_create(KILN_UNARY_SIGMOID, m);
+    case 5:
+        return kiln_conv2d_create(dev, KILN_F32, 4, 2, 3, 3, NULL, true, 1, m);
+    case 6:
+        return kiln_batch_norm2d_create(dev, KILN_F32, 3, 1e-5, 0.1, m);
     default: {
         kiln_module *mods[2] = {0};
         *m = NULL;
@@ -1196,8 +1491,9 @@ static kiln_status create_nth(int which, kiln_module **m)
 
 START_TEST(test_out_of_memory)
 {
-    /* Oclgrind simulates each creation's kernels: there the linear layer and the sequential */
-    for (int which = 0; which < 6; which += simulated(dev) && which == 0 ? 5 : 1) {
+    /* Oclgrind simulates each creation's kernels: there the linear layer, conv, batch norm and the
+     * sequential */
+    for (int which = 0; which < 8; which += simulated(dev) && which == 0 ? 5 : 1) {
         kiln_module *m = NULL;
         ASSERT_OK(create_nth(which, &m)); /* the kernels built, so that only creation counts */
         kiln_module_free(m);
@@ -1253,6 +1549,8 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_same_weights_everywhere);
     tcase_add_test(tc, test_gradients);
     tcase_add_test(tc, test_sequential);
+    tcase_add_test(tc, test_cnn_modules);
+    tcase_add_test(tc, test_cnn_module_errors);
     tcase_add_test(tc, test_global_seed_layers);
     tcase_add_test(tc, test_bad_label_stops_training);
     tcase_add_test(tc, test_module_to);
