@@ -1009,6 +1009,28 @@ KILN_API kiln_status kiln_cross_entropy_out(const kiln_tensor *logits, const kil
 KILN_API kiln_status kiln_mse_loss_out(const kiln_tensor *pred, const kiln_tensor *target,
                                        kiln_tensor *loss, kiln_tensor *grad);
 
+/* PyTorch's reduction argument of a loss: the mean or the sum of the elementwise losses (a [1]
+ * tensor, as kiln_mse_loss's), or the elementwise losses themselves (the input's shape). */
+typedef enum kiln_reduction {
+    KILN_REDUCTION_MEAN = 0,
+    KILN_REDUCTION_SUM = 1,
+    KILN_REDUCTION_NONE = 2,
+} kiln_reduction;
+/* nn.L1Loss: |pred - target| (the gradient of |d| is 0 at d = 0, as PyTorch's). nn.BCELoss:
+ * -(target log pred + (1 - target) log(1 - pred)), each log clamped to >= -100 as PyTorch's, so
+ * that pred 0 or 1 gives a finite loss; pred must hold probabilities: a value outside [0, 1]
+ * gives NaN there (PyTorch raises; kiln does not read the values back). nn.BCEWithLogitsLoss:
+ * the same on sigmoid(logits), in the stable form softplus(logits) - target logits (no weight
+ * or pos_weight). pred (logits) and target: one floating dtype, one shape, one device (else
+ * KILN_ERR_DTYPE_MISMATCH, KILN_ERR_SHAPE_MISMATCH, KILN_ERR_DEVICE_MISMATCH). Differentiable
+ * in both (recorded by autograd, as the ops they are made of). */
+KILN_API kiln_status kiln_l1_loss(const kiln_tensor *pred, const kiln_tensor *target,
+                                  kiln_reduction reduction, kiln_tensor **loss);
+KILN_API kiln_status kiln_bce_loss(const kiln_tensor *pred, const kiln_tensor *target,
+                                   kiln_reduction reduction, kiln_tensor **loss);
+KILN_API kiln_status kiln_bce_with_logits_loss(const kiln_tensor *logits, const kiln_tensor *target,
+                                               kiln_reduction reduction, kiln_tensor **loss);
+
 /* In-place optimizer steps. SGD: v = momentum * v + (grad + wd * p); p -= lr * v (velocity
  * may be NULL when momentum is 0). Adam (step counts from 1): the usual bias-corrected update. */
 KILN_API kiln_status kiln_sgd_step(kiln_tensor *param, const kiln_tensor *grad,

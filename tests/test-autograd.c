@@ -207,6 +207,29 @@ static kiln_status f_reduce(kiln_tensor *const *in, kiln_tensor **out, const voi
     return kiln_reduce(o->op, in[0], o->axis, o->keepdim, out);
 }
 
+/* op: 0 L1, 1 BCE, 2 BCE with logits; axis: the reduction */
+static kiln_status f_loss(kiln_tensor *const *in, kiln_tensor **out, const void *c)
+{
+    const opctx *o = c;
+    kiln_reduction r = (kiln_reduction)o->axis;
+    kiln_tensor *l = NULL;
+    kiln_status s = o->op == 0   ? kiln_l1_loss(in[0], in[1], r, &l)
+                    : o->op == 1 ? kiln_bce_loss(in[0], in[1], r, &l)
+                                 : kiln_bce_with_logits_loss(in[0], in[1], r, &l);
+    if (s != KILN_OK || r != KILN_REDUCTION_NONE) {
+        *out = l;
+        return s;
+    }
+    /* unreduced: weigh each element differently, so that a wrong element shows */
+    kiln_tensor *w = NULL;
+    s = kiln_unary(KILN_UNARY_EXP, in[0], &w);
+    if (s == KILN_OK)
+        s = kiln_mul(l, w, out);
+    kiln_tensor_release(w);
+    kiln_tensor_release(l);
+    return s;
+}
+
 static kiln_status f_logsumexp(kiln_tensor *const *in, kiln_tensor **out, const void *c)
 {
     const opctx *o = c;
@@ -464,6 +487,25 @@ START_TEST(test_fd_batch_norm)
     spec sp[3] = {S4(3, 2, 2, 3, -1.0, 1.0), S1(2, 0.5, 1.5), S1(2, -1.0, 1.0)};
     opctx c = {0};
     gradcheck("batch_norm", f_batch_norm, &c, 3, sp);
+}
+END_TEST
+
+/* The losses made of ops: L1 away from its kink, BCE on probabilities (soft targets, so the
+ * target's gradient is checked too), BCE with logits over a wide range; every reduction. */
+START_TEST(test_fd_losses)
+{
+    spec l1[2] = {S2(3, 4, -1.0, 1.0), S2(3, 4, 2.0, 3.0)};
+    spec bce[2] = {S2(3, 4, 0.1, 0.9), S2(3, 4, 0.0, 1.0)};
+    spec bcel[2] = {S2(3, 4, -6.0, 6.0), S2(3, 4, 0.0, 1.0)};
+    spec *sp[3] = {l1, bce, bcel};
+    const char *names[3] = {"l1_loss", "bce_loss", "bce_with_logits_loss"};
+    for (int which = 0; which < 3; which++)
+        for (int r = 0; r < 3; r++) {
+            if (simulated(dev) && r == 1)
+                continue; /* Oclgrind: mean and none */
+            opctx c = {.op = which, .axis = r};
+            gradcheck(names[which], f_loss, &c, 2, sp[which]);
+        }
 }
 END_TEST
 
@@ -1194,6 +1236,7 @@ Suite *autograd_suite(void)
     tcase_add_test(tc, test_fd_conv2d);
     tcase_add_test(tc, test_fd_pool);
     tcase_add_test(tc, test_fd_batch_norm);
+    tcase_add_test(tc, test_fd_losses);
     tcase_add_test(tc, test_fd_matmul);
     tcase_add_test(tc, test_fd_shape);
     tcase_add_test(tc, test_fd_nn);

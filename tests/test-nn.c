@@ -1,4 +1,5 @@
-/* test-nn.c - softmax, log-softmax, cross-entropy, MSE, SGD and Adam against C formulas. */
+/* test-nn.c - softmax, log-softmax, cross-entropy, MSE, L1, BCE, SGD and Adam against C formulas.
+ */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -787,6 +788,124 @@ START_TEST(test_mse_errors)
 }
 END_TEST
 
+/* kiln_l1_loss, kiln_bce_loss and kiln_bce_with_logits_loss against C formulas, for every
+ * reduction: BCE at probabilities 0 and 1 (PyTorch's clamp gives 100, not inf) and with logits
+ * far out (finite where the naive form overflows). */
+static double ref_loss(int which, double p, double t)
+{
+    if (which == 0)
+        return fabs(p - t);
+    if (which == 1) {
+        double lp = fmax(log(p), -100), lq = fmax(log(1 - p), -100);
+        return -(t * lp + (1 - t) * lq);
+    }
+    /* max(x, 0) - x t + log(1 + exp(-|x|)), the textbook stable form */
+    return fmax(p, 0) - p * t + log1p(exp(-fabs(p)));
+}
+
+static void check_loss(kiln_device *dev, kiln_dtype dt, int which, int64_t rows, int64_t cols)
+{
+    int64_t n = rows * cols, shape[2] = {rows, cols};
+    double *p = malloc((size_t)n * sizeof(double)), *t = malloc((size_t)n * sizeof(double));
+    double *e = malloc((size_t)n * sizeof(double));
+    ck_assert(p && t && e);
+    fill_values(dt, p, n);
+    fill_values(dt, t, n);
+    for (int64_t i = 0; i < n; i++) {
+        if (which == 1) { /* probabilities, the ends included, and soft targets */
+            p[i] = i % 7 == 0 ? 0 : i % 7 == 1 ? 1 : (fabs(p[i]) + 0.01) / (fabs(p[i]) + 1.02);
+            t[i] = fabs(t[i]) / (1 + fabs(t[i]));
+        } else if (which == 2) {
+            p[i] = i % 5 == 0 ? (i % 2 ? 60 : -60) : p[i] * 8;
+            t[i] = fabs(t[i]) / (1 + fabs(t[i]));
+        }
+    }
+    kiln_tensor *tp = upload(dev, dt, 2, shape, p), *tt = upload(dev, dt, 2, shape, t);
+    double *pv = download(tp), *tv = download(tt); /* the values as stored (f16 rounds) */
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        e[i] = ref_loss(which, pv[i], tv[i]);
+        sum += e[i];
+    }
+    static const char *names[3] = {"l1_loss", "bce_loss", "bce_with_logits_loss"};
+    for (int r = 0; r < 3; r++) {
+        kiln_tensor *loss = NULL;
+        kiln_status s = which == 0   ? kiln_l1_loss(tp, tt, (kiln_reduction)r, &loss)
+                        : which == 1 ? kiln_bce_loss(tp, tt, (kiln_reduction)r, &loss)
+                                     : kiln_bce_with_logits_loss(tp, tt, (kiln_reduction)r, &loss);
+        ASSERT_OK(s);
+        double *got = download(loss);
+        double tol = 64 * eps_of(dt) * (which == 1 ? 4 : 1);
+        if (r == KILN_REDUCTION_NONE) {
+            ck_assert_int_eq(kiln_tensor_numel(loss), n);
+            assert_close(got, e, n, tol, names[which], dev, dt);
+        } else {
+            ck_assert_int_eq(kiln_tensor_numel(loss), 1);
+            double want = r == KILN_REDUCTION_SUM ? sum : sum / (double)n;
+            assert_close(got, &want, 1, tol * (r == KILN_REDUCTION_SUM ? (double)n : 1),
+                         names[which], dev, dt);
+        }
+        for (int64_t i = 0; i < kiln_tensor_numel(loss); i++)
+            ck_assert_msg(isfinite(got[i]), "%s: element %lld is not finite", names[which],
+                          (long long)i);
+        free(got);
+        kiln_tensor_release(loss);
+    }
+    kiln_tensor_release(tp);
+    kiln_tensor_release(tt);
+    free(pv);
+    free(tv);
+    free(p);
+    free(t);
+    free(e);
+}
+
+START_TEST(test_losses)
+{
+    for (int i = 0; i < ndevs; i++)
+        for (int which = 0; which < 3; which++) {
+            check_loss(devs[i], KILN_F32, which, 3, 7);
+            check_loss(devs[i], KILN_F32, which, 1, 1);
+            if (has_fp64(devs[i]))
+                check_loss(devs[i], KILN_F64, which, 4, 5);
+        }
+}
+END_TEST
+
+START_TEST(test_loss_errors)
+{
+    static const int64_t s23[] = {2, 3}, s32[] = {3, 2};
+    kiln_tensor *a = NULL, *b = NULL, *ai = NULL, *loss = (kiln_tensor *)1;
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s23, &a));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_F32, 2, s32, &b));
+    ASSERT_OK(kiln_tensor_zeros(devs[0], KILN_I32, 2, s23, &ai));
+    ASSERT_FAILS(kiln_l1_loss(a, b, KILN_REDUCTION_MEAN, &loss), KILN_ERR_SHAPE_MISMATCH,
+                 "kiln_l1_loss: pred has shape [2, 3] but target has shape [3, 2]");
+    ck_assert_ptr_null(loss);
+    ASSERT_FAILS(kiln_bce_loss(ai, ai, KILN_REDUCTION_SUM, &loss), KILN_ERR_DTYPE_MISMATCH,
+                 "kiln_bce_loss: pred is i32");
+    ASSERT_FAILS(kiln_bce_with_logits_loss(a, ai, KILN_REDUCTION_SUM, &loss),
+                 KILN_ERR_DTYPE_MISMATCH, "kiln_bce_with_logits_loss: logits is f32 but target");
+    ASSERT_FAILS(kiln_bce_with_logits_loss(NULL, a, KILN_REDUCTION_SUM, &loss),
+                 KILN_ERR_INVALID_ARGUMENT, "logits");
+    ASSERT_FAILS(kiln_l1_loss(a, a, (kiln_reduction)7, &loss), KILN_ERR_INVALID_ARGUMENT,
+                 "unknown reduction 7");
+    ASSERT_FAILS(kiln_l1_loss(a, a, KILN_REDUCTION_NONE, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_l1_loss: loss is NULL");
+    if (ndevs > 1) {
+        kiln_tensor *other = NULL;
+        ASSERT_OK(kiln_tensor_zeros(devs[1], KILN_F32, 2, s23, &other));
+        ASSERT_FAILS(kiln_bce_loss(a, other, KILN_REDUCTION_MEAN, &loss), KILN_ERR_DEVICE_MISMATCH,
+                     "kiln_bce_loss");
+        kiln_tensor_release(other);
+    }
+    ck_assert_ptr_null(loss);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(ai);
+}
+END_TEST
+
 /* Three SGD steps with momentum and weight decay, and one without velocity, against C. */
 static void check_sgd(kiln_device *dev, kiln_dtype dt, bool with_velocity)
 {
@@ -1105,6 +1224,7 @@ Suite *nn_suite(void)
     tcase_add_test(tc, test_cross_entropy_bad_label);
     tcase_add_test(tc, test_cross_entropy_checked);
     tcase_add_test(tc, test_mse);
+    tcase_add_test(tc, test_losses);
     tcase_add_test(tc, test_conv2d);
     tcase_add_test(tc, test_pool2d);
     tcase_add_test(tc, test_sgd);
@@ -1116,6 +1236,7 @@ Suite *nn_suite(void)
     tcase_add_test(te, test_softmax_errors);
     tcase_add_test(te, test_cross_entropy_errors);
     tcase_add_test(te, test_mse_errors);
+    tcase_add_test(te, test_loss_errors);
     tcase_add_test(te, test_optimizer_errors);
     tcase_add_test(te, test_out_errors);
     tcase_add_test(te, test_device_mismatch);

@@ -1,0 +1,139 @@
+/* losses.c - the losses composed of ops (kiln_l1_loss, kiln_bce_loss,
+ * kiln_bce_with_logits_loss), each checked up front under its own name and reduced as PyTorch's
+ * reduction argument asks; autograd records the ops, so they need no gradient code. (MSE and
+ * cross-entropy have kernels of their own: ops/nn.c.) */
+#include <math.h>
+#include <string.h>
+
+#include "ops/common.h"
+#include "status.h"
+#include "tensor.h"
+
+/* Release ts[0..n-1] and return s. */
+static kiln_status drop(kiln_status s, int n, kiln_tensor **ts)
+{
+    for (int i = 0; i < n; i++)
+        kiln_tensor_release(ts[i]);
+    return s;
+}
+
+/* pred and target valid, on one device, of one floating dtype and one shape; reduction known. */
+static kiln_status check_loss(const char *op, const char *pname, const kiln_tensor *pred,
+                              const kiln_tensor *target, kiln_reduction reduction,
+                              kiln_tensor **loss)
+{
+    if (!loss)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
+    *loss = NULL;
+    const char *names[2] = {pname, "target"};
+    kiln_status s =
+        kiln__check_tensors(op, 2, 2, (const kiln_tensor *const[]){pred, target}, names, NULL);
+    if (s != KILN_OK)
+        return s;
+    if (!kiln__dtype_is_float(pred->dtype))
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s is %s; it must be floating", op, pname,
+                           kiln_dtype_name(pred->dtype));
+    if (target->dtype != pred->dtype)
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s is %s but target is %s", op, pname,
+                           kiln_dtype_name(pred->dtype), kiln_dtype_name(target->dtype));
+    if (pred->ndim != target->ndim ||
+        memcmp(pred->shape, target->shape, (size_t)pred->ndim * sizeof *pred->shape) != 0)
+        return kiln__shape_mismatch(op, pname, pred->ndim, pred->shape, "target", target->ndim,
+                                    target->shape, "; they must have one shape");
+    if (reduction != KILN_REDUCTION_MEAN && reduction != KILN_REDUCTION_SUM &&
+        reduction != KILN_REDUCTION_NONE)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: unknown reduction %d (KILN_REDUCTION_MEAN, _SUM or _NONE)", op,
+                           (int)reduction);
+    return kiln__check_dtype_on(pred->dev, pred->dtype, op);
+}
+
+/* *loss = the elementwise losses e reduced: their mean or sum ([1]), or e itself. */
+static kiln_status reduce(kiln_tensor *e, kiln_reduction reduction, kiln_tensor **loss)
+{
+    if (reduction == KILN_REDUCTION_NONE) {
+        *loss = e;
+        return KILN_OK;
+    }
+    kiln_status s =
+        kiln_reduce(reduction == KILN_REDUCTION_SUM ? KILN_REDUCE_SUM : KILN_REDUCE_MEAN, e,
+                    KILN_ALL_AXES, false, loss);
+    kiln_tensor_release(e);
+    return s;
+}
+
+kiln_status kiln_l1_loss(const kiln_tensor *pred, const kiln_tensor *target,
+                         kiln_reduction reduction, kiln_tensor **loss)
+{
+    const char *op = "kiln_l1_loss";
+    kiln_status s = check_loss(op, "pred", pred, target, reduction, loss);
+    if (s != KILN_OK)
+        return s;
+    /* |pred - target| */
+    kiln_tensor *t[2] = {0};
+    s = kiln_sub(pred, target, &t[0]);
+    if (s == KILN_OK)
+        s = kiln_unary(KILN_UNARY_ABS, t[0], &t[1]);
+    if (s == KILN_OK) {
+        s = reduce(t[1], reduction, loss);
+        t[1] = NULL;
+    }
+    return drop(s, 2, t);
+}
+
+kiln_status kiln_bce_loss(const kiln_tensor *pred, const kiln_tensor *target,
+                          kiln_reduction reduction, kiln_tensor **loss)
+{
+    const char *op = "kiln_bce_loss";
+    kiln_status s = check_loss(op, "pred", pred, target, reduction, loss);
+    if (s != KILN_OK)
+        return s;
+    /* -(t log p + (1 - t) log(1 - p)) = t (lq - lp) - lq with lp = log p and lq = log(1 - p),
+     * each clamped to >= -100 as PyTorch's (so p = 0 or 1 gives 100, not inf) */
+    kiln_tensor *t[9] = {0};
+    enum { LP, LPC, NP, OM, LQ, LQC, DIFF, TD, E };
+    s = kiln_unary(KILN_UNARY_LOG, pred, &t[LP]);
+    if (s == KILN_OK)
+        s = kiln_clamp(t[LP], -100, INFINITY, &t[LPC]);
+    if (s == KILN_OK)
+        s = kiln_binary_scalar(KILN_BINARY_MUL, pred, -1, &t[NP]);
+    if (s == KILN_OK)
+        s = kiln_binary_scalar(KILN_BINARY_ADD, t[NP], 1, &t[OM]);
+    if (s == KILN_OK)
+        s = kiln_unary(KILN_UNARY_LOG, t[OM], &t[LQ]);
+    if (s == KILN_OK)
+        s = kiln_clamp(t[LQ], -100, INFINITY, &t[LQC]);
+    if (s == KILN_OK)
+        s = kiln_sub(t[LQC], t[LPC], &t[DIFF]);
+    if (s == KILN_OK)
+        s = kiln_mul(target, t[DIFF], &t[TD]);
+    if (s == KILN_OK)
+        s = kiln_sub(t[TD], t[LQC], &t[E]);
+    if (s == KILN_OK) {
+        s = reduce(t[E], reduction, loss);
+        t[E] = NULL;
+    }
+    return drop(s, 9, t);
+}
+
+kiln_status kiln_bce_with_logits_loss(const kiln_tensor *logits, const kiln_tensor *target,
+                                      kiln_reduction reduction, kiln_tensor **loss)
+{
+    const char *op = "kiln_bce_with_logits_loss";
+    kiln_status s = check_loss(op, "logits", logits, target, reduction, loss);
+    if (s != KILN_OK)
+        return s;
+    /* -(t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))) = softplus(x) - t x, stable: softplus is
+     * log1p(exp(x)), x itself above 20; its gradient sigmoid(x) - t */
+    kiln_tensor *t[3] = {0};
+    s = kiln_unary(KILN_UNARY_SOFTPLUS, logits, &t[0]);
+    if (s == KILN_OK)
+        s = kiln_mul(target, logits, &t[1]);
+    if (s == KILN_OK)
+        s = kiln_sub(t[0], t[1], &t[2]);
+    if (s == KILN_OK) {
+        s = reduce(t[2], reduction, loss);
+        t[2] = NULL;
+    }
+    return drop(s, 3, t);
+}
