@@ -1368,6 +1368,61 @@ KILN_API void kiln_module_set_training(kiln_module *m, bool training);
 KILN_API void kiln_module_free(kiln_module *m);
 
 /* ------------------------------------------------------------------------------------------
+ * Data loading (PyTorch's torch.utils.data)
+ *
+ * kiln_randperm: torch.randperm(n) as an i64 tensor [n] on dev, the same on every device and
+ * machine for one seed (KILN_SEED_GLOBAL: the global generator's next): Fisher-Yates from the
+ * end, position i (n-1 down to 1) swapped with (w0 + 2^32 w1) mod (i + 1), w0 and w1 the first
+ * two words of Philox4x32-10 at counter (i, 0) under key seed (kiln_rand_uniform's generator).
+ *
+ * A dataset (TensorDataset) holds samples copied from host arrays: features [samples, ...] and
+ * targets [samples, ...] (any dtypes; targets may be NULL), dimension 0 counting the samples in
+ * both (else KILN_ERR_SHAPE_MISMATCH). kiln_random_split divides a dataset into n datasets by
+ * fractions (each in [0, 1], summing to 1): part k gets floor(fractions[k] size) samples, the
+ * rest go one each to parts 0, 1, ... (PyTorch's rule), drawn in the order of the permutation
+ * kiln_randperm(size, seed) gives; the parts share the samples (free each, in any order).
+ *
+ * A loader (DataLoader) yields batches of a dataset as new tensors on dev: *x [b, ...] and *y
+ * [b, ...] (NULL where the dataset has no targets, or pass y NULL), b = batch_size except for a
+ * shorter last batch (dropped with drop_last). kiln_loader_next returns KILN_OK with *x NULL once
+ * an epoch's batches are given; the call after starts the next epoch. With shuffle, epoch e
+ * (from 0) visits the samples in the order of kiln_randperm(size, seed + e) (seed drawn once
+ * when KILN_SEED_GLOBAL), else in order. The batches join the calling thread's scope, as any new
+ * tensor. A dataset, its parts and loaders are used by one thread at a time.
+ *
+ *     kiln_loader *train;
+ *     kiln_loader_create(parts[0], dev, 64, true, false, 42, &train);
+ *     for (int epoch = 0; epoch < 10; epoch++)
+ *         for (kiln_tensor *x, *y; kiln_loader_next(train, &x, &y) == KILN_OK && x;) {
+ *             ... a training step on x, y; release them (or end the step's scope) ...
+ *         }
+ */
+KILN_API kiln_status kiln_randperm(kiln_device *dev, int64_t n, uint64_t seed, kiln_tensor **out);
+typedef struct kiln_dataset kiln_dataset;
+KILN_API kiln_status kiln_dataset_create(const void *features, kiln_dtype features_dtype,
+                                         int features_ndim, const int64_t *features_shape,
+                                         const void *targets, kiln_dtype targets_dtype,
+                                         int targets_ndim, const int64_t *targets_shape,
+                                         kiln_dataset **out);
+/* The number of samples (0 for NULL). */
+KILN_API int64_t kiln_dataset_size(const kiln_dataset *d);
+/* parts: room for n datasets, all NULL on failure. */
+KILN_API kiln_status kiln_random_split(const kiln_dataset *d, int n, const double *fractions,
+                                       uint64_t seed, kiln_dataset **parts);
+/* NULL is ignored. */
+KILN_API void kiln_dataset_free(kiln_dataset *d);
+typedef struct kiln_loader kiln_loader;
+/* The loader keeps what it needs of d (d may be freed after). batch_size >= 1. */
+KILN_API kiln_status kiln_loader_create(const kiln_dataset *d, kiln_device *dev, int64_t batch_size,
+                                        bool shuffle, bool drop_last, uint64_t seed,
+                                        kiln_loader **out);
+/* Batches per epoch: len(loader) (0 for NULL). */
+KILN_API int64_t kiln_loader_batches(const kiln_loader *l);
+KILN_API kiln_status kiln_loader_next(kiln_loader *l, kiln_tensor **x, kiln_tensor **y);
+/* NULL is ignored. */
+KILN_API void kiln_loader_free(kiln_loader *l);
+
+/* ------------------------------------------------------------------------------------------
  * Scopes for temporaries
  *
  * A scope owns every tensor the calling thread creates while it is the thread's innermost scope:
