@@ -1231,6 +1231,52 @@ KILN_API void kiln_optimizer_free(kiln_optimizer *opt);
  * hyperparameters are not state: create the optimizer with the same ones. */
 KILN_API kiln_status kiln_optimizer_state(kiln_optimizer *opt, kiln_params *state);
 
+/* Learning-rate schedules (torch.optim.lr_scheduler): a scheduler sets its optimizer's learning
+ * rate from the base rate (the optimizer's at creation), at creation for epoch 0 (as PyTorch's
+ * constructors do) and at each kiln_scheduler_step (epoch + 1; call it once per epoch, after the
+ * epoch's optimizer steps), in PyTorch's closed forms, e = the epoch count:
+ *   StepLR          base gamma^floor(e / step_size)
+ *   MultiStepLR     base gamma^(number of milestones <= e)  (milestones non-decreasing)
+ *   ExponentialLR   base gamma^e
+ *   CosineAnnealing eta_min + (base - eta_min) (1 + cos(pi e / t_max)) / 2
+ *   LinearLR        base (start + (end - start) min(e, total_iters) / total_iters): a linear
+ *                   warmup with start_factor < end_factor = 1 (PyTorch's default start 1/3)
+ * ReduceLROnPlateau steps on a metric (kiln_scheduler_step_metric, e.g. the validation loss):
+ * the metric is better when below best (1 - threshold) (maximize: above best (1 + threshold)),
+ * PyTorch's 'rel' mode; after more than patience epochs without a better one the rate becomes
+ * max(rate factor, min_lr) (a change below 1e-8 is skipped) and cooldown epochs follow in which
+ * bad epochs are not counted. PyTorch's defaults: factor 0.1, patience 10, threshold 1e-4,
+ * cooldown 0, min_lr 0. One scheduler per optimizer (a second is KILN_ERR_INVALID_ARGUMENT);
+ * free the scheduler before its optimizer, or after it (then every call but free fails).
+ * kiln_scheduler_state adds the scheduler's state (epoch, rate, ReduceLROnPlateau's progress) to
+ * a checkpoint list as "lr_scheduler.state" (an i64 [6] tensor on the optimizer's first
+ * parameter's device, kept up to date at each step): kiln_params_load into a list holding it
+ * restores the scheduler and the optimizer's rate before the optimizer's next step (or the
+ * scheduler's next call), so training resumes where it was saved. */
+typedef struct kiln_scheduler kiln_scheduler;
+KILN_API kiln_status kiln_step_lr_create(kiln_optimizer *opt, int64_t step_size, double gamma,
+                                         kiln_scheduler **out);
+KILN_API kiln_status kiln_multistep_lr_create(kiln_optimizer *opt, const int64_t *milestones, int n,
+                                              double gamma, kiln_scheduler **out);
+KILN_API kiln_status kiln_exponential_lr_create(kiln_optimizer *opt, double gamma,
+                                                kiln_scheduler **out);
+KILN_API kiln_status kiln_cosine_annealing_lr_create(kiln_optimizer *opt, int64_t t_max,
+                                                     double eta_min, kiln_scheduler **out);
+KILN_API kiln_status kiln_linear_lr_create(kiln_optimizer *opt, double start_factor,
+                                           double end_factor, int64_t total_iters,
+                                           kiln_scheduler **out);
+KILN_API kiln_status kiln_reduce_lr_on_plateau_create(kiln_optimizer *opt, bool maximize,
+                                                      double factor, int64_t patience,
+                                                      double threshold, int64_t cooldown,
+                                                      double min_lr, kiln_scheduler **out);
+KILN_API kiln_status kiln_scheduler_step(kiln_scheduler *s);
+KILN_API kiln_status kiln_scheduler_step_metric(kiln_scheduler *s, double metric);
+/* The epoch count (PyTorch's last_epoch; -1 for NULL). */
+KILN_API int64_t kiln_scheduler_epoch(const kiln_scheduler *s);
+KILN_API kiln_status kiln_scheduler_state(kiln_scheduler *s, kiln_params *state);
+/* NULL is ignored. */
+KILN_API void kiln_scheduler_free(kiln_scheduler *s);
+
 /* kiln_tensor_zero_grad of every tensor of the list. */
 KILN_API kiln_status kiln_params_zero_grad(const kiln_params *p);
 /* PyTorch's clip_grad_norm_: the L2 norm of all the list's gradients together (tensors without

@@ -2,7 +2,8 @@
  * weight decay), Adam (L2 decay) and AdamW (decoupled decay) against a plain-C reference of
  * PyTorch's update formulas in double, parameters on two devices, parameters without a gradient
  * skipped, zero_grad, gradient clipping, a training loop, checkpoint and resume bit for bit,
- * errors, and out of memory at creation and at the first step's state allocation. */
+ * errors, and out of memory at creation and at the first step's state allocation; the
+ * learning-rate schedules against PyTorch's formulas, and their state through a checkpoint. */
 #include <check.h>
 #include <inttypes.h>
 #include <math.h>
@@ -1051,6 +1052,256 @@ START_TEST(test_state_oom)
 }
 END_TEST
 
+/* ---- learning-rate schedules ------------------------------------------------------------------
+ */
+
+/* An SGD optimizer at lr 0.5 over one parameter, the parameter list for the caller to free. */
+static kiln_optimizer *sched_opt(kiln_params **ps)
+{
+    const int64_t two = 2;
+    const double v[2] = {1, 2};
+    kiln_tensor *w = leaf(dev, KILN_F32, 1, &two, v, true);
+    ASSERT_OK(kiln_params_create(ps));
+    ASSERT_OK(kiln_params_add(*ps, "w", w));
+    kiln_tensor_release(w);
+    kiln_optimizer *opt = NULL;
+    ASSERT_OK(kiln_sgd_create(*ps, 0.5, 0, 0, &opt));
+    return opt;
+}
+
+/* PyTorch's closed forms, written out for the reference. */
+static double ref_schedule(int kind, int64_t e)
+{
+    const double base = 0.5;
+    switch (kind) {
+    case 0: /* StepLR(step_size 3, gamma 0.5) */
+        return base * pow(0.5, (double)(e / 3));
+    case 1: { /* MultiStepLR([2, 5, 5, 9], gamma 0.1): a repeated milestone counts twice */
+        const int64_t m[4] = {2, 5, 5, 9};
+        int k = 0;
+        for (int i = 0; i < 4; i++)
+            k += m[i] <= e;
+        return base * pow(0.1, k);
+    }
+    case 2: /* ExponentialLR(0.9) */
+        return base * pow(0.9, (double)e);
+    case 3: /* CosineAnnealingLR(T_max 10, eta_min 0.01) */
+        return 0.01 + (base - 0.01) * (1 + cos(M_PI * (double)e / 10)) / 2;
+    default: /* LinearLR(start 0.1, end 1, total_iters 4) */
+        return base * (0.1 + 0.9 * (double)(e < 4 ? e : 4) / 4);
+    }
+}
+
+static kiln_status make_schedule(int kind, kiln_optimizer *opt, kiln_scheduler **s)
+{
+    const int64_t m[4] = {2, 5, 5, 9};
+    switch (kind) {
+    case 0:
+        return kiln_step_lr_create(opt, 3, 0.5, s);
+    case 1:
+        return kiln_multistep_lr_create(opt, m, 4, 0.1, s);
+    case 2:
+        return kiln_exponential_lr_create(opt, 0.9, s);
+    case 3:
+        return kiln_cosine_annealing_lr_create(opt, 10, 0.01, s);
+    default:
+        return kiln_linear_lr_create(opt, 0.1, 1, 4, s);
+    }
+}
+
+START_TEST(test_schedules)
+{
+    for (int kind = 0; kind < 5; kind++) {
+        kiln_params *ps = NULL;
+        kiln_optimizer *opt = sched_opt(&ps);
+        kiln_scheduler *s = NULL;
+        ASSERT_OK(make_schedule(kind, opt, &s));
+        for (int64_t e = 0; e <= 25; e++) {
+            ck_assert_int_eq(kiln_scheduler_epoch(s), e);
+            double want = ref_schedule(kind, e), got = kiln_optimizer_lr(opt);
+            ck_assert_msg(fabs(got - want) <= 1e-15 * fabs(want) + 1e-300,
+                          "schedule %d, epoch %lld: lr %.17g, want %.17g", kind, (long long)e, got,
+                          want);
+            ASSERT_OK(kiln_scheduler_step(s));
+        }
+        kiln_scheduler_free(s);
+        kiln_optimizer_free(opt);
+        kiln_params_free(ps);
+    }
+}
+END_TEST
+
+/* ReduceLROnPlateau against PyTorch's rules, a metric sequence at a time (patience 2, factor 0.5,
+ * threshold 0.1, cooldown 1, min_lr 0.1). */
+START_TEST(test_plateau)
+{
+    const double metrics[] = {1.0, 0.95, 0.93, 0.99, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, NAN};
+    const int n = (int)(sizeof metrics / sizeof *metrics);
+    for (int maximize = 0; maximize < 2; maximize++) {
+        kiln_params *ps = NULL;
+        kiln_optimizer *opt = sched_opt(&ps);
+        kiln_scheduler *s = NULL;
+        ASSERT_OK(kiln_reduce_lr_on_plateau_create(opt, maximize, 0.5, 2, 0.1, 1, 0.1, &s));
+        double best = maximize ? -INFINITY : INFINITY, lr = 0.5;
+        int64_t bad = 0, cool = 0;
+        for (int i = 0; i < n; i++) {
+            double m = maximize ? 2 - metrics[i] : metrics[i]; /* rising when maximizing */
+            bool better = maximize ? m > best * 1.1 : m < best * 0.9;
+            if (better) {
+                best = m;
+                bad = 0;
+            } else {
+                bad++;
+            }
+            if (cool > 0) {
+                cool--;
+                bad = 0;
+            }
+            if (bad > 2) {
+                double nl = fmax(lr * 0.5, 0.1);
+                if (lr - nl > 1e-8)
+                    lr = nl;
+                cool = 1;
+                bad = 0;
+            }
+            ASSERT_OK(kiln_scheduler_step_metric(s, m));
+            ck_assert_msg(kiln_optimizer_lr(opt) == lr, "maximize %d, step %d: lr %g, want %g",
+                          maximize, i, kiln_optimizer_lr(opt), lr);
+        }
+        ck_assert(lr < 0.5); /* the sequence reduced the rate at least once */
+        ck_assert_int_eq(kiln_scheduler_epoch(s), n);
+        kiln_scheduler_free(s);
+        kiln_optimizer_free(opt);
+        kiln_params_free(ps);
+    }
+}
+END_TEST
+
+/* A checkpoint with the scheduler's state: a fresh optimizer and scheduler loaded from it take up
+ * the epoch and the rate, before the optimizer's first step, and go on as the saved ones do. */
+START_TEST(test_scheduler_resume)
+{
+    char *path = tmp_path("sched");
+    for (int kind = 0; kind < 2; kind++) { /* CosineAnnealing, ReduceLROnPlateau */
+        kiln_params *ps = NULL, *st = NULL;
+        kiln_optimizer *opt = sched_opt(&ps);
+        kiln_scheduler *s = NULL;
+        if (kind == 0)
+            ASSERT_OK(kiln_cosine_annealing_lr_create(opt, 10, 0.01, &s));
+        else
+            ASSERT_OK(kiln_reduce_lr_on_plateau_create(opt, false, 0.5, 0, 0, 0, 0, &s));
+        ASSERT_OK(kiln_params_create(&st));
+        ASSERT_OK(kiln_scheduler_state(s, st));
+        ck_assert_str_eq(kiln_params_name(st, 0), "lr_scheduler.state");
+        for (int e = 0; e < 4; e++)
+            ASSERT_OK(kind ? kiln_scheduler_step_metric(s, 1.0) : kiln_scheduler_step(s));
+        ASSERT_OK(kiln_params_save(st, path));
+        double saved_lr = kiln_optimizer_lr(opt);
+
+        kiln_params *ps2 = NULL, *st2 = NULL;
+        kiln_optimizer *opt2 = sched_opt(&ps2);
+        kiln_scheduler *s2 = NULL;
+        if (kind == 0)
+            ASSERT_OK(kiln_cosine_annealing_lr_create(opt2, 10, 0.01, &s2));
+        else
+            ASSERT_OK(kiln_reduce_lr_on_plateau_create(opt2, false, 0.5, 0, 0, 0, 0, &s2));
+        ASSERT_OK(kiln_params_create(&st2));
+        ASSERT_OK(kiln_scheduler_state(s2, st2));
+        ASSERT_OK(kiln_params_load(st2, path));
+        ck_assert(kiln_optimizer_lr(opt2) != saved_lr); /* not yet: at the next step */
+        const double g[2] = {1, 1};
+        give_grad(kiln_params_tensor(ps2, 0), g);
+        ASSERT_OK(kiln_optimizer_step(opt2));
+        ck_assert(kiln_optimizer_lr(opt2) == saved_lr);
+        ck_assert_int_eq(kiln_scheduler_epoch(s2), 4);
+        for (int e = 0; e < 3; e++) {
+            ASSERT_OK(kind ? kiln_scheduler_step_metric(s, 1.0) : kiln_scheduler_step(s));
+            ASSERT_OK(kind ? kiln_scheduler_step_metric(s2, 1.0) : kiln_scheduler_step(s2));
+            ck_assert(kiln_optimizer_lr(opt2) == kiln_optimizer_lr(opt));
+        }
+        /* a state of another kind of scheduler is refused, naming it */
+        if (kind == 1) {
+            kiln_params *ps3 = NULL, *st3 = NULL;
+            kiln_optimizer *opt3 = sched_opt(&ps3);
+            kiln_scheduler *s3 = NULL;
+            ASSERT_OK(kiln_step_lr_create(opt3, 3, 0.5, &s3));
+            ASSERT_OK(kiln_params_create(&st3));
+            ASSERT_OK(kiln_scheduler_state(s3, st3));
+            ASSERT_OK(kiln_params_load(st3, path));
+            ASSERT_FAILS(kiln_scheduler_step(s3), KILN_ERR_INVALID_ARGUMENT,
+                         "kiln_scheduler_step: the loaded lr_scheduler.state is not a state of "
+                         "this StepLR scheduler");
+            kiln_scheduler_free(s3);
+            kiln_optimizer_free(opt3);
+            kiln_params_free(st3);
+            kiln_params_free(ps3);
+        }
+        kiln_scheduler_free(s);
+        kiln_scheduler_free(s2);
+        kiln_optimizer_free(opt);
+        kiln_optimizer_free(opt2);
+        kiln_params_free(st);
+        kiln_params_free(st2);
+        kiln_params_free(ps);
+        kiln_params_free(ps2);
+    }
+    unlink(path);
+}
+END_TEST
+
+START_TEST(test_scheduler_errors)
+{
+    kiln_params *ps = NULL;
+    kiln_optimizer *opt = sched_opt(&ps);
+    kiln_scheduler *s = (kiln_scheduler *)ps;
+    const int64_t down[2] = {5, 2};
+    ASSERT_FAILS(kiln_step_lr_create(opt, 0, 0.5, &s), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_step_lr_create: step_size is 0");
+    ck_assert_ptr_null(s);
+    ASSERT_FAILS(kiln_step_lr_create(opt, 2, -1, &s), KILN_ERR_INVALID_ARGUMENT, "gamma is -1");
+    ASSERT_FAILS(kiln_step_lr_create(NULL, 2, 0.5, &s), KILN_ERR_INVALID_ARGUMENT, "opt is NULL");
+    ASSERT_FAILS(kiln_step_lr_create(opt, 2, 0.5, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    ASSERT_FAILS(kiln_multistep_lr_create(opt, down, 2, 0.1, &s), KILN_ERR_INVALID_ARGUMENT,
+                 "milestones[1] is 2");
+    ASSERT_FAILS(kiln_multistep_lr_create(opt, NULL, 2, 0.1, &s), KILN_ERR_INVALID_ARGUMENT,
+                 "milestones is NULL");
+    ASSERT_FAILS(kiln_exponential_lr_create(opt, NAN, &s), KILN_ERR_INVALID_ARGUMENT,
+                 "gamma is nan");
+    ASSERT_FAILS(kiln_cosine_annealing_lr_create(opt, 0, 0, &s), KILN_ERR_INVALID_ARGUMENT,
+                 "t_max is 0");
+    ASSERT_FAILS(kiln_linear_lr_create(opt, 0, 1, 5, &s), KILN_ERR_INVALID_ARGUMENT,
+                 "start_factor is 0");
+    ASSERT_FAILS(kiln_reduce_lr_on_plateau_create(opt, false, 1, 10, 1e-4, 0, 0, &s),
+                 KILN_ERR_INVALID_ARGUMENT, "factor is 1");
+    ASSERT_FAILS(kiln_reduce_lr_on_plateau_create(opt, false, 0.1, -1, 1e-4, 0, 0, &s),
+                 KILN_ERR_INVALID_ARGUMENT, "patience is -1");
+    ck_assert_ptr_null(s);
+    ck_assert(kiln_optimizer_lr(opt) == 0.5); /* refused: the rate untouched */
+    /* one scheduler per optimizer; the wrong step; NULLs */
+    ASSERT_OK(kiln_linear_lr_create(opt, 0.5, 1, 2, &s));
+    ck_assert(kiln_optimizer_lr(opt) == 0.25);
+    kiln_scheduler *s2 = NULL;
+    ASSERT_FAILS(kiln_exponential_lr_create(opt, 0.9, &s2), KILN_ERR_INVALID_ARGUMENT,
+                 "the optimizer has a scheduler already");
+    ASSERT_FAILS(kiln_scheduler_step_metric(s, 1), KILN_ERR_INVALID_ARGUMENT,
+                 "a LinearLR scheduler takes no metric");
+    ASSERT_FAILS(kiln_scheduler_step(NULL), KILN_ERR_INVALID_ARGUMENT, "the scheduler is NULL");
+    ASSERT_FAILS(kiln_scheduler_state(s, NULL), KILN_ERR_INVALID_ARGUMENT, "state is NULL");
+    ck_assert_int_eq(kiln_scheduler_epoch(NULL), -1);
+    kiln_scheduler_free(s);
+    ASSERT_OK(kiln_reduce_lr_on_plateau_create(opt, true, 0.1, 10, 1e-4, 0, 0, &s));
+    ASSERT_FAILS(kiln_scheduler_step(s), KILN_ERR_INVALID_ARGUMENT,
+                 "ReduceLROnPlateau steps on a metric");
+    /* the optimizer freed first: the scheduler says so, and frees cleanly */
+    kiln_optimizer_free(opt);
+    ASSERT_FAILS(kiln_scheduler_step_metric(s, 1), KILN_ERR_INVALID_ARGUMENT,
+                 "the scheduler's optimizer was freed");
+    kiln_scheduler_free(s);
+    kiln_scheduler_free(NULL);
+    kiln_params_free(ps);
+}
+END_TEST
+
 Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -1070,6 +1321,13 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_create_oom);
     tcase_add_test(tc, test_state_oom);
     suite_add_tcase(s, tc);
+    TCase *tsch = tcase_create("schedules");
+    tcase_add_unchecked_fixture(tsch, setup, teardown);
+    tcase_add_test(tsch, test_schedules);
+    tcase_add_test(tsch, test_plateau);
+    tcase_add_test(tsch, test_scheduler_resume);
+    tcase_add_test(tsch, test_scheduler_errors);
+    suite_add_tcase(s, tsch);
     TCase *ts = tcase_create("step-range");
     tcase_add_unchecked_fixture(ts, setup, teardown);
     tcase_add_test(ts, test_step_count_range);

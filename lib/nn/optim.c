@@ -10,6 +10,7 @@
 #include "autograd_node.h"
 #include "launch.h"
 #include "live.h"
+#include "nn/optim.h"
 #include "ops/common.h"
 #include "ops/ndrange.h"
 #include "params.h"
@@ -36,7 +37,21 @@ struct kiln_optimizer {
     double lr, momentum, beta1, beta2, eps, wd;
     int n;
     opt_param *ps;
+    kiln__opt_hook hook; /* a scheduler's (schedule.c), or all NULL */
 };
+
+bool kiln__optimizer_attach(kiln_optimizer *opt, const kiln__opt_hook *hook)
+{
+    if (hook && opt->hook.sync)
+        return false;
+    opt->hook = hook ? *hook : (kiln__opt_hook){0};
+    return true;
+}
+
+kiln_device *kiln__optimizer_device(const kiln_optimizer *opt)
+{
+    return opt->ps[0].p->dev;
+}
 
 static unsigned version_of(const kiln_tensor *t)
 {
@@ -205,6 +220,8 @@ void kiln_optimizer_free(kiln_optimizer *opt)
 {
     if (!opt)
         return;
+    if (opt->hook.detach)
+        opt->hook.detach(opt->hook.ctx);
     for (int i = 0; i < opt->n; i++) {
         drop_state(&opt->ps[i]);
         kiln__tensor_drop(opt->ps[i].p); /* retained at creation */
@@ -403,6 +420,11 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt)
     static const char op[] = "kiln_optimizer_step";
     if (!opt)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: the optimizer is NULL", op);
+    if (opt->hook.sync) { /* a scheduler's loaded state sets the learning rate first */
+        kiln_status s = opt->hook.sync(opt->hook.ctx, op);
+        if (s != KILN_OK)
+            return s;
+    }
     bool *created = kiln__calloc((size_t)opt->n, sizeof *created);
     if (!created)
         return kiln__host_oom(op);
