@@ -9,9 +9,12 @@ where there is no NVIDIA GPU, and the cases that need a CPU device or two of the
 failure, 77 when every case was skipped.
 """
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 build, mode = sys.argv[1], sys.argv[2]
 passed = failed = skipped = 0
@@ -148,6 +151,36 @@ def classify_bad_args():
     run(['classify', '--device', absent], expect_rc=1)
 
 
+def cnn_digits_learns():
+    # The CNN chapter's example, short: 10 epochs on the real digits; PyTorch's equivalent
+    # reaches 97% and more on the held-out test images.
+    with tempfile.TemporaryDirectory() as tmp:
+        csv, ckpt, png = f'{tmp}/curves.csv', f'{tmp}/best.safetensors', f'{tmp}/curves.png'
+        out = run(['cnn_digits', '--epochs', '10', '--device', train_dev, '--csv', csv,
+                   '--checkpoint', ckpt] + (['--plot', png] if shutil.which('gnuplot') else []))
+        acc = float(re.search(r'test accuracy: (\S+)%', out).group(1))
+        assert acc >= 97, out
+        assert re.search(r'data: .*1797 images: 1258 train, 270 validation, 269 test', out), out
+        assert '(best, saved)' in out and 'reloaded from' in out, out
+        epochs = re.findall(r'^epoch +(\d+) +loss (\S+)', out, re.M)
+        rows = open(csv).read().splitlines()
+        assert rows[0] == 'epoch,train_loss,val_loss,val_accuracy,lr', rows[0]
+        assert len(rows) == len(epochs) + 1, (rows, out)
+        assert float(epochs[-1][1]) < 0.5 * float(epochs[0][1]), out
+        assert os.path.getsize(ckpt) > 0
+        if shutil.which('gnuplot'):
+            assert os.path.getsize(png) > 0, out
+
+
+def cnn_digits_bad_args():
+    run(['cnn_digits', '--epochs', '0'], expect_rc=2)
+    run(['cnn_digits', '--data', '/nonexistent/digits.bin'], expect_rc=1)
+    with tempfile.NamedTemporaryFile(suffix='.bin') as f:
+        f.write(b'not a digits file at all')
+        f.flush()
+        run(['cnn_digits', '--data', f.name], expect_rc=1)
+
+
 def train_bad_args():
     run(['train', '--epochs', '0'], expect_rc=2)
     run(['train', '--device', absent], expect_rc=1)
@@ -163,6 +196,9 @@ if mode in ('plain', '2dev'):
     case('train rejects bad arguments', train_bad_args)
     case('classify learns three spirals', classify_learns, trains)
     case('classify rejects bad arguments', classify_bad_args)
+if mode == 'plain':
+    case('cnn_digits reaches 97% on the digits test set', cnn_digits_learns, trains)
+    case('cnn_digits rejects bad arguments', cnn_digits_bad_args)
 if mode == '2dev':
     case('devices: mixed-device error', devices_mixed, two_cpus)
     case('same seed, same weights on cpu:0 and cpu:1', same_weights('cpu:0', 'cpu:1', False),
