@@ -1,6 +1,8 @@
 /* conv.c - kiln-bench conv: kiln_conv2d forward, and forward + backward, at LeNet-like, ResNet-
  * block-like, 1x1 and depthwise shapes, beside im2col + cblas_sgemm written directly in C over
- * host arrays (the forward the CPU path can reach at best), in ms per call. */
+ * host arrays (the forward the CPU path can reach at best), in ms per call; then PyTorch's
+ * conv2d at 1 and 2 threads on the same inputs, and a training step of examples/cnn_digits's
+ * CNN against PyTorch's, where python3 has torch (torch.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +48,13 @@ static void host_conv(const conv_shape *s, const float *x, const float *w, float
     }
 }
 
-static int bench_one(bench_ctx *ctx, const conv_shape *s)
+/* kiln's samples of one shape, kept for the PyTorch rows (ms; fwd, fwd+bwd). */
+typedef struct conv_case {
+    const conv_shape *s;
+    double *fwd, *both;
+} conv_case;
+
+static int bench_one(bench_ctx *ctx, const conv_shape *s, conv_case *kept)
 {
     int oh = (s->h + 2 * s->pad - s->k) / s->stride + 1,
         ow = (s->w + 2 * s->pad - s->k) / s->stride + 1;
@@ -125,6 +133,10 @@ static int bench_one(bench_ctx *ctx, const conv_shape *s)
         snprintf(name, sizeof name, "conv2d fwd+bwd %s", s->name);
         bench_result_set(&res, name, "ms", false, NULL, tc, NULL, ctx->repeats);
         bench_report(ctx, &res);
+        kept->s = s;
+        kept->fwd = tk; /* sorted by bench_result_set: medians stay medians */
+        kept->both = tc;
+        tk = tc = NULL;
     }
     kiln_tensor_release(tx);
     kiln_tensor_release(tw);
@@ -137,6 +149,134 @@ static int bench_one(bench_ctx *ctx, const conv_shape *s)
     free(tb);
     free(tc);
     return rc;
+}
+
+/* examples/cnn_digits's model and Adam step on a fixed batch of 8x8 images; ms per step. */
+static int bench_cnn_step(bench_ctx *ctx, int batch, int steps, double *ms)
+{
+    const kiln_conv2d_params same = {.padding = {1, 1}};
+    const kiln_pool2d_params halve = {.kernel = {2, 2}};
+    kiln_module *m[10] = {0}, *model = NULL;
+    kiln_params *params = NULL;
+    kiln_optimizer *opt = NULL;
+    kiln_tensor *x = NULL, *y = NULL;
+    float *hx = malloc(sizeof(float) * 64 * (size_t)batch);
+    int64_t *hy = malloc(sizeof(int64_t) * (size_t)batch);
+    kiln_status s = hx && hy ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
+    for (int i = 0; s == KILN_OK && i < 64 * batch; i++)
+        hx[i] = (float)((i * 7919L) % 17) / 16.0f; /* as torch_ref.py's */
+    for (int i = 0; s == KILN_OK && i < batch; i++)
+        hy[i] = i % 10;
+    kiln_device *dev = ctx->dev;
+    if (s == KILN_OK)
+        s = kiln_conv2d_create(dev, KILN_F32, 1, 16, 3, 3, &same, true, 1, &m[0]);
+    if (s == KILN_OK)
+        s = kiln_batch_norm2d_create(dev, KILN_F32, 16, 1e-5, 0.1, &m[1]);
+    if (s == KILN_OK)
+        s = kiln_activation_create(KILN_UNARY_RELU, &m[2]);
+    if (s == KILN_OK)
+        s = kiln_max_pool2d_create(&halve, &m[3]);
+    if (s == KILN_OK)
+        s = kiln_conv2d_create(dev, KILN_F32, 16, 32, 3, 3, &same, true, 2, &m[4]);
+    if (s == KILN_OK)
+        s = kiln_batch_norm2d_create(dev, KILN_F32, 32, 1e-5, 0.1, &m[5]);
+    if (s == KILN_OK)
+        s = kiln_activation_create(KILN_UNARY_RELU, &m[6]);
+    if (s == KILN_OK)
+        s = kiln_max_pool2d_create(&halve, &m[7]);
+    if (s == KILN_OK)
+        s = kiln_flatten_create(1, -1, &m[8]);
+    if (s == KILN_OK)
+        s = kiln_linear_create(dev, KILN_F32, 128, 10, true, KILN_INIT_DEFAULT, 3, &m[9]);
+    if (s == KILN_OK)
+        s = kiln_sequential_create(m, 10, &model);
+    else
+        for (int i = 0; i < 10; i++)
+            kiln_module_free(m[i]);
+    const int64_t xs[4] = {batch, 1, 8, 8}, ys[1] = {batch};
+    if (s == KILN_OK)
+        s = kiln_params_create(&params);
+    if (s == KILN_OK)
+        s = kiln_module_params(model, "", params);
+    if (s == KILN_OK)
+        s = kiln_adam_create(params, 1e-3, 0.9, 0.999, 1e-8, 0, &opt);
+    if (s == KILN_OK)
+        s = kiln_tensor_from_host(dev, KILN_F32, 4, xs, hx, &x);
+    if (s == KILN_OK)
+        s = kiln_tensor_from_host(dev, KILN_I64, 1, ys, hy, &y);
+    /* r = -1: warm-up (builds); a step as the example's: forward, loss, zero_grad, backward,
+     * step, the loss read, in a scope */
+    for (int r = -1; r < ctx->repeats && s == KILN_OK; r++) {
+        double t0 = bench_now();
+        for (int k = 0; k < steps && s == KILN_OK; k++) {
+            kiln_scope *sc = NULL;
+            kiln_tensor *logits, *loss;
+            double l;
+            s = kiln_scope_begin(&sc);
+            if (s == KILN_OK)
+                s = kiln_module_forward(model, x, &logits);
+            if (s == KILN_OK)
+                s = kiln_cross_entropy(logits, y, &loss, NULL);
+            if (s == KILN_OK)
+                s = kiln_optimizer_zero_grad(opt);
+            if (s == KILN_OK)
+                s = kiln_backward(loss, NULL, 0);
+            if (s == KILN_OK)
+                s = kiln_optimizer_step(opt);
+            if (s == KILN_OK)
+                s = kiln_tensor_item(loss, &l);
+            kiln_scope_end(sc);
+        }
+        if (r >= 0)
+            ms[r] = (bench_now() - t0) * 1e3 / steps;
+    }
+    kiln_tensor_release(x);
+    kiln_tensor_release(y);
+    kiln_optimizer_free(opt);
+    kiln_params_free(params);
+    kiln_module_free(model);
+    free(hx);
+    free(hy);
+    return s == KILN_OK ? 0 : bench_fail("conv: cnn step", s);
+}
+
+typedef struct torch_rows {
+    bench_ctx *ctx;
+    conv_case *cases;
+    int ncases;
+    double *step; /* kiln's CNN step samples */
+    int batch;
+} torch_rows;
+
+/* "conv CASE THREADS MODE ms" and "cnnstep BATCH THREADS 2 ms" */
+static int torch_row(void *user, long a, long threads, long mode, double ms, const char *version,
+                     int default_threads)
+{
+    torch_rows *t = user;
+    static char baseline[64];
+    (void)default_threads;
+    snprintf(baseline, sizeof baseline, "PyTorch %s, %ld thr", version, threads);
+    double base[64], *kiln;
+    char name[128];
+    if (mode == 2) { /* the CNN step (torch_ref.py prints it with mode 2) */
+        if (!t->step || a != t->batch)
+            return 1;
+        kiln = t->step;
+        snprintf(name, sizeof name, "cnn_digits train step batch %ld", a);
+    } else {
+        if (a < 0 || a >= t->ncases || mode < 0 || mode > 1)
+            return 1;
+        conv_case *c = &t->cases[a];
+        kiln = mode ? c->both : c->fwd;
+        snprintf(name, sizeof name, "conv2d %s %s", mode ? "fwd+bwd" : "fwd", c->s->name);
+    }
+    int n = t->ctx->repeats < 64 ? t->ctx->repeats : 64;
+    for (int j = 0; j < n; j++)
+        base[j] = ms;
+    bench_result res;
+    bench_result_set(&res, name, "ms", false, baseline, kiln, base, n);
+    bench_report(t->ctx, &res);
+    return 0;
 }
 
 int bench_conv(bench_ctx *ctx)
@@ -152,15 +292,50 @@ int bench_conv(bench_ctx *ctx)
         {"N4 8 dw 16x16 3x3", 4, 8, 16, 16, 8, 3, 1, 1, 8},
     };
     const conv_shape *list = ctx->quick ? quick : shapes;
-    int n = ctx->quick ? 2 : 4, rc = 0;
+    int n = ctx->quick ? 2 : 4, rc = 0, ncases = 0;
+    conv_case cases[4] = {0};
     for (int i = 0; i < n && rc == 0; i++) {
         bench_progress(ctx, "conv: %s", list[i].name);
-        rc = bench_one(ctx, &list[i]);
+        rc = bench_one(ctx, &list[i], &cases[ncases]);
+        ncases += rc == 0;
     }
+    enum { BATCH = 32 };
+    int steps = ctx->quick ? 2 : 10;
+    double *step = calloc((size_t)ctx->repeats, sizeof(double));
+    if (rc == 0 && step) {
+        bench_progress(ctx, "conv: cnn_digits step");
+        rc = bench_cnn_step(ctx, BATCH, steps, step);
+        if (rc == 0) {
+            bench_result res;
+            char name[64];
+            snprintf(name, sizeof name, "cnn_digits train step batch %d", BATCH);
+            bench_result_set(&res, name, "ms", false, NULL, step, NULL, ctx->repeats);
+            bench_report(ctx, &res);
+        }
+    }
+    if (rc == 0 && ncases > 0) {
+        char args[512];
+        int len = snprintf(args, sizeof args, "conv %d", ctx->repeats);
+        for (int i = 0; i < ncases && len < (int)sizeof args; i++) {
+            const conv_shape *s = cases[i].s;
+            len += snprintf(args + len, sizeof args - (size_t)len, " %d %d %d %d %d %d %d %d %d",
+                            s->n, s->c, s->h, s->w, s->o, s->k, s->stride, s->pad, s->groups);
+        }
+        torch_rows t = {ctx, cases, ncases, step, BATCH};
+        bench_torch(ctx, "conv", args, torch_row, &t);
+        snprintf(args, sizeof args, "cnnstep %d %d %d", ctx->repeats, steps, BATCH);
+        bench_torch(ctx, "conv (cnn step)", args, torch_row, &t);
+    }
+    for (int i = 0; i < ncases; i++) {
+        free(cases[i].fwd);
+        free(cases[i].both);
+    }
+    free(step);
     bench_note(ctx,
                "conv: f32, stride 1; fwd: kiln_conv2d (im2col + matmul) against the same "
                "algorithm in C (im2col loops + cblas_sgemm on host arrays); fwd+bwd: forward, "
-               "sum, backward to the weight (and through im2col), no baseline yet (PyTorch not "
-               "installed here)");
+               "sum, backward to the weight (and through im2col); PyTorch rows run after kiln's, "
+               "on the same inputs, at 1 and 2 threads; cnn_digits step: forward, "
+               "cross-entropy, zero_grad, backward, Adam, loss read, in a scope");
     return rc;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch rows for kiln-bench (run by tools/bench/reduce.c and train.c where python3 has torch).
+"""PyTorch rows for kiln-bench (run by tools/bench/*.c through torch.c where python3 has torch).
 
   torch_ref.py reduce REPEATS ROWS COLS AXIS ...  sum over AXIS of [ROWS, COLS] f32: one line
                                                   "reduce ROWS COLS AXIS <median GB/s>" per case
@@ -8,6 +8,14 @@
   torch_ref.py fusion REPEATS N OPS               OPS dependent ops (alternately * 1.0001 and
                                                   + 0.001) on N f32, read back: one line
                                                   "fusion N OPS 0 <median us per op>"
+  torch_ref.py conv REPEATS N C H W O K STRIDE PAD GROUPS ...  conv2d f32 per case (the
+                                                  inputs kiln-bench uses), at 1 and 2 threads:
+                                                  "conv CASE THREADS 0 <median ms>" (forward) and
+                                                  "conv CASE THREADS 1 <median ms>" (forward, sum,
+                                                  backward to the weight)
+  torch_ref.py cnnstep REPEATS STEPS BATCH       a training step of examples/cnn_digits's model
+                                                  (Adam, cross-entropy) on a fixed batch, at 1
+                                                  and 2 threads: "cnnstep BATCH THREADS 2 <ms>"
 First line: "torch <version> <threads>". Exit status 3 without torch (the caller notes a skip).
 """
 import sys
@@ -89,6 +97,66 @@ def bench_fusion(repeats, n, ops):
     print(f"fusion {n} {ops} 0 {median(times):.6g}", flush=True)
 
 
+def timed(repeats, fn, inner=1):
+    fn()  # warm-up, as kiln-bench does
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - t0) / inner * 1e3)
+    return median(times)
+
+
+def bench_conv(repeats, cases):
+    for idx, (n, c, h, w, o, k, stride, pad, groups) in enumerate(cases):
+        i = torch.arange(n * c * h * w, dtype=torch.int64)
+        x = ((i * 7919).remainder(1000).float() / 500.0 - 1.0).reshape(n, c, h, w)
+        j = torch.arange(o * (c // groups) * k * k, dtype=torch.int64)
+        wt = ((j * 104729).remainder(1000).float() / 5000.0 - 0.1).reshape(o, c // groups, k, k)
+        b = torch.zeros(o)
+        wg = wt.clone().requires_grad_()
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                fwd = timed(repeats, lambda: torch.nn.functional.conv2d(
+                    x, wt, b, stride=stride, padding=pad, groups=groups))
+
+            def fwd_bwd():
+                wg.grad = None
+                torch.nn.functional.conv2d(x, wg, b, stride=stride, padding=pad,
+                                           groups=groups).sum().backward()
+            both = timed(repeats, fwd_bwd)
+            print(f"conv {idx} {threads} 0 {fwd:.6g}", flush=True)
+            print(f"conv {idx} {threads} 1 {both:.6g}", flush=True)
+
+
+def cnn_digits_model():
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32),
+                         nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 2 * 2, 10))
+
+
+def bench_cnnstep(repeats, steps, batch):
+    i = torch.arange(batch * 64, dtype=torch.int64)
+    x = ((i * 7919).remainder(17).float() / 16.0).reshape(batch, 1, 8, 8)
+    y = torch.arange(batch, dtype=torch.int64).remainder(10)
+    torch.manual_seed(1)
+    model = cnn_digits_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        loss.item()
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        print(f"cnnstep {batch} {threads} 2 {timed(repeats, step, steps):.6g}", flush=True)
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
@@ -99,6 +167,10 @@ def main(argv):
         bench_reduce(repeats, [tuple(rest[k:k + 3]) for k in range(0, len(rest), 3)])
     elif what == "train" and len(rest) >= 1 and (len(rest) - 1) % 2 == 0:
         bench_train(repeats, rest[0], [tuple(rest[k:k + 2]) for k in range(1, len(rest), 2)])
+    elif what == "conv" and len(rest) % 9 == 0:
+        bench_conv(repeats, [tuple(rest[k:k + 9]) for k in range(0, len(rest), 9)])
+    elif what == "cnnstep" and len(rest) == 2:
+        bench_cnnstep(repeats, rest[0], rest[1])
     elif what == "fusion" and len(rest) == 2:
         bench_fusion(repeats, rest[0], rest[1])
     else:
