@@ -448,7 +448,7 @@ START_TEST(test_fd_scalar_unary)
 END_TEST
 
 /* kiln_conv2d's gradients for x, weight and bias by finite differences (issue 23): x [2, 4, 5, 5],
- * each case's weight [4, 4/groups, 3, 3], with and without bias. */
+ * each case's weight [4, 4/groups, 3, 3], with and without bias; and a 1x1 kernel. */
 START_TEST(test_fd_conv2d)
 {
     for (int k = 0; k < 4; k++)
@@ -462,6 +462,10 @@ START_TEST(test_fd_conv2d)
             snprintf(what, sizeof what, "conv2d case %d%s", k, with_bias ? " with bias" : "");
             gradcheck(what, f_conv, &c, with_bias ? 3 : 2, sp);
         }
+    /* 1x1 at stride 1: the matmul on x's view, no im2col (its own path in kiln_conv2d) */
+    spec pw[3] = {S4(2, 4, 3, 3, -1.0, 1.0), S4(5, 4, 1, 1, -1.0, 1.0), S1(5, -1.0, 1.0)};
+    opctx c = {.op = 0, .flags = 1};
+    gradcheck("conv2d 1x1", f_conv, &c, 3, pw);
 }
 END_TEST
 
