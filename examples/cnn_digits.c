@@ -248,9 +248,17 @@ static kiln_status build_model(kiln_device *dev, uint64_t seed, kiln_module **mo
 /* The curves as a PNG, by gnuplot reading the CSV; a missing gnuplot is said, not fatal. */
 static void plot(const char *csv, const char *png)
 {
+    const char *unsafe = "'\"\\`$"; /* the paths go into a shell command line */
+    if (strpbrk(csv, unsafe) || strpbrk(png, unsafe)) {
+        fprintf(stderr,
+                "cnn_digits: --plot: paths with quotes, backslashes, ` or $ are not "
+                "passed to gnuplot; the curves are in %s\n",
+                csv);
+        return;
+    }
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "gnuplot -e \"set terminal png size 900,400; set output '%s'; set datafile "
+             "gnuplot -e \"set terminal png noenhanced size 900,400; set output '%s'; set datafile "
              "separator ','; set key autotitle columnhead; set multiplot layout 1,2; set xlabel "
              "'epoch'; plot '%s' using 1:2 with lines, '' using 1:3 with lines; set yrange "
              "[0:100]; plot '%s' using 1:4 with lines; unset multiplot\" 2>/dev/null",
