@@ -961,6 +961,13 @@ typedef struct kiln_conv2d_params {
 KILN_API kiln_status kiln_conv2d(const kiln_tensor *x, const kiln_tensor *weight,
                                  const kiln_tensor *bias, const kiln_conv2d_params *params,
                                  kiln_tensor **out);
+/* The _out forms of the convolution and the poolings (and of the losses below): the result
+ * computed as the allocating form does, then copied into out (the exact shape and dtype, on the
+ * same device; out may be an input), not recorded by autograd. kiln_max_pool2d_out's indices is
+ * an existing i64 tensor of out's shape, or NULL. */
+KILN_API kiln_status kiln_conv2d_out(const kiln_tensor *x, const kiln_tensor *weight,
+                                     const kiln_tensor *bias, const kiln_conv2d_params *params,
+                                     kiln_tensor *out);
 
 /* Pooling over x [N, C, H, W] (f32, f64, f16) as torch.nn.functional's: a window of kernel[0] x
  * kernel[1], moved by stride (0: the kernel size), padding at most half the kernel on each side;
@@ -981,6 +988,12 @@ KILN_API kiln_status kiln_avg_pool2d(const kiln_tensor *x, const kiln_pool2d_par
                                      kiln_tensor **out);
 KILN_API kiln_status kiln_adaptive_avg_pool2d(const kiln_tensor *x, int64_t oh, int64_t ow,
                                               kiln_tensor **out);
+KILN_API kiln_status kiln_max_pool2d_out(const kiln_tensor *x, const kiln_pool2d_params *params,
+                                         kiln_tensor *out, kiln_tensor *indices);
+KILN_API kiln_status kiln_avg_pool2d_out(const kiln_tensor *x, const kiln_pool2d_params *params,
+                                         kiln_tensor *out);
+KILN_API kiln_status kiln_adaptive_avg_pool2d_out(const kiln_tensor *x, int64_t oh, int64_t ow,
+                                                  kiln_tensor *out);
 
 /* Neural-network helpers (f32, f64; softmax also f16). softmax/log_softmax are max-subtracted
  * (stable); their _out forms need an out of x's shape and dtype that shares no memory with x
@@ -1030,6 +1043,15 @@ KILN_API kiln_status kiln_bce_loss(const kiln_tensor *pred, const kiln_tensor *t
                                    kiln_reduction reduction, kiln_tensor **loss);
 KILN_API kiln_status kiln_bce_with_logits_loss(const kiln_tensor *logits, const kiln_tensor *target,
                                                kiln_reduction reduction, kiln_tensor **loss);
+/* The _out forms: the loss into loss (its shape and dtype: [1], or the input's shape for
+ * KILN_REDUCTION_NONE), not recorded by autograd. */
+KILN_API kiln_status kiln_l1_loss_out(const kiln_tensor *pred, const kiln_tensor *target,
+                                      kiln_reduction reduction, kiln_tensor *loss);
+KILN_API kiln_status kiln_bce_loss_out(const kiln_tensor *pred, const kiln_tensor *target,
+                                       kiln_reduction reduction, kiln_tensor *loss);
+KILN_API kiln_status kiln_bce_with_logits_loss_out(const kiln_tensor *logits,
+                                                   const kiln_tensor *target,
+                                                   kiln_reduction reduction, kiln_tensor *loss);
 
 /* In-place optimizer steps. SGD: v = momentum * v + (grad + wd * p); p -= lr * v (velocity
  * may be NULL when momentum is 0). Adam (step counts from 1): the usual bias-corrected update. */

@@ -906,6 +906,118 @@ START_TEST(test_loss_errors)
 }
 END_TEST
 
+/* The _out forms of the convolution, the poolings and the losses made of ops: the allocating
+ * form's values in an existing tensor, errors under the _out form's name, nothing recorded. */
+START_TEST(test_cnn_out_forms)
+{
+    kiln_device *dev = devs[0];
+    const int64_t xs[4] = {2, 3, 6, 6}, ws[4] = {4, 3, 3, 3}, ys[4] = {2, 4, 6, 6},
+                  ps[4] = {2, 3, 3, 3}, gs[4] = {2, 3, 1, 1}, one = 1;
+    double xv[216], wv[108];
+    fill_values(KILN_F32, xv, 216);
+    fill_values(KILN_F32, wv, 108);
+    kiln_tensor *x = upload(dev, KILN_F32, 4, xs, xv), *w = upload(dev, KILN_F32, 4, ws, wv);
+    ASSERT_OK(kiln_tensor_set_requires_grad(w, true));
+    const kiln_conv2d_params cp = {.padding = {1, 1}};
+    const kiln_pool2d_params pp = {.kernel = {2, 2}};
+    kiln_tensor *want = NULL, *wi = NULL, *out = NULL, *oi = NULL;
+    /* conv2d */
+    ASSERT_OK(kiln_conv2d(x, w, NULL, &cp, &want));
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 4, ys, &out));
+    ASSERT_OK(kiln_conv2d_out(x, w, NULL, &cp, out));
+    ck_assert(!kiln_tensor_requires_grad(out)); /* not recorded */
+    double *a = download(out), *b = download(want);
+    ck_assert(memcmp(a, b, 288 * sizeof *a) == 0);
+    free(a);
+    free(b);
+    kiln_tensor_release(want);
+    ASSERT_FAILS(kiln_conv2d_out(x, w, NULL, &cp, x), KILN_ERR_SHAPE_MISMATCH,
+                 "kiln_conv2d_out: out has shape [2, 3, 6, 6] but the result has shape "
+                 "[2, 4, 6, 6]");
+    const kiln_conv2d_params bad = {.groups = 2};
+    ASSERT_FAILS(kiln_conv2d_out(x, w, NULL, &bad, out), KILN_ERR_SHAPE_MISMATCH,
+                 "kiln_conv2d_out: kiln_conv2d:");
+    ASSERT_FAILS(kiln_conv2d_out(x, w, NULL, &cp, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_conv2d_out: out is NULL");
+    kiln_tensor_release(out);
+    /* max pool with indices, average, global average */
+    ASSERT_OK(kiln_max_pool2d(x, &pp, &want, &wi));
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 4, ps, &out));
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_I64, 4, ps, &oi));
+    ASSERT_OK(kiln_max_pool2d_out(x, &pp, out, oi));
+    a = download(out), b = download(want);
+    ck_assert(memcmp(a, b, 54 * sizeof *a) == 0);
+    free(a);
+    free(b);
+    a = download(oi), b = download(wi);
+    ck_assert(memcmp(a, b, 54 * sizeof *a) == 0);
+    free(a);
+    free(b);
+    ASSERT_OK(kiln_max_pool2d_out(x, &pp, out, NULL));
+    ASSERT_FAILS(kiln_max_pool2d_out(x, &pp, out, out), KILN_ERR_DTYPE_MISMATCH,
+                 "kiln_max_pool2d_out: out has dtype f32 but the result is i64");
+    kiln_tensor_release(want);
+    kiln_tensor_release(wi);
+    ASSERT_OK(kiln_avg_pool2d(x, &pp, &want));
+    ASSERT_OK(kiln_avg_pool2d_out(x, &pp, out));
+    a = download(out), b = download(want);
+    ck_assert(memcmp(a, b, 54 * sizeof *a) == 0);
+    free(a);
+    free(b);
+    kiln_tensor_release(want);
+    kiln_tensor_release(out);
+    kiln_tensor_release(oi);
+    ASSERT_OK(kiln_adaptive_avg_pool2d(x, 1, 1, &want));
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 4, gs, &out));
+    ASSERT_OK(kiln_adaptive_avg_pool2d_out(x, 1, 1, out));
+    a = download(out), b = download(want);
+    ck_assert(memcmp(a, b, 6 * sizeof *a) == 0);
+    free(a);
+    free(b);
+    ASSERT_FAILS(kiln_adaptive_avg_pool2d_out(x, 2, 2, out), KILN_ERR_UNSUPPORTED,
+                 "kiln_adaptive_avg_pool2d_out: kiln_adaptive_avg_pool2d");
+    kiln_tensor_release(want);
+    kiln_tensor_release(out);
+    /* the losses, into a [1] tensor, and in place for the unreduced L1 */
+    kiln_tensor *t = NULL, *loss = NULL, *x2 = NULL;
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 4, xs, &t));
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 1, &one, &loss));
+    for (int which = 0; which < 3; which++) {
+        kiln_tensor *p = x;
+        if (which == 1)
+            ASSERT_OK(kiln_unary(KILN_UNARY_SIGMOID, x, &p));
+        kiln_status s = which == 0   ? kiln_l1_loss(p, t, KILN_REDUCTION_SUM, &want)
+                        : which == 1 ? kiln_bce_loss(p, t, KILN_REDUCTION_SUM, &want)
+                                     : kiln_bce_with_logits_loss(p, t, KILN_REDUCTION_SUM, &want);
+        ASSERT_OK(s);
+        s = which == 0   ? kiln_l1_loss_out(p, t, KILN_REDUCTION_SUM, loss)
+            : which == 1 ? kiln_bce_loss_out(p, t, KILN_REDUCTION_SUM, loss)
+                         : kiln_bce_with_logits_loss_out(p, t, KILN_REDUCTION_SUM, loss);
+        ASSERT_OK(s);
+        a = download(loss), b = download(want);
+        ck_assert_msg(a[0] == b[0], "loss %d: %g, want %g", which, a[0], b[0]);
+        free(a);
+        free(b);
+        kiln_tensor_release(want);
+        if (p != x)
+            kiln_tensor_release(p);
+    }
+    ASSERT_OK(kiln_tensor_clone(x, &x2));
+    ASSERT_OK(kiln_l1_loss_out(x2, t, KILN_REDUCTION_NONE, x2)); /* |x - 0| in place */
+    a = download(x2);
+    for (int i = 0; i < 216; i++)
+        ck_assert(a[i] == fabs((float)xv[i]));
+    free(a);
+    ASSERT_FAILS(kiln_bce_loss_out(x, t, KILN_REDUCTION_NONE, loss), KILN_ERR_SHAPE_MISMATCH,
+                 "kiln_bce_loss_out: out has shape [1]");
+    ASSERT_FAILS(kiln_l1_loss_out(x, t, KILN_REDUCTION_SUM, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_l1_loss_out: loss is NULL");
+    kiln_tensor *all[] = {x, w, t, loss, x2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        kiln_tensor_release(all[i]);
+}
+END_TEST
+
 /* Three SGD steps with momentum and weight decay, and one without velocity, against C. */
 static void check_sgd(kiln_device *dev, kiln_dtype dt, bool with_velocity)
 {
@@ -1237,6 +1349,7 @@ Suite *nn_suite(void)
     tcase_add_test(te, test_cross_entropy_errors);
     tcase_add_test(te, test_mse_errors);
     tcase_add_test(te, test_loss_errors);
+    tcase_add_test(te, test_cnn_out_forms);
     tcase_add_test(te, test_optimizer_errors);
     tcase_add_test(te, test_out_errors);
     tcase_add_test(te, test_device_mismatch);

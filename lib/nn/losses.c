@@ -137,3 +137,39 @@ kiln_status kiln_bce_with_logits_loss(const kiln_tensor *logits, const kiln_tens
     }
     return drop(s, 3, t);
 }
+
+/* The _out forms: the allocating form with grad mode off, copied into loss. */
+typedef kiln_status (*loss_fn)(const kiln_tensor *, const kiln_tensor *, kiln_reduction,
+                               kiln_tensor **);
+
+static kiln_status loss_out(const char *op, loss_fn f, const kiln_tensor *a, const kiln_tensor *b,
+                            kiln_reduction reduction, kiln_tensor *loss)
+{
+    if (!loss)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
+    kiln__log_hold();
+    bool grad = kiln_set_grad_enabled(false);
+    kiln_tensor *r = NULL;
+    kiln_status s = f(a, b, reduction, &r);
+    kiln_set_grad_enabled(grad);
+    return kiln__out_from(op, s, r, loss);
+}
+
+kiln_status kiln_l1_loss_out(const kiln_tensor *pred, const kiln_tensor *target,
+                             kiln_reduction reduction, kiln_tensor *loss)
+{
+    return loss_out("kiln_l1_loss_out", kiln_l1_loss, pred, target, reduction, loss);
+}
+
+kiln_status kiln_bce_loss_out(const kiln_tensor *pred, const kiln_tensor *target,
+                              kiln_reduction reduction, kiln_tensor *loss)
+{
+    return loss_out("kiln_bce_loss_out", kiln_bce_loss, pred, target, reduction, loss);
+}
+
+kiln_status kiln_bce_with_logits_loss_out(const kiln_tensor *logits, const kiln_tensor *target,
+                                          kiln_reduction reduction, kiln_tensor *loss)
+{
+    return loss_out("kiln_bce_with_logits_loss_out", kiln_bce_with_logits_loss, logits, target,
+                    reduction, loss);
+}

@@ -72,6 +72,12 @@ kiln_status kiln__shape_mismatch(const char *op, const char *aname, int andim,
 kiln_status kiln__check_out(const char *op, const kiln_tensor *out, const kiln_device *dev,
                             kiln_dtype dtype, int ndim, const int64_t *shape);
 
+/* The _out form of an op composed of others: the caller held the log (kiln__log_hold) and ran
+ * the allocating form with grad mode off, giving s and r; r is checked against out
+ * (kiln__check_out) and copied into it, any error rewrapped under op, the log released and r
+ * released. out is not NULL. */
+kiln_status kiln__out_from(const char *op, kiln_status s, kiln_tensor *r, kiln_tensor *out);
+
 /* For ops that read their inputs while writing out: KILN_ERR_INVALID_ARGUMENT when out shares
  * memory with one of ins[0..n-1] (NULL entries are skipped). */
 kiln_status kiln__check_not_aliased(const char *op, const kiln_tensor *out, int n,

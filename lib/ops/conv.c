@@ -490,3 +490,66 @@ kiln_status kiln_adaptive_avg_pool2d(const kiln_tensor *x, int64_t oh, int64_t o
     kiln_tensor_release(m);
     return s;
 }
+
+/* ---- the _out forms: the allocating form with grad mode off, copied into out -------------- */
+
+kiln_status kiln_conv2d_out(const kiln_tensor *x, const kiln_tensor *weight,
+                            const kiln_tensor *bias, const kiln_conv2d_params *params,
+                            kiln_tensor *out)
+{
+    const char *op = "kiln_conv2d_out";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    kiln__log_hold();
+    bool grad = kiln_set_grad_enabled(false);
+    kiln_tensor *r = NULL;
+    kiln_status s = kiln_conv2d(x, weight, bias, params, &r);
+    kiln_set_grad_enabled(grad);
+    return kiln__out_from(op, s, r, out);
+}
+
+kiln_status kiln_max_pool2d_out(const kiln_tensor *x, const kiln_pool2d_params *params,
+                                kiln_tensor *out, kiln_tensor *indices)
+{
+    const char *op = "kiln_max_pool2d_out";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    kiln__log_hold();
+    bool grad = kiln_set_grad_enabled(false);
+    kiln_tensor *r = NULL, *ri = NULL;
+    kiln_status s = kiln_max_pool2d(x, params, &r, indices ? &ri : NULL);
+    kiln_set_grad_enabled(grad);
+    if (indices) {
+        kiln__log_hold(); /* released by the first kiln__out_from */
+        s = kiln__out_from(op, s, ri, indices);
+    }
+    return kiln__out_from(op, s, r, out);
+}
+
+kiln_status kiln_avg_pool2d_out(const kiln_tensor *x, const kiln_pool2d_params *params,
+                                kiln_tensor *out)
+{
+    const char *op = "kiln_avg_pool2d_out";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    kiln__log_hold();
+    bool grad = kiln_set_grad_enabled(false);
+    kiln_tensor *r = NULL;
+    kiln_status s = kiln_avg_pool2d(x, params, &r);
+    kiln_set_grad_enabled(grad);
+    return kiln__out_from(op, s, r, out);
+}
+
+kiln_status kiln_adaptive_avg_pool2d_out(const kiln_tensor *x, int64_t oh, int64_t ow,
+                                         kiln_tensor *out)
+{
+    const char *op = "kiln_adaptive_avg_pool2d_out";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    kiln__log_hold();
+    bool grad = kiln_set_grad_enabled(false);
+    kiln_tensor *r = NULL;
+    kiln_status s = kiln_adaptive_avg_pool2d(x, oh, ow, &r);
+    kiln_set_grad_enabled(grad);
+    return kiln__out_from(op, s, r, out);
+}
