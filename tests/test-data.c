@@ -189,6 +189,7 @@ START_TEST(test_random_split)
         kiln_tensor_release(x);
         kiln_tensor_release(y);
         kiln_loader_free(l);
+        kiln_dataset_free(parts[k]);
     }
     /* the rest of floor(f n) goes one each to the first parts: 9 by halves is 5 and 4; a split
      * of a part maps through it */
