@@ -60,6 +60,22 @@ static kiln_status launch_2d(kiln_device *dev, kiln__kernel *k, const char *fn,
     return kiln__kernel_launch(dev, k, fn, 2, global, NULL, 9, args);
 }
 
+/* Three collapsed dims [d0, d1, d2]; dimension 0 of the range runs along d2. */
+static kiln_status launch_3d(kiln_device *dev, kiln__kernel *k, const char *fn,
+                             const kiln__bcast *bc, const kiln_tensor *a, const kiln_tensor *b,
+                             kiln_tensor *res)
+{
+    kiln_arg args[12] = {kiln_arg_tensor(a), kiln_arg_tensor(b), kiln_arg_tensor(res)};
+    int n = 3;
+    for (int d = 0; d < 3; d++)
+        args[n++] = kiln_arg_i64(bc->cshape[d]);
+    for (int i = 0; i < 2; i++)
+        for (int d = 0; d < 3; d++)
+            args[n++] = kiln_arg_i64(bc->cstride[i][d]);
+    size_t global[3] = {(size_t)bc->cshape[2], (size_t)bc->cshape[1], (size_t)bc->cshape[0]};
+    return kiln__kernel_launch(dev, k, fn, 3, global, NULL, n, args);
+}
+
 /* The eager kernel of op into res (materialised, as are op's inputs): the path when fusion is
  * off, and fusion.c's for a chain of one op (no kernel to generate). */
 kiln_status kiln__elementwise_run(const char *fn, kiln_device *dev, const kiln__fop *fo,
@@ -75,17 +91,21 @@ kiln_status kiln__elementwise_run(const char *fn, kiln_device *dev, const kiln__
         kiln__bcast bc;
         if ((s = kiln__broadcast(fn, 2, fo->in, &bc)) != KILN_OK)
             return s;
-        /* Same shape: flat. Up to 2 collapsed dims (a bias row or column): a 2-D range. Else the
-         * general kernel, which divides to find each coordinate. */
-        bool flat = kiln__bcast_flat(&bc), two = !flat && bc.nd <= 2;
+        /* Same shape: flat. Up to 2 collapsed dims (a bias row or column): a 2-D range; 3 (a
+         * per-channel vector over [N, C, HW]): a 3-D range. Else the general kernel, which
+         * divides to find each coordinate. */
+        bool flat = kiln__bcast_flat(&bc), two = !flat && bc.nd <= 2, three = !flat && bc.nd == 3;
         kiln__binary_kernel(name, sizeof name,
-                            flat  ? KILN__BINARY_FLAT
-                            : two ? KILN__BINARY_2D
-                                  : KILN__BINARY_BCAST,
+                            flat    ? KILN__BINARY_FLAT
+                            : two   ? KILN__BINARY_2D
+                            : three ? KILN__BINARY_3D
+                                    : KILN__BINARY_BCAST,
                             op);
         kiln__kernel *k;
         if ((s = get_kernel(dev, fo->in_dtype, name, fn, &k)) == KILN_OK)
-            s = two ? launch_2d(dev, k, fn, &bc, a, b, res) : launch_1d(dev, k, fn, &bc, a, b, res);
+            s = two     ? launch_2d(dev, k, fn, &bc, a, b, res)
+                : three ? launch_3d(dev, k, fn, &bc, a, b, res)
+                        : launch_1d(dev, k, fn, &bc, a, b, res);
         return s;
     }
     case KILN__F_SCALAR: {

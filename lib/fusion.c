@@ -745,8 +745,9 @@ static int generate(const graph *g, sbuf *b, kiln_arg *args, kiln_tensor *dest)
         gen_helpers(g, b);
         chain_function(g, b, params.p);
         chain_by_index(g, b, params.p, names.p);
-        /* Two collapsed dims (a bias row or column): a 2-D range, no division. */
-        bool two = g->any_bcast && g->cnd == 2;
+        /* Two collapsed dims (a bias row or column): a 2-D range, no division; three (a
+         * per-channel vector over [N, C, HW]): a 3-D range. */
+        bool two = g->any_bcast && g->cnd == 2, three = g->any_bcast && g->cnd == 3;
         sb_add(b, "kernel void kiln_fused(global %s *out, long n, %s)\n{\n",
                kiln__dtype_cl_type(root->dtype), params.p);
         if (two)
@@ -755,6 +756,13 @@ static int generate(const graph *g, sbuf *b, kiln_arg *args, kiln_tensor *dest)
                    "        long i = c0 * d1 + c1;\n"
                    "        %s v = kiln_chain_at(i, c0, c1, %s);\n",
                    value_type(root->dtype), names.p);
+        else if (three)
+            sb_add(b,
+                   "    KILN_FOR(c0, 2, d0) {\n    KILN_FOR(c1, 1, d1) {\n"
+                   "    KILN_FOR(c2, 0, d2) {\n"
+                   "        long i = (c0 * d1 + c1) * d2 + c2;\n"
+                   "        %s v = kiln_chain_at(i, c0, c1, c2, %s);\n",
+                   value_type(root->dtype), names.p);
         else
             sb_add(b, "    KILN_FOR(i, 0, n) {\n        %s v = kiln_chain(i, %s);\n",
                    value_type(root->dtype), names.p);
@@ -762,7 +770,7 @@ static int generate(const graph *g, sbuf *b, kiln_arg *args, kiln_tensor *dest)
             sb_add(b, "        vstore_half(v, i, out);\n");
         else
             sb_add(b, "        out[i] = v;\n");
-        sb_add(b, two ? "    }\n    }\n}\n" : "    }\n}\n");
+        sb_add(b, three ? "    }\n    }\n    }\n}\n" : two ? "    }\n    }\n}\n" : "    }\n}\n");
     }
     free(params.p);
     free(names.p);
@@ -971,10 +979,11 @@ static kiln_status run(graph *g, kiln_tensor *dest, const char *op)
                   hit ? "cached" : "generated", g->nn, g->nl, c.p ? c.p : "?");
         free(c.p);
     }
-    bool two = g->any_bcast && g->cnd == 2;
-    size_t global[2] = {two ? (size_t)g->cshape[1] : (size_t)t->numel,
-                        two ? (size_t)g->cshape[0] : 1};
-    s = kiln__kernel_launch(dev, k, op, two ? 2 : 1, global, NULL, na, args);
+    int dims = g->any_bcast && (g->cnd == 2 || g->cnd == 3) ? g->cnd : 1;
+    size_t global[3] = {(size_t)t->numel, 1, 1};
+    for (int d = 0; dims > 1 && d < dims; d++) /* dimension 0 along the innermost */
+        global[d] = (size_t)g->cshape[dims - 1 - d];
+    s = kiln__kernel_launch(dev, k, op, dims, global, NULL, na, args);
 done:
     free(src.p);
     free(args);

@@ -9,6 +9,7 @@
  *                                                first, padded with 1) and element strides
  *   kiln_b2_OP(a, b, out, rows, cols, sar, sac, sbr, sbc)  broadcast over 2 (collapsed)
  *                                                dims, a 2-D range without divisions
+ *   kiln_b3_OP(a, b, out, d0, d1, d2, sa0.., sb0..)  over 3 collapsed dims, a 3-D range
  *   kiln_where(c, a, b, out, n), kiln_where_bb(c, a, b, out, n, shape[8], sc[8], sa[8], sb[8])
  *   kiln_u_UOP(x, out, n), kiln_ub_UOP(x, grad, out, n)   unary and its backward
  *   kiln_cast_to_NAME(x, out, n)                 NAME: every dtype of KILN_DTYPE_MAP; float ->
@@ -125,6 +126,23 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
             }                                                                                 \
         }                                                                                     \
     }
+/* Three collapsed dims (a per-channel [1, C, 1] against [N, C, HW]: batch norm, a convolution's
+ * bias): a 3-D range, no division (the general kernel's divisions cost 5-10x the add). */
+#define DEF_B3(OPF, KB3, OUTT, STORE)                                                         \
+    kernel void KB3(global const KILN_T *a, global const KILN_T *b, global OUTT *out, long d0, \
+                    long d1, long d2, long sa0, long sa1, long sa2, long sb0, long sb1,       \
+                    long sb2)                                                                 \
+    {                                                                                         \
+        KILN_FOR(c0, 2, d0) {                                                                 \
+            KILN_FOR(c1, 1, d1) {                                                             \
+                KILN_FOR(c2, 0, d2) {                                                         \
+                    KILN_TC x = LOAD_T(a, c0 * sa0 + c1 * sa1 + c2 * sa2);                    \
+                    KILN_TC y = LOAD_T(b, c0 * sb0 + c1 * sb1 + c2 * sb2);                    \
+                    STORE(out, (c0 * d1 + c1) * d2 + c2, OPF(x, y));                          \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    }
 
 /* One kernel per variant and line of KILN_BINARY_OP_MAP (kiln.h, copied in front of the
  * prelude), by the op's kind: ARITH on every dtype, FLOAT on floating dtypes only, COMPARE on
@@ -143,6 +161,7 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
 #define DEF_BS_X(NAME, num, name, kind) DEF_BIN_##kind(DEF_BS, OP_##name, kiln_bs_##name)
 #define DEF_BB_X(NAME, num, name, kind) DEF_BIN_##kind(DEF_BB, OP_##name, kiln_bb_##name)
 #define DEF_B2_X(NAME, num, name, kind) DEF_BIN_##kind(DEF_B2, OP_##name, kiln_b2_##name)
+#define DEF_B3_X(NAME, num, name, kind) DEF_BIN_##kind(DEF_B3, OP_##name, kiln_b3_##name)
 /* A line `TABLE(DEF) // @kernels PREFIX` is expanded by lib/kernels/embed.py into one guarded
  * line per entry of TABLE: the kernel PREFIX<name> is defined when the program is built whole,
  * or built for it alone (KILN_ONLY and KILN_WANT_<kernel>: lib/program.c, "one kernel"). */
@@ -150,6 +169,7 @@ KILN_BINARY_OP_MAP(DEF_B_X) // @kernels kiln_b_
 KILN_BINARY_OP_MAP(DEF_BS_X) // @kernels kiln_bs_
 KILN_BINARY_OP_MAP(DEF_BB_X) // @kernels kiln_bb_
 KILN_BINARY_OP_MAP(DEF_B2_X) // @kernels kiln_b2_
+KILN_BINARY_OP_MAP(DEF_B3_X) // @kernels kiln_b3_
 
 /* ---- where ------------------------------------------------------------------------------ */
 #if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_where)

@@ -66,7 +66,7 @@ bool kiln__binary_supports(kiln_binary_op op, kiln_dtype dtype)
 char *kiln__binary_kernel(char *buf, size_t size, kiln__binary_variant v, kiln_binary_op op)
 {
     static const char *const prefix[KILN__BINARY_VARIANTS] = {"kiln_b_", "kiln_bs_", "kiln_bb_",
-                                                              "kiln_b2_"};
+                                                              "kiln_b2_", "kiln_b3_"};
     const char *name = kiln__binary_name(op);
     snprintf(buf, size, "%s%s", (unsigned)v < KILN__BINARY_VARIANTS ? prefix[v] : "?",
              name ? name : "?");

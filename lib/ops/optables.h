@@ -16,14 +16,16 @@ bool kiln__binary_is_compare(kiln_binary_op op);  /* kind COMPARE: the result is
 /* Whether op computes in dtype: kind FLOAT needs a floating dtype, ARITH and COMPARE take all. */
 bool kiln__binary_supports(kiln_binary_op op, kiln_dtype dtype);
 
-/* The kernels of one binary op: same shape, with a scalar, general broadcast, 2-D broadcast. */
+/* The kernels of one binary op: same shape, with a scalar, general broadcast, 2-D and 3-D
+ * broadcast. */
 typedef enum kiln__binary_variant {
     KILN__BINARY_FLAT,   /* kiln_b_<op> */
     KILN__BINARY_SCALAR, /* kiln_bs_<op> */
     KILN__BINARY_BCAST,  /* kiln_bb_<op> */
     KILN__BINARY_2D,     /* kiln_b2_<op> */
+    KILN__BINARY_3D,     /* kiln_b3_<op> */
 } kiln__binary_variant;
-enum { KILN__BINARY_VARIANTS = 4 };
+enum { KILN__BINARY_VARIANTS = 5 };
 
 /* The kernel name of op's variant into buf ("kiln_bb_add"); returns buf. */
 char *kiln__binary_kernel(char *buf, size_t size, kiln__binary_variant v, kiln_binary_op op);
