@@ -194,12 +194,20 @@ static kiln_status positive_count(const char *op, const char *what, int64_t v)
                                 op, what, v);
 }
 
+/* A finite v in the interval from lo to hi ("(" / ")": open ends, "[" / "]": closed; hi may be
+ * INFINITY), else KILN_ERR_INVALID_ARGUMENT naming it and the interval. */
+static kiln_status check_range(const char *op, const char *what, double v, char open, double lo,
+                               double hi, char close)
+{
+    bool ok = isfinite(v) && (open == '(' ? v > lo : v >= lo) && (close == ')' ? v < hi : v <= hi);
+    return ok ? KILN_OK
+              : kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is %g; it must be in %c%g, %g%c", op,
+                            what, v, open, lo, hi, close);
+}
+
 static kiln_status check_gamma(const char *op, const char *what, double g)
 {
-    return g > 0 && isfinite(g)
-               ? KILN_OK
-               : kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is %g; it must be finite and > 0",
-                             op, what, g);
+    return check_range(op, what, g, '(', 0, INFINITY, ')');
 }
 
 kiln_status kiln_step_lr_create(kiln_optimizer *opt, int64_t step_size, double gamma,
@@ -270,9 +278,8 @@ kiln_status kiln_cosine_annealing_lr_create(kiln_optimizer *opt, int64_t t_max, 
     s->t_max = t_max;
     s->eta_min = eta_min;
     st = positive_count(op, "t_max", t_max);
-    if (st == KILN_OK && !(eta_min >= 0 && isfinite(eta_min)))
-        st = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: eta_min is %g; it must be finite and >= 0",
-                         op, eta_min);
+    if (st == KILN_OK)
+        st = check_range(op, "eta_min", eta_min, '[', 0, INFINITY, ')');
     return start(op, s, st, out);
 }
 
@@ -287,14 +294,11 @@ kiln_status kiln_linear_lr_create(kiln_optimizer *opt, double start_factor, doub
     s->start_factor = start_factor;
     s->end_factor = end_factor;
     s->total_iters = total_iters;
-    /* PyTorch's bounds: 0 < start_factor <= 1, 0 <= end_factor <= 1 */
-    if (!(start_factor > 0 && start_factor <= 1))
-        st = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: start_factor is %g; it must be in (0, 1]",
-                         op, start_factor);
-    else if (!(end_factor >= 0 && end_factor <= 1))
-        st = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: end_factor is %g; it must be in [0, 1]",
-                         op, end_factor);
-    else
+    /* PyTorch's bounds */
+    st = check_range(op, "start_factor", start_factor, '(', 0, 1, ']');
+    if (st == KILN_OK)
+        st = check_range(op, "end_factor", end_factor, '[', 0, 1, ']');
+    if (st == KILN_OK)
         st = positive_count(op, "total_iters", total_iters);
     return start(op, s, st, out);
 }
@@ -315,19 +319,15 @@ kiln_status kiln_reduce_lr_on_plateau_create(kiln_optimizer *opt, bool maximize,
     s->cooldown = cooldown;
     s->min_lr = min_lr;
     s->best = maximize ? -INFINITY : INFINITY;
-    if (!(factor >= 0 && factor < 1))
-        st = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: factor is %g; it must be in [0, 1)", op,
-                         factor);
-    else if (patience < 0 || cooldown < 0)
+    st = check_range(op, "factor", factor, '[', 0, 1, ')');
+    if (st == KILN_OK && (patience < 0 || cooldown < 0))
         st =
             kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is %" PRId64 "; it must be >= 0", op,
                         patience < 0 ? "patience" : "cooldown", patience < 0 ? patience : cooldown);
-    else if (!(threshold >= 0 && isfinite(threshold)))
-        st = kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                         "%s: threshold is %g; it must be finite and >= 0", op, threshold);
-    else if (!(min_lr >= 0 && isfinite(min_lr)))
-        st = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: min_lr is %g; it must be finite and >= 0",
-                         op, min_lr);
+    if (st == KILN_OK)
+        st = check_range(op, "threshold", threshold, '[', 0, INFINITY, ')');
+    if (st == KILN_OK)
+        st = check_range(op, "min_lr", min_lr, '[', 0, INFINITY, ')');
     return start(op, s, st, out);
 }
 
