@@ -1032,7 +1032,9 @@ typedef enum kiln_reduction {
 /* nn.L1Loss: |pred - target| (the gradient of |d| is 0 at d = 0, as PyTorch's). nn.BCELoss:
  * -(target log pred + (1 - target) log(1 - pred)), each log clamped to >= -100 as PyTorch's, so
  * that pred 0 or 1 gives a finite loss; pred must hold probabilities: a value outside [0, 1]
- * gives NaN there (PyTorch raises; kiln does not read the values back). nn.BCEWithLogitsLoss:
+ * gives NaN there, as kiln does not read the values back, unless the environment has
+ * KILN_CHECK=1: then it reads pred first and refuses the first such value as PyTorch does
+ * (KILN_ERR_INVALID_ARGUMENT). nn.BCEWithLogitsLoss:
  * the same on sigmoid(logits), in the stable form softplus(logits) - target logits (no weight
  * or pos_weight). pred (logits) and target: one floating dtype, one shape, one device (else
  * KILN_ERR_DTYPE_MISMATCH, KILN_ERR_SHAPE_MISMATCH, KILN_ERR_DEVICE_MISMATCH). Differentiable

@@ -900,6 +900,26 @@ START_TEST(test_loss_errors)
         kiln_tensor_release(other);
     }
     ck_assert_ptr_null(loss);
+    /* probabilities outside [0, 1]: NaN unchecked, PyTorch's error with KILN_CHECK=1 */
+    const double pv[6] = {0.5, 0, 1, 1.5, 0.25, -0.5};
+    for (int k = 0; k < 2; k++) {
+        kiln_dtype dt = k ? KILN_F16 : KILN_F32;
+        kiln_tensor *p = upload(devs[0], dt, 2, s23, pv), *t = NULL;
+        ASSERT_OK(kiln_tensor_zeros(devs[0], dt, 2, s23, &t));
+        ASSERT_OK(kiln_bce_loss(p, t, KILN_REDUCTION_NONE, &loss));
+        double *got = download(loss);
+        ck_assert(isnan(got[3]) && isnan(got[5]) && got[0] > 0.69 && got[0] < 0.7);
+        free(got);
+        kiln_tensor_release(loss);
+        loss = (kiln_tensor *)1;
+        ck_assert_int_eq(setenv("KILN_CHECK", "1", 1), 0);
+        ASSERT_FAILS(kiln_bce_loss(p, t, KILN_REDUCTION_MEAN, &loss), KILN_ERR_INVALID_ARGUMENT,
+                     "kiln_bce_loss: pred[3] is 1.5, outside [0, 1]");
+        ck_assert_ptr_null(loss);
+        unsetenv("KILN_CHECK");
+        kiln_tensor_release(p);
+        kiln_tensor_release(t);
+    }
     kiln_tensor_release(a);
     kiln_tensor_release(b);
     kiln_tensor_release(ai);

@@ -2,9 +2,12 @@
  * kiln_bce_with_logits_loss), each checked up front under its own name and reduced as PyTorch's
  * reduction argument asks; autograd records the ops, so they need no gradient code. (MSE and
  * cross-entropy have kernels of their own: ops/nn.c.) */
+#include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "ops/common.h"
 #include "status.h"
 #include "tensor.h"
@@ -81,11 +84,47 @@ kiln_status kiln_l1_loss(const kiln_tensor *pred, const kiln_tensor *target,
     return drop(s, 2, t);
 }
 
+/* With KILN_CHECK=1, PyTorch's check that BCE's input holds probabilities (it reads pred back, so
+ * it waits for the work that makes it); off, a value outside [0, 1] gives NaN there. */
+static kiln_status check_probabilities(const char *op, const kiln_tensor *p)
+{
+    bool on;
+    kiln_status s = kiln__checked_mode(op, &on);
+    if (s != KILN_OK || !on || p->numel == 0)
+        return s;
+    kiln_tensor *f = NULL;
+    if (p->dtype == KILN_F16) { /* read as f32 */
+        bool grad = kiln_set_grad_enabled(false);
+        s = kiln_cast(p, KILN_F32, &f);
+        kiln_set_grad_enabled(grad);
+    }
+    const kiln_tensor *src = f ? f : p;
+    void *buf = s == KILN_OK ? kiln__malloc(src->nbytes) : NULL;
+    if (s == KILN_OK && !buf)
+        s = kiln__host_oom(op);
+    if (s == KILN_OK)
+        s = kiln_tensor_read(src, buf, src->nbytes);
+    for (int64_t i = 0; s == KILN_OK && i < src->numel; i++) {
+        double v = src->dtype == KILN_F64 ? ((const double *)buf)[i] : ((const float *)buf)[i];
+        if (!(v >= 0 && v <= 1))
+            s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                            "%s: pred[%" PRId64 "] is %g, outside [0, 1]: BCE takes "
+                            "probabilities (kiln_bce_with_logits_loss takes logits); found by "
+                            "KILN_CHECK=1",
+                            op, i, v);
+    }
+    free(buf);
+    kiln_tensor_release(f);
+    return s;
+}
+
 kiln_status kiln_bce_loss(const kiln_tensor *pred, const kiln_tensor *target,
                           kiln_reduction reduction, kiln_tensor **loss)
 {
     const char *op = "kiln_bce_loss";
     kiln_status s = check_loss(op, "pred", pred, target, reduction, loss);
+    if (s == KILN_OK)
+        s = check_probabilities(op, pred);
     if (s != KILN_OK)
         return s;
     /* -(t log p + (1 - t) log(1 - p)) = t (lq - lp) - lq with lp = log p and lq = log(1 - p),
