@@ -537,6 +537,9 @@ fusion 240
 split 240
 faults 90
 sweep 300
+data 60
+torch-interop 120 serial
+bench-conv 120 serial nostandin
 "
 quick_suites="spec symbols registry tensor program creation"
 
