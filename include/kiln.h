@@ -1341,6 +1341,37 @@ KILN_API kiln_status kiln_layer_norm(const kiln_tensor *x, const kiln_tensor *we
                                      const kiln_tensor *bias, double eps, kiln_tensor **y);
 KILN_API kiln_status kiln_dropout(const kiln_tensor *x, double p, uint64_t seed, kiln_tensor **y);
 
+/* Recurrent cells, one time step of a batch (PyTorch's nn.RNNCell / LSTMCell / GRUCell as
+ * functions): x [B, in]; h, c [B, hidden] (NULL: zeros); w_ih [G hidden, in], w_hh [G hidden,
+ * hidden], b_ih and b_hh [G hidden] (both, or both NULL), with G = 1 for the RNN, 4 for the LSTM
+ * (gates i, f, g, o) and 3 for the GRU (r, z, n; b_hn inside the reset product), PyTorch's
+ * layouts and formulas, so its weights work as they are. kiln_rnn_cell's nonlinearity is
+ * KILN_UNARY_TANH or KILN_UNARY_RELU. f32 or f64. One matmul for x, one for h and one kernel for
+ * the gate arithmetic; differentiable in every tensor. Shapes that disagree are
+ * KILN_ERR_SHAPE_MISMATCH naming the tensor and the shape it needs. */
+KILN_API kiln_status kiln_rnn_cell(const kiln_tensor *x, const kiln_tensor *h,
+                                   const kiln_tensor *w_ih, const kiln_tensor *w_hh,
+                                   const kiln_tensor *b_ih, const kiln_tensor *b_hh,
+                                   kiln_unary_op nonlinearity, kiln_tensor **h_out);
+KILN_API kiln_status kiln_lstm_cell(const kiln_tensor *x, const kiln_tensor *h,
+                                    const kiln_tensor *c, const kiln_tensor *w_ih,
+                                    const kiln_tensor *w_hh, const kiln_tensor *b_ih,
+                                    const kiln_tensor *b_hh, kiln_tensor **h_out,
+                                    kiln_tensor **c_out);
+KILN_API kiln_status kiln_gru_cell(const kiln_tensor *x, const kiln_tensor *h,
+                                   const kiln_tensor *w_ih, const kiln_tensor *w_hh,
+                                   const kiln_tensor *b_ih, const kiln_tensor *b_hh,
+                                   kiln_tensor **h_out);
+/* A padded batch's mask: [max_len, batch] ([batch, max_len] with batch_first) of dtype, 1 where
+ * time t < lengths[b], else 0 (lengths[0..batch-1] each in 0..max_len). kiln_masked_mean: the mean
+ * of x over the elements where mask (broadcast to x's shape, one floating dtype) is 1, i.e.
+ * sum(x mask) / sum(mask broadcast): the loss of a padded batch without its padding. */
+KILN_API kiln_status kiln_sequence_mask(kiln_device *dev, kiln_dtype dtype, const int64_t *lengths,
+                                        int64_t batch, int64_t max_len, bool batch_first,
+                                        kiln_tensor **out);
+KILN_API kiln_status kiln_masked_mean(const kiln_tensor *x, const kiln_tensor *mask,
+                                      kiln_tensor **out);
+
 /* Modules (PyTorch's torch.nn): a layer with its parameters, run by kiln_module_forward.
  * Parameters are leaves requiring grad, made with Philox so that one seed gives bit-identical
  * weights on every device; the dtype must be floating (KILN_ERR_DTYPE_MISMATCH), sizes >= 1
@@ -1401,6 +1432,44 @@ KILN_API kiln_status kiln_batch_norm1d_create(kiln_device *dev, kiln_dtype dtype
                                               double eps, double momentum, kiln_module **m);
 KILN_API kiln_status kiln_batch_norm2d_create(kiln_device *dev, kiln_dtype dtype, int64_t features,
                                               double eps, double momentum, kiln_module **m);
+/* Recurrent layers as nn.RNN, nn.LSTM and nn.GRU: opt NULL (or zeroed) gives PyTorch's defaults
+ * (one layer, with biases, [time, batch, features], no dropout, one direction, tanh). Parameters
+ * per layer k and direction: weight_ih_l<k> [G hidden, in], weight_hh_l<k> [G hidden, hidden],
+ * bias_ih_l<k>, bias_hh_l<k> [G hidden] (the backward direction's with "_reverse"), PyTorch's
+ * names, order and gate layout (G as for the cells), drawn U(-1/sqrt(hidden), 1/sqrt(hidden))
+ * (seed), so a state_dict loads both ways; layer k > 0 takes the previous layer's output (2
+ * hidden wide when bidirectional). f32 or f64. Run with kiln_rnn_forward, or kiln_module_forward
+ * for the output alone. */
+typedef struct kiln_rnn_options {
+    int num_layers;     /* 0: 1 */
+    bool no_bias;       /* PyTorch's bias=False */
+    bool batch_first;   /* x and y are [batch, time, features] */
+    double dropout;     /* on every layer's output but the last's while training, in [0, 1) */
+    bool bidirectional; /* a second direction, reading each sequence from its end */
+    bool relu;          /* kiln_rnn_create: ReLU instead of tanh */
+} kiln_rnn_options;
+KILN_API kiln_status kiln_rnn_create(kiln_device *dev, kiln_dtype dtype, int64_t input_size,
+                                     int64_t hidden_size, const kiln_rnn_options *opt,
+                                     uint64_t seed, kiln_module **m);
+KILN_API kiln_status kiln_lstm_create(kiln_device *dev, kiln_dtype dtype, int64_t input_size,
+                                      int64_t hidden_size, const kiln_rnn_options *opt,
+                                      uint64_t seed, kiln_module **m);
+KILN_API kiln_status kiln_gru_create(kiln_device *dev, kiln_dtype dtype, int64_t input_size,
+                                     int64_t hidden_size, const kiln_rnn_options *opt,
+                                     uint64_t seed, kiln_module **m);
+/* A recurrent layer over x [T, B, input_size] ([B, T, input_size] with batch_first): y [T, B, D
+ * hidden] (D = 2 when bidirectional: the forward direction's outputs, then the backward's);
+ * h_n, and the LSTM's c_n, [layers D, B, hidden] (NULL: not wanted; c_n must be NULL for an RNN
+ * or GRU). h0, c0 of h_n's shape, or NULL for zeros. lengths: NULL, or B values in 1..T, the
+ * rows' real lengths (PyTorch's pack_padded_sequence, in any order): y is zero past a row's end,
+ * h_n holds the state after its last real step, and the backward direction starts at that
+ * step. Per layer and direction, one matmul projects every time step's input, then each step is
+ * one matmul and one kernel, with nothing read back; the backward through time reuses the saved
+ * gate activations (one kernel and one matmul per step). Differentiable in x, h0, c0 and every
+ * parameter. */
+KILN_API kiln_status kiln_rnn_forward(kiln_module *m, const kiln_tensor *x, const int64_t *lengths,
+                                      const kiln_tensor *h0, const kiln_tensor *c0,
+                                      kiln_tensor **y, kiln_tensor **h_n, kiln_tensor **c_n);
 /* mods[0..n-1] applied in order (n >= 1). Takes ownership of every module in mods, also on
  * failure (they are freed then): a NULL entry, one listed twice or one another sequential
  * holds is KILN_ERR_INVALID_ARGUMENT. */

@@ -5,6 +5,7 @@
 #include "backward.h"
 #include "ops/conv.h"
 #include "ops/index.h"
+#include "ops/rnn.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -519,6 +520,13 @@ kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_t
         RUN(&sc, gx, kiln__avg_pool2d_bw(g, x, &nd->a, &gx));
         give(&sc, nd, 0, gx, grads);
         break;
+    case KILN__AG_RNN_SCAN: {
+        const kiln_tensor *ins[KILN__RNN_NODE_INPUTS];
+        for (int i = 0; i < KILN__RNN_NODE_INPUTS; i++)
+            ins[i] = nd->in[i].t;
+        sc.s = kiln__rnn_scan_bw(&nd->a, g, ins, grads);
+        break;
+    }
     default:
         sc.s = kiln__error(KILN_ERR_UNSUPPORTED, "kiln_backward: %s has no gradient", nd->name);
         break;

@@ -45,6 +45,7 @@ static bool needs_value(const kiln__ag_node *nd, int i)
     case KILN__AG_LOG_SOFTMAX:
     case KILN__AG_CROSS_ENTROPY:
     case KILN__AG_MSE:
+    case KILN__AG_RNN_SCAN:
         return true;
     default:
         return false;

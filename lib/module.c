@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "nn/layers.h"
+#include "nn/recurrent.h"
 #include "ops/random.h"
 
 #include "alloc.h"
@@ -33,6 +34,7 @@ typedef enum kind {
     ADAPTIVE_AVG_POOL2D,
     BATCH_NORM,
     FLATTEN,
+    RECURRENT,
 } kind;
 
 struct kiln_module {
@@ -52,6 +54,11 @@ struct kiln_module {
     int bn_dims;          /* batch norm: 1 (BatchNorm1d: [N, C] or [N, C, L]) or 2 ([N, C, H, W]) */
     int n;
     kiln_module **mods;
+    /* recurrent layers: the stack, and per layer and direction w_ih, w_hh, b_ih, b_hh (NULL
+     * without bias) in rw[4 (l D + d) ...] */
+    kiln__rnn_config rnn;
+    kiln_tensor **rw;
+    int nrw;
 };
 
 void kiln_module_free(kiln_module *m)
@@ -61,6 +68,9 @@ void kiln_module_free(kiln_module *m)
     for (int i = 0; i < m->n; i++)
         kiln_module_free(m->mods[i]);
     free(m->mods);
+    for (int i = 0; i < m->nrw; i++)
+        kiln_tensor_release(m->rw[i]);
+    free(m->rw);
     kiln_tensor_release(m->weight);
     kiln_tensor_release(m->bias);
     kiln_tensor_release(m->running_mean);
@@ -497,6 +507,111 @@ kiln_status kiln_flatten_create(int start, int end, kiln_module **m)
     return s;
 }
 
+/* ---- recurrent layers ---- */
+
+static kiln_status recurrent_create(const char *op, kiln__rnn_mode mode, kiln_device *dev,
+                                    kiln_dtype dtype, int64_t input_size, int64_t hidden_size,
+                                    const kiln_rnn_options *opt, uint64_t seed, kiln_module **m)
+{
+    kiln_status s = check_create(op, dev, dtype, m);
+    if (s == KILN_OK)
+        s = check_dims(op, "input_size", input_size, "hidden_size", hidden_size);
+    kiln_rnn_options o = opt ? *opt : (kiln_rnn_options){0};
+    if (s == KILN_OK && o.num_layers < 0)
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: num_layers is %d; it must be >= 1 (0: 1)",
+                        op, o.num_layers);
+    if (s == KILN_OK && !(o.dropout >= 0 && o.dropout < 1))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: dropout is %g; it must be in [0, 1)", op,
+                        o.dropout);
+    if (s == KILN_OK && o.relu && mode != KILN__RNN_TANH)
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                        "%s: relu is an option of kiln_rnn_create (the plain RNN) only", op);
+    if (s == KILN_OK && dtype != KILN_F32 && dtype != KILN_F64)
+        s = kiln__error(KILN_ERR_UNSUPPORTED,
+                        "%s: dtype is %s; recurrent layers compute in f32 or f64 (their matmuls "
+                        "run in f32 and f64 only): create the layer in f32",
+                        op, kiln_dtype_name(dtype));
+    int L = o.num_layers ? o.num_layers : 1, D = o.bidirectional ? 2 : 1;
+    int64_t G = kiln__rnn_gates(mode), wide = hidden_size * D;
+    int64_t ws[2] = {G * hidden_size, input_size > wide ? input_size : wide};
+    char sizes[96];
+    snprintf(sizes, sizeof sizes, "input_size %" PRId64 ", hidden_size %" PRId64, input_size,
+             hidden_size);
+    if (s == KILN_OK && (hidden_size > INT64_MAX / 8 || L > 4096))
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s, num_layers %d: the layer is too large",
+                        op, sizes, L);
+    if (s == KILN_OK)
+        s = check_weight(op, sizes, dtype, 2, ws);
+    kiln_module *l = NULL;
+    if (s == KILN_OK)
+        s = new_module(RECURRENT, op, &l);
+    if (s != KILN_OK)
+        return s;
+    l->rnn = (kiln__rnn_config){
+        .mode = o.relu ? KILN__RNN_RELU : mode,
+        .input_size = input_size,
+        .hidden_size = hidden_size,
+        .layers = L,
+        .directions = D,
+        .bias = !o.no_bias,
+        .batch_first = o.batch_first,
+        .dropout = o.dropout,
+    };
+    l->p = o.dropout;
+    l->seed = kiln__seed_resolve(seed);
+    l->nrw = 4 * L * D;
+    if (!(l->rw = kiln__calloc((size_t)l->nrw, sizeof *l->rw))) {
+        l->nrw = 0;
+        kiln_module_free(l);
+        return kiln__host_oom(op);
+    }
+    /* PyTorch's init: every weight and bias U(-1/sqrt(hidden), 1/sqrt(hidden)); each tensor its
+     * own Philox key */
+    double bound = 1.0 / sqrt((double)hidden_size);
+    uint64_t key = l->seed;
+    for (int i = 0; s == KILN_OK && i < l->nrw; i++) {
+        int layer = i / (4 * D), which = i % 4;
+        int64_t in = layer == 0 ? input_size : wide, gh = G * hidden_size;
+        int64_t shape[2] = {gh, which == 0 ? in : hidden_size};
+        key = mix(key);
+        if (which >= 2 && o.no_bias)
+            continue;
+        s = param(kiln__rand(op, true, dev, dtype, which >= 2 ? 1 : 2, shape, key, -bound, bound,
+                             &l->rw[i]),
+                  &l->rw[i]);
+    }
+    if (s != KILN_OK) {
+        kiln_module_free(l);
+        return s;
+    }
+    *m = l;
+    return KILN_OK;
+}
+
+kiln_status kiln_rnn_create(kiln_device *dev, kiln_dtype dtype, int64_t input_size,
+                            int64_t hidden_size, const kiln_rnn_options *opt, uint64_t seed,
+                            kiln_module **m)
+{
+    return recurrent_create("kiln_rnn_create", KILN__RNN_TANH, dev, dtype, input_size, hidden_size,
+                            opt, seed, m);
+}
+
+kiln_status kiln_lstm_create(kiln_device *dev, kiln_dtype dtype, int64_t input_size,
+                             int64_t hidden_size, const kiln_rnn_options *opt, uint64_t seed,
+                             kiln_module **m)
+{
+    return recurrent_create("kiln_lstm_create", KILN__RNN_LSTM, dev, dtype, input_size,
+                            hidden_size, opt, seed, m);
+}
+
+kiln_status kiln_gru_create(kiln_device *dev, kiln_dtype dtype, int64_t input_size,
+                            int64_t hidden_size, const kiln_rnn_options *opt, uint64_t seed,
+                            kiln_module **m)
+{
+    return recurrent_create("kiln_gru_create", KILN__RNN_GRU, dev, dtype, input_size, hidden_size,
+                            opt, seed, m);
+}
+
 /* Free every module of mods that no sequential owns, each once (the list may repeat one). */
 static void free_unowned(kiln_module *const *mods, int n)
 {
@@ -612,6 +727,40 @@ static kiln_status batch_norm_forward(kiln_module *m, const kiln_tensor *x, kiln
     return s;
 }
 
+/* A recurrent layer's forward; training call k (from 0) draws its dropout with seed + k L. */
+static kiln_status recurrent_forward(const char *op, kiln_module *m, const kiln_tensor *x,
+                                     const int64_t *lengths, const kiln_tensor *h0,
+                                     const kiln_tensor *c0, kiln_tensor **y, kiln_tensor **h_n,
+                                     kiln_tensor **c_n)
+{
+    bool drop = m->training && m->rnn.dropout > 0 && m->rnn.layers > 1;
+    uint64_t seed = m->seed + m->calls * (uint64_t)m->rnn.layers;
+    kiln_status s =
+        kiln__rnn_run(op, &m->rnn, m->rw, x, lengths, h0, c0, drop, seed, y, h_n, c_n);
+    m->calls += s == KILN_OK && drop;
+    return s;
+}
+
+kiln_status kiln_rnn_forward(kiln_module *m, const kiln_tensor *x, const int64_t *lengths,
+                             const kiln_tensor *h0, const kiln_tensor *c0, kiln_tensor **y,
+                             kiln_tensor **h_n, kiln_tensor **c_n)
+{
+    const char *op = "kiln_rnn_forward";
+    if (y)
+        *y = NULL;
+    if (h_n)
+        *h_n = NULL;
+    if (c_n)
+        *c_n = NULL;
+    kiln_status s = check_module(m, op);
+    if (s == KILN_OK && m->kind != RECURRENT)
+        s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                        "%s: m is not a recurrent layer (kiln_rnn_create, kiln_lstm_create, "
+                        "kiln_gru_create); run it with kiln_module_forward",
+                        op);
+    return s == KILN_OK ? recurrent_forward(op, m, x, lengths, h0, c0, y, h_n, c_n) : s;
+}
+
 kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, kiln_tensor **y)
 {
     const char *op = "kiln_module_forward";
@@ -653,6 +802,9 @@ kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, kiln_tenso
         return batch_norm_forward(m, x, y);
     case FLATTEN:
         return kiln_flatten(x, m->start, m->end, y);
+    case RECURRENT:
+        return recurrent_forward("kiln_module_forward (recurrent layer)", m, x, NULL, NULL, NULL,
+                                 y, NULL, NULL);
     case SEQUENTIAL: {
         if ((s = kiln__check_handle(x, op, "x")) != KILN_OK)
             return s;
@@ -693,6 +845,21 @@ static kiln_status add_params(const kiln_module *m, const char *prefix, bool sta
                                "kiln_module_params: the prefix is too long (%zu bytes)", plen);
         snprintf(name, sizeof name, "%s%s%s", prefix, plen ? "." : "", state_names[i]);
         kiln_status s = kiln_params_add(list, name, ts[i]);
+        if (s != KILN_OK)
+            return s;
+    }
+    for (int i = 0; i < m->nrw; i++) { /* PyTorch's names: weight_ih_l0, bias_hh_l1_reverse */
+        static const char *const rnames[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+        if (!m->rw[i])
+            continue;
+        int D = m->rnn.directions, layer = i / (4 * D), dir = (i / 4) % D;
+        char name[512];
+        if (plen + 40 >= sizeof name)
+            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                               "kiln_module_params: the prefix is too long (%zu bytes)", plen);
+        snprintf(name, sizeof name, "%s%s%s_l%d%s", prefix, plen ? "." : "", rnames[i % 4], layer,
+                 dir ? "_reverse" : "");
+        kiln_status s = kiln_params_add(list, name, m->rw[i]);
         if (s != KILN_OK)
             return s;
     }
@@ -752,6 +919,12 @@ static int param_slots(kiln_module *m, slot *slots, int at, int cap)
         if (*own[i]) {
             if (slots && at < cap)
                 slots[at] = (slot){own[i], m->kind, i < N_PARAMS};
+            at++;
+        }
+    for (int i = 0; i < m->nrw; i++)
+        if (m->rw[i]) {
+            if (slots && at < cap)
+                slots[at] = (slot){&m->rw[i], m->kind, true};
             at++;
         }
     for (int i = 0; i < m->n; i++)
@@ -821,12 +994,13 @@ static kiln_status to_dtype(kiln_tensor *t, const void *arg, kind k, const char 
         *out = t;
         return KILN_OK;
     }
-    if ((k == LINEAR || k == CONV2D) && dtype != KILN_F32 && dtype != KILN_F64)
+    if ((k == LINEAR || k == CONV2D || k == RECURRENT) && dtype != KILN_F32 && dtype != KILN_F64)
         return kiln__error(KILN_ERR_UNSUPPORTED,
                            "%s: dtype is %s; half precision compute is not supported yet for "
                            "%s layers (their matmul runs in f32 and f64 only): keep the model "
                            "in f32",
-                           op, kiln_dtype_name(dtype), k == LINEAR ? "linear" : "convolution");
+                           op, kiln_dtype_name(dtype),
+                           k == LINEAR ? "linear" : k == CONV2D ? "convolution" : "recurrent");
     kiln_status s = kiln_cast(t, dtype, out);
     if (s == KILN_OK && (s = kiln_tensor_eval(*out)) != KILN_OK) { /* fail here, not later */
         kiln_tensor_release(*out);
