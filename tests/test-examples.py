@@ -181,6 +181,31 @@ def cnn_digits_bad_args():
         run(['cnn_digits', '--data', f.name], expect_rc=1)
 
 
+def sequence_learns(cell):
+    def fn():
+        # The recurrent chapter's example, short: the forecast must beat the naive last-value
+        # forecast by far (the noise alone gives MSE 0.01; the naive one about 0.15).
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run(['sequence', '--cell', cell, '--epochs', '6', '--device', train_dev,
+                       '--checkpoint', f'{tmp}/best.safetensors'])
+            m = re.search(r'test MSE: (\S+) \(last-value baseline: (\S+),', out)
+            assert m, out
+            mse, naive = float(m.group(1)), float(m.group(2))
+            assert mse < 0.03 and naive > 0.1 and mse < naive / 4, out
+            assert re.search(r'2970 windows|2079 train, 445 validation, 446 test', out), out
+            assert f'model: {cell.upper()}(1, 32, batch_first)' in out, out
+            assert '(best, saved)' in out and 'reloaded from' in out, out
+            epochs = re.findall(r'^epoch +(\d+) +loss (\S+)', out, re.M)
+            assert float(epochs[-1][1]) < 0.5 * float(epochs[0][1]), out
+    return fn
+
+
+def sequence_bad_args():
+    run(['sequence', '--cell', 'transformer'], expect_rc=2)
+    run(['sequence', '--epochs', '0'], expect_rc=2)
+    run(['sequence', '--device', absent], expect_rc=1)
+
+
 def train_bad_args():
     run(['train', '--epochs', '0'], expect_rc=2)
     run(['train', '--device', absent], expect_rc=1)
@@ -199,6 +224,9 @@ if mode in ('plain', '2dev'):
 if mode == 'plain':
     case('cnn_digits reaches 97% on the digits test set', cnn_digits_learns, trains)
     case('cnn_digits rejects bad arguments', cnn_digits_bad_args)
+    case('sequence: an LSTM forecasts a noisy signal', sequence_learns('lstm'), trains)
+    case('sequence: a GRU forecasts a noisy signal', sequence_learns('gru'), trains)
+    case('sequence rejects bad arguments', sequence_bad_args)
 if mode == '2dev':
     case('devices: mixed-device error', devices_mixed, two_cpus)
     case('same seed, same weights on cpu:0 and cpu:1', same_weights('cpu:0', 'cpu:1', False),
