@@ -1468,8 +1468,8 @@ KILN_API kiln_status kiln_gru_create(kiln_device *dev, kiln_dtype dtype, int64_t
  * gate activations (one kernel and one matmul per step). Differentiable in x, h0, c0 and every
  * parameter. */
 KILN_API kiln_status kiln_rnn_forward(kiln_module *m, const kiln_tensor *x, const int64_t *lengths,
-                                      const kiln_tensor *h0, const kiln_tensor *c0,
-                                      kiln_tensor **y, kiln_tensor **h_n, kiln_tensor **c_n);
+                                      const kiln_tensor *h0, const kiln_tensor *c0, kiln_tensor **y,
+                                      kiln_tensor **h_n, kiln_tensor **c_n);
 /* mods[0..n-1] applied in order (n >= 1). Takes ownership of every module in mods, also on
  * failure (they are freed then): a NULL entry, one listed twice or one another sequential
  * holds is KILN_ERR_INVALID_ARGUMENT. */

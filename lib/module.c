@@ -600,8 +600,8 @@ kiln_status kiln_lstm_create(kiln_device *dev, kiln_dtype dtype, int64_t input_s
                              int64_t hidden_size, const kiln_rnn_options *opt, uint64_t seed,
                              kiln_module **m)
 {
-    return recurrent_create("kiln_lstm_create", KILN__RNN_LSTM, dev, dtype, input_size,
-                            hidden_size, opt, seed, m);
+    return recurrent_create("kiln_lstm_create", KILN__RNN_LSTM, dev, dtype, input_size, hidden_size,
+                            opt, seed, m);
 }
 
 kiln_status kiln_gru_create(kiln_device *dev, kiln_dtype dtype, int64_t input_size,
@@ -735,8 +735,7 @@ static kiln_status recurrent_forward(const char *op, kiln_module *m, const kiln_
 {
     bool drop = m->training && m->rnn.dropout > 0 && m->rnn.layers > 1;
     uint64_t seed = m->seed + m->calls * (uint64_t)m->rnn.layers;
-    kiln_status s =
-        kiln__rnn_run(op, &m->rnn, m->rw, x, lengths, h0, c0, drop, seed, y, h_n, c_n);
+    kiln_status s = kiln__rnn_run(op, &m->rnn, m->rw, x, lengths, h0, c0, drop, seed, y, h_n, c_n);
     m->calls += s == KILN_OK && drop;
     return s;
 }
@@ -803,8 +802,8 @@ kiln_status kiln_module_forward(kiln_module *m, const kiln_tensor *x, kiln_tenso
     case FLATTEN:
         return kiln_flatten(x, m->start, m->end, y);
     case RECURRENT:
-        return recurrent_forward("kiln_module_forward (recurrent layer)", m, x, NULL, NULL, NULL,
-                                 y, NULL, NULL);
+        return recurrent_forward("kiln_module_forward (recurrent layer)", m, x, NULL, NULL, NULL, y,
+                                 NULL, NULL);
     case SEQUENTIAL: {
         if ((s = kiln__check_handle(x, op, "x")) != KILN_OK)
             return s;
@@ -1000,7 +999,9 @@ static kiln_status to_dtype(kiln_tensor *t, const void *arg, kind k, const char 
                            "%s layers (their matmul runs in f32 and f64 only): keep the model "
                            "in f32",
                            op, kiln_dtype_name(dtype),
-                           k == LINEAR ? "linear" : k == CONV2D ? "convolution" : "recurrent");
+                           k == LINEAR   ? "linear"
+                           : k == CONV2D ? "convolution"
+                                         : "recurrent");
     kiln_status s = kiln_cast(t, dtype, out);
     if (s == KILN_OK && (s = kiln_tensor_eval(*out)) != KILN_OK) { /* fail here, not later */
         kiln_tensor_release(*out);

@@ -199,8 +199,8 @@ static void swap01(const double *src, double *dst, int64_t n0, int64_t n1, int64
 }
 
 /* One stack forward on kiln against the reference. */
-static void check_stack(kiln_device *d, kiln_dtype dt, stack st, int64_t T, int64_t B,
-                        bool ragged, bool states)
+static void check_stack(kiln_device *d, kiln_dtype dt, stack st, int64_t T, int64_t B, bool ragged,
+                        bool states)
 {
     double tol = dt == KILN_F64 ? 1e-12 : 2e-5;
     kiln_module *m = make_module(d, dt, &st, 77);
@@ -244,10 +244,10 @@ static void check_stack(kiln_device *d, kiln_dtype dt, stack st, int64_t T, int6
         ky = tmp;
     }
     double ey = max_rel_err(ky, y, ny), eh = max_rel_err(khn, hn, LD * B * H);
-    ck_assert_msg(ey <= tol && eh <= tol,
-                  "%s %s L%d D%d T%ld B%ld%s%s%s: y off by %g, h_n by %g", mode_names[st.mode],
-                  kiln_dtype_name(dt), st.L, st.D, (long)T, (long)B, ragged ? " ragged" : "",
-                  states ? " h0" : "", st.batch_first ? " batch_first" : "", ey, eh);
+    ck_assert_msg(ey <= tol && eh <= tol, "%s %s L%d D%d T%ld B%ld%s%s%s: y off by %g, h_n by %g",
+                  mode_names[st.mode], kiln_dtype_name(dt), st.L, st.D, (long)T, (long)B,
+                  ragged ? " ragged" : "", states ? " h0" : "",
+                  st.batch_first ? " batch_first" : "", ey, eh);
     if (tcn) {
         double *kcn = download(tcn);
         double ec = max_rel_err(kcn, cn, LD * B * H);
@@ -301,8 +301,8 @@ START_TEST(test_layers_against_reference)
             if (sim && mode % 2 == 1)
                 continue; /* and the bigger stacks of two modes (LSTM: c; RNN: no gates) */
             /* two layers, both directions, ragged rows, initial states, batch_first */
-            stack st2 = {.mode = mode, .L = 2, .D = 2, .in = 3, .H = 4, .bias = true,
-                         .batch_first = true};
+            stack st2 = {
+                .mode = mode, .L = 2, .D = 2, .in = 3, .H = 4, .bias = true, .batch_first = true};
             check_stack(dev, dts[k], st2, 6, 4, true, true);
             stack st3 = {.mode = mode, .L = 2, .D = 1, .in = 2, .H = 5, .bias = false};
             check_stack(dev, dts[k], st3, 4, 2, true, false);
@@ -349,8 +349,7 @@ START_TEST(test_cells_against_reference)
                 ASSERT_OK(kiln_gru_cell(tx, hb, twi, twh, b1, b2, &ho));
             else
                 ASSERT_OK(kiln_rnn_cell(tx, hb, twi, twh, b1, b2,
-                                        mode == RNN_RELU ? KILN_UNARY_RELU : KILN_UNARY_TANH,
-                                        &ho));
+                                        mode == RNN_RELU ? KILN_UNARY_RELU : KILN_UNARY_TANH, &ho));
             double *kh = download(ho), *kc = co ? download(co) : NULL;
             for (int64_t b = 0; b < B; b++) {
                 double rh[4], rc[4];
@@ -446,8 +445,8 @@ static void gradcheck_stack(int mode, int L, int D, bool bias, bool ragged, bool
 {
     kiln_dtype dt = KILN_F64;
     int64_t T = 4, B = 3, in = 2, H = 3, LD = (int64_t)L * D;
-    stack st = {.mode = mode, .L = L, .D = D, .in = in, .H = H, .bias = bias,
-                .batch_first = batch_first};
+    stack st = {
+        .mode = mode, .L = L, .D = D, .in = in, .H = H, .bias = bias, .batch_first = batch_first};
     kiln_module *m = make_module(dev, dt, &st, 5);
     free_stack(&st);
     int64_t xs[3] = {batch_first ? B : T, batch_first ? T : B, in}, ss[3] = {LD, B, H};
@@ -512,8 +511,7 @@ END_TEST
 /* The cells' gradients: two steps of a user's own loop, loss = sum(h2 h2) (+ sum(c2)). */
 static double cell_loss(int mode, kiln_tensor *const *ts, bool backward)
 {
-    kiln_tensor *h1 = NULL, *c1 = NULL, *h2 = NULL, *c2 = NULL, *sq = NULL, *s2 = NULL,
-                *sum = NULL;
+    kiln_tensor *h1 = NULL, *c1 = NULL, *h2 = NULL, *c2 = NULL, *sq = NULL, *s2 = NULL, *sum = NULL;
     kiln_tensor *c = mode == LSTM ? ts[2] : NULL;
     for (int step = 0; step < 2; step++) {
         kiln_tensor *hin = step ? h1 : ts[1], *cin = step ? c1 : c;
@@ -592,7 +590,8 @@ START_TEST(test_cell_gradients)
 }
 END_TEST
 
-/* ---- modules ---------------------------------------------------------------------------------- */
+/* ---- modules ----------------------------------------------------------------------------------
+ */
 
 START_TEST(test_parameter_names)
 {
@@ -602,11 +601,11 @@ START_TEST(test_parameter_names)
     kiln_params *p = NULL;
     ASSERT_OK(kiln_params_create(&p));
     ASSERT_OK(kiln_module_state(m, "lstm", p));
-    const char *names[] = {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",
-                           "weight_ih_l0_reverse", "weight_hh_l0_reverse", "bias_ih_l0_reverse",
-                           "bias_hh_l0_reverse", "weight_ih_l1", "weight_hh_l1", "bias_ih_l1",
-                           "bias_hh_l1", "weight_ih_l1_reverse", "weight_hh_l1_reverse",
-                           "bias_ih_l1_reverse", "bias_hh_l1_reverse"};
+    const char *names[] = {
+        "weight_ih_l0",         "weight_hh_l0",         "bias_ih_l0",         "bias_hh_l0",
+        "weight_ih_l0_reverse", "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse",
+        "weight_ih_l1",         "weight_hh_l1",         "bias_ih_l1",         "bias_hh_l1",
+        "weight_ih_l1_reverse", "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse"};
     const int64_t rows[] = {80, 80, 80, 80, 80, 80, 80, 80, 80, 80, 80, 80, 80, 80, 80, 80};
     const int64_t cols[] = {10, 20, 0, 0, 10, 20, 0, 0, 40, 20, 0, 0, 40, 20, 0, 0};
     ck_assert_int_eq(kiln_params_count(p), 16);
@@ -694,7 +693,8 @@ START_TEST(test_learns)
         kiln_scope *sc = NULL;
         ASSERT_OK(kiln_scope_begin(&sc));
         int64_t xs[3] = {B, T, 1};
-        kiln_tensor *tx = upload(dev, KILN_F32, 3, xs, x), *tt = upload(dev, KILN_F32, 3, xs, target);
+        kiln_tensor *tx = upload(dev, KILN_F32, 3, xs, x),
+                    *tt = upload(dev, KILN_F32, 3, xs, target);
         kiln_tensor *y = NULL, *out = NULL, *loss = NULL;
         ASSERT_OK(kiln_module_forward(rnn, tx, &y));
         ASSERT_OK(kiln_module_forward(head, y, &out));
@@ -732,8 +732,8 @@ START_TEST(test_dropout_between_layers)
         ASSERT_OK(kiln_module_forward(m, x, &y[i]));
     }
     double *a = download(y[0]), *b = download(y[1]), *c = download(y[2]), *d = download(y[3]);
-    ck_assert(memcmp(a, b, 64 * sizeof *a) != 0);  /* two training calls: two masks */
-    ck_assert_mem_eq(c, d, 64 * sizeof *c);        /* evaluation: deterministic */
+    ck_assert(memcmp(a, b, 64 * sizeof *a) != 0); /* two training calls: two masks */
+    ck_assert_mem_eq(c, d, 64 * sizeof *c);       /* evaluation: deterministic */
     ck_assert(memcmp(a, c, 64 * sizeof *a) != 0); /* and different from training */
     free(a);
     free(b);
@@ -787,8 +787,8 @@ START_TEST(test_mask_and_masked_mean)
     const int64_t long_len[1] = {4};
     ASSERT_FAILS(kiln_sequence_mask(dev, KILN_F32, long_len, 1, 3, false, &bad),
                  KILN_ERR_INVALID_ARGUMENT, "lengths[0] is 4");
-    ASSERT_FAILS(kiln_sequence_mask(dev, KILN_I32, len, 3, 3, false, &bad),
-                 KILN_ERR_DTYPE_MISMATCH, "kiln_sequence_mask");
+    ASSERT_FAILS(kiln_sequence_mask(dev, KILN_I32, len, 3, 3, false, &bad), KILN_ERR_DTYPE_MISMATCH,
+                 "kiln_sequence_mask");
     ASSERT_FAILS(kiln_sequence_mask(dev, KILN_F32, NULL, 3, 3, false, &bad),
                  KILN_ERR_INVALID_ARGUMENT, "lengths is NULL");
     ck_assert_ptr_null(bad);
@@ -798,7 +798,8 @@ START_TEST(test_mask_and_masked_mean)
 }
 END_TEST
 
-/* ---- bad arguments ---------------------------------------------------------------------------- */
+/* ---- bad arguments ----------------------------------------------------------------------------
+ */
 
 START_TEST(test_errors)
 {
@@ -834,8 +835,8 @@ START_TEST(test_errors)
                  KILN_ERR_INVALID_ARGUMENT, "m is NULL");
     ASSERT_FAILS(kiln_rnn_forward(m, NULL, NULL, NULL, NULL, &y, NULL, NULL),
                  KILN_ERR_INVALID_ARGUMENT, "x");
-    ASSERT_FAILS(kiln_rnn_forward(m, xw, NULL, NULL, NULL, &y, NULL, NULL),
-                 KILN_ERR_SHAPE_MISMATCH, "input size 2");
+    ASSERT_FAILS(kiln_rnn_forward(m, xw, NULL, NULL, NULL, &y, NULL, NULL), KILN_ERR_SHAPE_MISMATCH,
+                 "input size 2");
     ASSERT_FAILS(kiln_rnn_forward(m, x, NULL, hb, NULL, &y, NULL, NULL), KILN_ERR_SHAPE_MISMATCH,
                  "h0 has shape [2, 2, 3]");
     const int64_t zero_len[2] = {0, 4}, long_len[2] = {5, 1};

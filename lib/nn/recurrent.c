@@ -13,8 +13,8 @@
 #include "nn/layers.h"
 #include "nn/recurrent.h"
 #include "ops/common.h"
-#include "status.h"
 #include "registry.h"
+#include "status.h"
 #include "tensor.h"
 
 static const char *const mode_name[] = {"RNN", "RNN", "LSTM", "GRU"};
@@ -31,8 +31,8 @@ static kiln_status shape_is(const char *op, const char *name, const kiln_tensor 
     if (!t || kiln__same_shape(t, ndim, shape))
         return KILN_OK;
     char have[160], want[160];
-    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: %s has shape %s; it must be %s (%s)", op,
-                       name, kiln__shape_str(have, sizeof have, t->ndim, t->shape),
+    return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: %s has shape %s; it must be %s (%s)", op, name,
+                       kiln__shape_str(have, sizeof have, t->ndim, t->shape),
                        kiln__shape_str(want, sizeof want, ndim, shape), what);
 }
 
@@ -61,8 +61,8 @@ static kiln_status check_weights(const char *op, kiln__rnn_mode mode, int64_t in
     int64_t G = kiln__rnn_gates(mode);
     const int64_t wih[2] = {G * H, in}, whh[2] = {G * H, H}, b[1] = {G * H};
     char what[96];
-    snprintf(what, sizeof what, "%s: %" PRId64 " gates x hidden size by input size", mode_name[mode],
-             G);
+    snprintf(what, sizeof what, "%s: %" PRId64 " gates x hidden size by input size",
+             mode_name[mode], G);
     kiln_status s = shape_is(op, "w_ih", w_ih, 2, wih, what);
     snprintf(what, sizeof what, "%s: %" PRId64 " gates x hidden size by hidden size",
              mode_name[mode], G);
@@ -128,8 +128,8 @@ static kiln_status cell(const char *op, kiln__rnn_mode mode, const kiln_tensor *
     if (x->ndim != 2 || w_hh->ndim != 2 || x->shape[0] < 1) {
         char sh[160];
         return kiln__error(KILN_ERR_SHAPE_MISMATCH,
-                           "%s: x has shape %s; it must be [batch, input size] with batch >= 1",
-                           op, kiln__shape_str(sh, sizeof sh, x->ndim, x->shape));
+                           "%s: x has shape %s; it must be [batch, input size] with batch >= 1", op,
+                           kiln__shape_str(sh, sizeof sh, x->ndim, x->shape));
     }
     int64_t B = x->shape[0], H = w_hh->shape[1];
     const int64_t bh[2] = {B, H};
@@ -224,7 +224,8 @@ static kiln_status check_run(const char *op, const kiln__rnn_config *cfg,
                              const kiln_tensor *h0, const kiln_tensor *c0, kiln_tensor **c_n)
 {
     const kiln_tensor *ts[] = {x, weights[0], h0, c0};
-    const char *const names[] = {"x", cfg->mode == KILN__RNN_LSTM ? "the LSTM's weights" : "the weights", "h0", "c0"};
+    const char *const names[] = {
+        "x", cfg->mode == KILN__RNN_LSTM ? "the LSTM's weights" : "the weights", "h0", "c0"};
     kiln_status s = kiln__check_tensors(op, 4, 1, ts, names, NULL);
     if (s == KILN_OK && cfg->mode != KILN__RNN_LSTM && (c0 || c_n))
         s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
@@ -239,13 +240,12 @@ static kiln_status check_run(const char *op, const kiln__rnn_config *cfg,
         return s;
     char sh[160];
     if (x->ndim != 3 || x->shape[2] != cfg->input_size || x->numel == 0)
-        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
-                           "%s: x has shape %s; it must be %s with input size %" PRId64
-                           " and no empty dimension",
-                           op, kiln__shape_str(sh, sizeof sh, x->ndim, x->shape),
-                           cfg->batch_first ? "[batch, time, input size]"
-                                            : "[time, batch, input size]",
-                           cfg->input_size);
+        return kiln__error(
+            KILN_ERR_SHAPE_MISMATCH,
+            "%s: x has shape %s; it must be %s with input size %" PRId64 " and no empty dimension",
+            op, kiln__shape_str(sh, sizeof sh, x->ndim, x->shape),
+            cfg->batch_first ? "[batch, time, input size]" : "[time, batch, input size]",
+            cfg->input_size);
     int64_t B = x->shape[cfg->batch_first ? 0 : 1];
     const int64_t st[3] = {(int64_t)cfg->layers * cfg->directions, B, cfg->hidden_size};
     s = shape_is(op, "h0", h0, 3, st, "layers x directions, batch, hidden size");
@@ -321,7 +321,8 @@ kiln_status kiln__rnn_run(const char *op, const kiln__rnn_config *cfg, kiln_tens
         cur = next;
     }
     if (s == KILN_OK)
-        s = cfg->batch_first ? kiln_permute(cur, tb, y) : kiln_tensor_reshape(cur, 3, cur->shape, y);
+        s = cfg->batch_first ? kiln_permute(cur, tb, y)
+                             : kiln_tensor_reshape(cur, 3, cur->shape, y);
     if (s == KILN_OK && h_n)
         s = kiln_cat((const kiln_tensor *const *)fin, L * D, 0, h_n);
     if (s == KILN_OK && c_n && lstm)
