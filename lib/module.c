@@ -560,7 +560,7 @@ static kiln_status recurrent_create(const char *op, kiln__rnn_mode mode, kiln_de
     l->p = o.dropout;
     l->seed = kiln__seed_resolve(seed);
     l->nrw = 4 * L * D;
-    if (!(l->rw = kiln__calloc((size_t)l->nrw, sizeof *l->rw))) {
+    if (!(l->rw = kiln__calloc((size_t)l->nrw, sizeof(kiln_tensor *)))) {
         l->nrw = 0;
         kiln_module_free(l);
         return kiln__host_oom(op);
