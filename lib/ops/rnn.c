@@ -57,7 +57,7 @@ kiln_status kiln__rnn_scan(const char *op, kiln__rnn_mode mode, bool reverse, co
     bool save = false;
     for (int i = 0; i < 6 && kiln_grad_enabled(); i++)
         save = save || (ins[i] && ins[i]->requires_grad);
-    enum { H_, C_, HG, HPREV, CPREV, WS, R, N_ };
+    enum { H_, C_, HG, HPREV, CPREV, WS, R, WT, N_ };
     kiln_tensor *t[N_] = {0};
     const int64_t bh[2] = {B, H}, bgh[2] = {B, G * H}, tbh[3] = {T, B, H}, tbw[3] = {T, B, W * H};
     const int64_t rshape[3] = {T + (lstm ? 2 : 1), B, H};
@@ -80,8 +80,13 @@ kiln_status kiln__rnn_scan(const char *op, kiln__rnn_mode mode, bool reverse, co
     /* Buffers a step does not use are passed as any tensor of the launch (never read). */
     const kiln_tensor *any = t[R];
     bool grad = kiln_set_grad_enabled(false);
+    /* W_hh^T [H, G H], once: each step's h W_hh^T is then a plain product (a transposed operand
+     * would be transposed again at every step by the host BLAS path) */
+    static const int swap[2] = {1, 0};
+    if (s == KILN_OK)
+        s = kiln_permute(w_hh, swap, &t[WT]);
     for (int64_t step = 0; s == KILN_OK && step < T; step++) {
-        s = kiln_matmul_trans_out(t[H_], w_hh, KILN_MATMUL_TRANS_B, t[HG]);
+        s = kiln_matmul_out(t[H_], t[WT], t[HG]);
         kiln_arg args[] = {
             kiln_arg_i32((int32_t)mode),
             kiln_arg_i64(step),
