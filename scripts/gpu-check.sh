@@ -540,6 +540,8 @@ sweep 300
 data 60
 torch-interop 120 serial
 bench-conv 120 serial nostandin
+rnn 120
+torch-rnn 120 serial
 "
 quick_suites="spec symbols registry tensor program creation"
 
