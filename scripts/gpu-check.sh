@@ -542,6 +542,7 @@ torch-interop 120 serial
 bench-conv 120 serial nostandin
 rnn 120
 torch-rnn 120 serial
+bench-rnn 120 serial nostandin
 "
 quick_suites="spec symbols registry tensor program creation"
 

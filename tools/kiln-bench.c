@@ -22,6 +22,7 @@ static const bench_section sections[] = {
     {"matmul", "matmul n=256..2048 vs cblas_sgemm, and each matmul path", bench_matmul},
     {"train", "time per training step of the example MLP at a few sizes", bench_train},
     {"conv", "conv2d forward and forward+backward vs im2col + cblas_sgemm in C", bench_conv},
+    {"rnn", "LSTM and GRU forward and forward+backward vs PyTorch", bench_rnn},
     {"checkpoint", "kiln_save/kiln_load of 1 GiB vs write()+fsync/read()", bench_checkpoint},
 #ifdef KILN_HAVE_MPI
     {"allreduce", "kiln_mpi_allreduce of 1..256 MiB vs MPI_Allreduce (under mpirun)",

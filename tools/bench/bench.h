@@ -30,7 +30,9 @@ typedef struct bench_result {
     char name[96];    /* "h2d 64 MiB" */
     const char *unit; /* "GB/s", "us", "GFLOP/s", "ms" */
     bool higher_is_better;
-    const char *baseline;  /* what the baseline is: "raw OpenCL", "cblas_sgemm", "C loop" */
+    /* what the baseline is ("raw OpenCL", "cblas_sgemm", "PyTorch 1.13, 1 thr"), copied: a
+     * caller's buffer may be reused or gone by the time --json prints every result; "" for none */
+    char baseline[64];
     double kiln;           /* median */
     double baseline_value; /* median; 0 when there is no baseline */
     int samples;
@@ -77,6 +79,7 @@ int bench_fusion(bench_ctx *ctx);
 int bench_matmul(bench_ctx *ctx);
 int bench_train(bench_ctx *ctx);
 int bench_conv(bench_ctx *ctx);
+int bench_rnn(bench_ctx *ctx);
 int bench_checkpoint(bench_ctx *ctx);
 int bench_allreduce(bench_ctx *ctx); /* with libkiln-mpi only (KILN_HAVE_MPI) */
 

@@ -47,7 +47,7 @@ void bench_result_set(bench_result *r, const char *name, const char *unit, bool 
     snprintf(r->name, sizeof r->name, "%s", name);
     r->unit = unit;
     r->higher_is_better = higher_is_better;
-    r->baseline = baseline;
+    snprintf(r->baseline, sizeof r->baseline, "%s", baseline ? baseline : "");
     r->samples = samples;
     r->kiln = bench_median(kiln, samples, &r->min, &r->max);
     r->baseline_value = base ? bench_median(base, samples, NULL, NULL) : 0;
@@ -89,7 +89,7 @@ void bench_report(bench_ctx *ctx, const bench_result *r)
     }
     if (r->baseline_value > 0)
         printf("%-36s %12.4g %12.4g %8.3f  %-8s %s\n", r->name, r->kiln, r->baseline_value,
-               ratio(r), r->unit, r->baseline ? r->baseline : "");
+               ratio(r), r->unit, r->baseline);
     else
         printf("%-36s %12.4g %12s %8s  %-8s\n", r->name, r->kiln, "-", "-", r->unit);
     fflush(stdout);
@@ -155,7 +155,7 @@ void bench_print_json(bench_ctx *ctx)
         printf(", \"unit\": ");
         json_string(r->unit);
         printf(", \"kiln\": %.6g, \"baseline\": ", r->kiln);
-        if (r->baseline)
+        if (r->baseline[0])
             json_string(r->baseline);
         else
             printf("null");

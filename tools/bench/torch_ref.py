@@ -16,6 +16,13 @@
   torch_ref.py cnnstep REPEATS STEPS BATCH       a training step of examples/cnn_digits's model
                                                   (Adam, cross-entropy) on a fixed batch, at 1
                                                   and 2 threads: "cnnstep BATCH THREADS 2 <ms>"
+  torch_ref.py rnn REPEATS T B H KIND ...         a one-layer nn.LSTM (KIND 0) or nn.GRU (KIND 1)
+                                                  with input size = hidden size H over x [T, B, H]
+                                                  f32 (the x kiln-bench uses), at 1 and 2 threads:
+                                                  "rnn CASE THREADS 0 <median ms>" (forward, under
+                                                  torch.no_grad) and "rnn CASE THREADS 1 <median
+                                                  ms>" (forward, y.sum().backward() to every
+                                                  parameter)
 First line: "torch <version> <threads>". Exit status 3 without torch (the caller notes a skip).
 """
 import sys
@@ -157,6 +164,25 @@ def bench_cnnstep(repeats, steps, batch):
         print(f"cnnstep {batch} {threads} 2 {timed(repeats, step, steps):.6g}", flush=True)
 
 
+def bench_rnn(repeats, cases):
+    for idx, (t, b, h, kind) in enumerate(cases):
+        i = torch.arange(t * b * h, dtype=torch.int64)
+        x = ((i * 7919).remainder(1000).float() / 500.0 - 1.0).reshape(t, b, h)
+        torch.manual_seed(1)
+        model = (torch.nn.GRU if kind else torch.nn.LSTM)(h, h)
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                fwd = timed(repeats, lambda: model(x))
+
+            def fwd_bwd():
+                model.zero_grad(set_to_none=True)
+                model(x)[0].sum().backward()
+            both = timed(repeats, fwd_bwd)
+            print(f"rnn {idx} {threads} 0 {fwd:.6g}", flush=True)
+            print(f"rnn {idx} {threads} 1 {both:.6g}", flush=True)
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
@@ -169,6 +195,8 @@ def main(argv):
         bench_train(repeats, rest[0], [tuple(rest[k:k + 2]) for k in range(1, len(rest), 2)])
     elif what == "conv" and len(rest) % 9 == 0:
         bench_conv(repeats, [tuple(rest[k:k + 9]) for k in range(0, len(rest), 9)])
+    elif what == "rnn" and len(rest) % 4 == 0 and all(k in (0, 1) for k in rest[3::4]):
+        bench_rnn(repeats, [tuple(rest[k:k + 4]) for k in range(0, len(rest), 4)])
     elif what == "cnnstep" and len(rest) == 2:
         bench_cnnstep(repeats, rest[0], rest[1])
     elif what == "fusion" and len(rest) == 2:
