@@ -1,6 +1,7 @@
 /* rnn.c - the time loop of a recurrent layer and its backward through time (rnn.h): per step
  * one matmul for the hidden projection and one kernel (lib/kernels/rnn.cl) for all the gate
  * arithmetic, forward and backward, with nothing read back inside the loop. */
+#include <stdio.h>
 #include <string.h>
 
 #include "dtype.h"
@@ -21,11 +22,15 @@ static int saved_per_unit(kiln__rnn_mode mode)
     return mode == KILN__RNN_LSTM ? 5 : mode == KILN__RNN_GRU ? 4 : 1;
 }
 
-static kiln_status rnn_kernel(kiln_device *dev, kiln_dtype dtype, const char *name, const char *op,
-                              kiln__kernel **k)
+/* The kernels of one cell (mode) and dtype: one program each. */
+static kiln_status rnn_kernel(kiln_device *dev, kiln_dtype dtype, kiln__rnn_mode mode, bool save,
+                              const char *name, const char *op, kiln__kernel **k)
 {
-    char defs[128] = "";
+    char defs[192] = "";
     kiln__dtype_defines(defs, sizeof defs, "T", dtype);
+    size_t used = strlen(defs);
+    snprintf(defs + used, sizeof defs - used, " -DKILN_RNN_MODE=%d -DKILN_RNN_SAVE=%d", (int)mode,
+             save);
     return kiln__builtin_kernel(dev, "rnn", defs, name, op, k);
 }
 
@@ -57,7 +62,7 @@ kiln_status kiln__rnn_scan(const char *op, kiln__rnn_mode mode, bool reverse, co
     bool save = false;
     for (int i = 0; i < 6 && kiln_grad_enabled(); i++)
         save = save || (ins[i] && ins[i]->requires_grad);
-    enum { H_, C_, HG, HPREV, CPREV, WS, R, WT, N_ };
+    enum { H_, C_, HG, HPREV, CPREV, WS, R, WT, DUMMY, N_ };
     kiln_tensor *t[N_] = {0};
     const int64_t bh[2] = {B, H}, bgh[2] = {B, G * H}, tbh[3] = {T, B, H}, tbw[3] = {T, B, W * H};
     const int64_t rshape[3] = {T + (lstm ? 2 : 1), B, H};
@@ -74,11 +79,15 @@ kiln_status kiln__rnn_scan(const char *op, kiln__rnn_mode mode, bool reverse, co
         s = kiln__tensor_new(dev, dtype, 3, tbw, op, &t[WS]);
     if (s == KILN_OK)
         s = kiln__tensor_new(dev, dtype, 3, rshape, op, &t[R]);
+    /* Buffers a step does not use get a one-element tensor of their own, never read or written
+     * (rather than one of the launch's real buffers, aliased). */
+    const int64_t one = 1;
+    if (s == KILN_OK)
+        s = kiln__tensor_new(dev, dtype, 1, &one, op, &t[DUMMY]);
     kiln__kernel *k = NULL;
     if (s == KILN_OK)
-        s = rnn_kernel(dev, dtype, "kiln_rnn_step", op, &k);
-    /* Buffers a step does not use are passed as any tensor of the launch (never read). */
-    const kiln_tensor *any = t[R];
+        s = rnn_kernel(dev, dtype, mode, save, "kiln_rnn_step", op, &k);
+    const kiln_tensor *any = t[DUMMY];
     bool grad = kiln_set_grad_enabled(false);
     /* W_hh^T [H, G H], once: each step's h W_hh^T is then a plain product (a transposed operand
      * would be transposed again at every step by the host BLAS path) */
@@ -88,7 +97,6 @@ kiln_status kiln__rnn_scan(const char *op, kiln__rnn_mode mode, bool reverse, co
     for (int64_t step = 0; s == KILN_OK && step < T; step++) {
         s = kiln_matmul_out(t[H_], t[WT], t[HG]);
         kiln_arg args[] = {
-            kiln_arg_i32((int32_t)mode),
             kiln_arg_i64(step),
             kiln_arg_i64(T),
             kiln_arg_i64(B),
@@ -107,7 +115,6 @@ kiln_status kiln__rnn_scan(const char *op, kiln__rnn_mode mode, bool reverse, co
             kiln_arg_tensor(save && lstm ? t[CPREV] : any),
             kiln_arg_tensor(save ? t[WS] : any),
             kiln_arg_tensor(t[R]),
-            kiln_arg_i32(save),
         };
         size_t global[2] = {(size_t)H, (size_t)B};
         if (s == KILN_OK)
@@ -164,12 +171,11 @@ kiln_status kiln__rnn_scan_bw(const kiln__ag_args *args, const kiln_tensor *g,
         s = kiln__tensor_new(dev, dtype, 2, bgh, op, &t[DGHS]);
     kiln__kernel *k = NULL;
     if (s == KILN_OK)
-        s = rnn_kernel(dev, dtype, "kiln_rnn_step_bw", op, &k);
+        s = rnn_kernel(dev, dtype, mode, true, "kiln_rnn_step_bw", op, &k);
     const kiln_tensor *any = g;
     bool dh0 = h0 && h0->requires_grad;
     for (int64_t step = T - 1; s == KILN_OK && step >= 0; step--) {
         kiln_arg a[] = {
-            kiln_arg_i32((int32_t)mode),
             kiln_arg_i64(step),
             kiln_arg_i64(T),
             kiln_arg_i64(B),
