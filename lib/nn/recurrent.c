@@ -279,14 +279,14 @@ kiln_status kiln__rnn_run(const char *op, const kiln__rnn_config *cfg, kiln_tens
         s = cfg->batch_first ? kiln_permute(x, tb, &cur)
                              : kiln_tensor_reshape(x, 3, x->shape, &cur);
     /* the final states of each layer and direction, [1, B, H] each */
-    kiln_tensor **fin = kiln__calloc((size_t)(2 * L * D), sizeof *fin);
+    kiln_tensor **fin = kiln__calloc((size_t)2 * (size_t)L * (size_t)D, sizeof(kiln_tensor *));
     if (s == KILN_OK && !fin)
         s = kiln__host_oom(op);
     for (int l = 0; s == KILN_OK && l < L; l++) {
         kiln_tensor *outs[2] = {0}, *next = NULL;
         for (int d = 0; s == KILN_OK && d < D; d++) {
             int i = l * D + d;
-            kiln_tensor *const *w = weights + 4 * i;
+            kiln_tensor *const *w = weights + (ptrdiff_t)4 * i;
             kiln_tensor *t[5] = {0}; /* xg, h0 row, c0 row, result */
             s = check_weights(op, cfg->mode, cur->shape[2], cfg->hidden_size, w[0], w[1], w[2],
                               w[3]);
@@ -326,7 +326,7 @@ kiln_status kiln__rnn_run(const char *op, const kiln__rnn_config *cfg, kiln_tens
     if (s == KILN_OK && h_n)
         s = kiln_cat((const kiln_tensor *const *)fin, L * D, 0, h_n);
     if (s == KILN_OK && c_n && lstm)
-        s = kiln_cat((const kiln_tensor *const *)fin + L * D, L * D, 0, c_n);
+        s = kiln_cat((const kiln_tensor *const *)fin + (ptrdiff_t)L * D, L * D, 0, c_n);
     if (s != KILN_OK) {
         kiln_tensor_release(*y);
         *y = NULL;
