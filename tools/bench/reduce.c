@@ -1,7 +1,9 @@
 /* reduce.c - kiln-bench reduce: kiln_reduce sum over axis 0 (columns, the bias-gradient case)
- * and axis 1 (rows) of [4096, 1024] and [1024, 512] f32 (--quick: the smaller one), beside a C
- * loop over host memory doing the same reduction (OpenMP-parallel when built with OpenMP), in
- * GB/s of input read. */
+ * and axis 1 (rows), and kiln_softmax over axis 1, of [4096, 1024] and [1024, 512] f32 (--quick:
+ * the smaller one), beside a C loop over host memory doing the same (OpenMP-parallel when built
+ * with OpenMP), in GB/s of input read; then PyTorch's torch.sum and torch.softmax at 1 and 2
+ * threads on the same x, where python3 has torch (torch.c). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -14,13 +16,44 @@
 typedef struct rd {
     long rows, cols;
     float *hx, *hout, *hpart; /* hpart: a row of partial column sums per thread */
+    float *hy;                /* the C loop's softmax */
     int threads;
-    kiln_tensor *x, *out0, *out1;
+    kiln_tensor *x, *out0, *out1, *y;
     kiln_device *dev;
 } rd;
 
+/* What a case measures: a sum over axis 0 or 1, or (SOFTMAX) a softmax over axis 1. */
+#define SOFTMAX 2
+
+/* Softmax of each row as a C programmer writes it: the max, exp and sum, then a scale. */
+static void softmax_loop_once(rd *r)
+{
+    long rows = r->rows, cols = r->cols;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (long i = 0; i < rows; i++) {
+        const float *restrict x = r->hx + i * cols;
+        float *restrict y = r->hy + i * cols;
+        float m = -INFINITY, s = 0.0f;
+        for (long j = 0; j < cols; j++)
+            m = x[j] > m ? x[j] : m;
+        for (long j = 0; j < cols; j++) {
+            y[j] = expf(x[j] - m);
+            s += y[j];
+        }
+        float inv = 1.0f / s;
+        for (long j = 0; j < cols; j++)
+            y[j] *= inv;
+    }
+}
+
 static void loop_once(rd *r, int axis)
 {
+    if (axis == SOFTMAX) {
+        softmax_loop_once(r);
+        return;
+    }
     const float *restrict x = r->hx;
     float *restrict out = r->hout;
     long rows = r->rows, cols = r->cols;
@@ -74,17 +107,31 @@ static void loop_once(rd *r, int axis)
  * (on a shared machine the median moves with the load, the best far less). */
 typedef struct rd_case {
     long rows, cols;
-    int axis, samples;
+    int axis, samples; /* axis: 0, 1 or SOFTMAX */
     double k[64];
     double best_ratio;
 } rd_case;
+
+static void case_name(char *name, size_t size, const rd_case *c)
+{
+    if (c->axis == SOFTMAX)
+        snprintf(name, size, "softmax axis 1 of [%ld, %ld] f32", c->rows, c->cols);
+    else
+        snprintf(name, size, "sum axis %d of [%ld, %ld] f32", c->axis, c->rows, c->cols);
+}
+
+static kiln_status kiln_once(rd *r, int axis)
+{
+    if (axis == SOFTMAX)
+        return kiln_softmax_out(r->x, 1, r->y);
+    return kiln_reduce_out(KILN_REDUCE_SUM, r->x, axis, false, axis == 0 ? r->out0 : r->out1);
+}
 
 static int measure(bench_ctx *ctx, rd *r, int axis, int iters, rd_case *rc)
 {
     double k[64], base[64];
     int samples = ctx->repeats > 64 ? 64 : ctx->repeats;
-    kiln_tensor *out = axis == 0 ? r->out0 : r->out1;
-    kiln_status s = kiln_reduce_out(KILN_REDUCE_SUM, r->x, axis, false, out); /* builds: untimed */
+    kiln_status s = kiln_once(r, axis); /* builds: untimed */
     if (s == KILN_OK)
         s = kiln_device_synchronize(r->dev);
     if (s != KILN_OK)
@@ -94,7 +141,7 @@ static int measure(bench_ctx *ctx, rd *r, int axis, int iters, rd_case *rc)
     for (int i = 0; i < samples; i++) {
         double t0 = bench_now();
         for (int j = 0; j < iters && s == KILN_OK; j++)
-            s = kiln_reduce_out(KILN_REDUCE_SUM, r->x, axis, false, out);
+            s = kiln_once(r, axis);
         if (s == KILN_OK)
             s = kiln_device_synchronize(r->dev);
         if (s != KILN_OK)
@@ -105,15 +152,15 @@ static int measure(bench_ctx *ctx, rd *r, int axis, int iters, rd_case *rc)
             loop_once(r, axis);
         base[i] = bytes / (bench_now() - t0) * 1e-9;
     }
+    *rc = (rd_case){.rows = r->rows, .cols = r->cols, .axis = axis, .samples = samples};
     bench_result res;
     char name[96];
-    snprintf(name, sizeof name, "sum axis %d of [%ld, %ld] f32", axis, r->rows, r->cols);
+    case_name(name, sizeof name, rc);
 #ifdef _OPENMP
     const char *baseline = "OpenMP C loop";
 #else
     const char *baseline = "C loop (1 thread)";
 #endif
-    *rc = (rd_case){.rows = r->rows, .cols = r->cols, .axis = axis, .samples = samples};
     for (int i = 0; i < samples; i++)
         rc->k[i] = k[i];
     bench_result_set(&res, name, "GB/s", true, baseline, k, base, samples);
@@ -128,27 +175,25 @@ typedef struct torch_rows {
     int ncases;
 } torch_rows;
 
-static int torch_row(void *user, long rows, long cols, long axis, double gbs, const char *version,
-                     int threads)
+/* "reduce CASE THREADS 0 GB/s" */
+static int torch_row(void *user, long a, long threads, long zero, double gbs, const char *version,
+                     int default_threads)
 {
     torch_rows *t = user;
-    static char baseline[64];
-    snprintf(baseline, sizeof baseline, "PyTorch %s, %d thr", version, threads);
-    for (int i = 0; i < t->ncases; i++) {
-        rd_case *c = &t->cases[i];
-        if (c->rows != rows || c->cols != cols || c->axis != axis)
-            continue;
-        double base[64];
-        for (int j = 0; j < c->samples; j++)
-            base[j] = gbs;
-        bench_result res;
-        char name[96];
-        snprintf(name, sizeof name, "sum axis %d of [%ld, %ld] f32", c->axis, c->rows, c->cols);
-        bench_result_set(&res, name, "GB/s", true, baseline, c->k, base, c->samples);
-        bench_report(t->ctx, &res);
-        return 0;
-    }
-    return 1;
+    (void)default_threads;
+    if (a < 0 || a >= t->ncases || zero != 0)
+        return 1;
+    rd_case *c = &t->cases[a];
+    char baseline[64], name[96];
+    snprintf(baseline, sizeof baseline, "PyTorch %s, %ld thr", version, threads);
+    case_name(name, sizeof name, c);
+    double base[64];
+    for (int j = 0; j < c->samples; j++)
+        base[j] = gbs;
+    bench_result res;
+    bench_result_set(&res, name, "GB/s", true, baseline, c->k, base, c->samples);
+    bench_report(t->ctx, &res);
+    return 0;
 }
 
 static int setup(rd *r, bench_ctx *ctx)
@@ -162,7 +207,8 @@ static int setup(rd *r, bench_ctx *ctx)
     r->threads = 1;
 #endif
     r->hpart = calloc((size_t)r->threads * (size_t)r->cols, sizeof(float));
-    if (!r->hx || !r->hout || !r->hpart) {
+    r->hy = malloc(n * sizeof(float));
+    if (!r->hx || !r->hout || !r->hpart || !r->hy) {
         fprintf(stderr, "kiln-bench: out of host memory\n");
         return 1;
     }
@@ -174,6 +220,8 @@ static int setup(rd *r, bench_ctx *ctx)
         s = kiln_tensor_empty(ctx->dev, KILN_F32, 1, &shape[1], &r->out0);
     if (s == KILN_OK)
         s = kiln_tensor_empty(ctx->dev, KILN_F32, 1, &shape[0], &r->out1);
+    if (s == KILN_OK)
+        s = kiln_tensor_empty(ctx->dev, KILN_F32, 2, shape, &r->y);
     return s == KILN_OK ? 0 : bench_fail("tensors", s);
 }
 
@@ -182,7 +230,9 @@ static void teardown(rd *r)
     kiln_tensor_release(r->x);
     kiln_tensor_release(r->out0);
     kiln_tensor_release(r->out1);
+    kiln_tensor_release(r->y);
     free(r->hx);
+    free(r->hy);
     free(r->hout);
     free(r->hpart);
 }
@@ -191,7 +241,7 @@ int bench_reduce(bench_ctx *ctx)
 {
     static const long shapes[][2] = {{1024, 512}, {4096, 1024}};
     int nshapes = ctx->quick ? 1 : 2, rc = 0, ncases = 0;
-    rd_case cases[4];
+    rd_case cases[6];
     for (int i = 0; i < nshapes && rc == 0; i++) {
         rd r = {.rows = shapes[i][0], .cols = shapes[i][1], .dev = ctx->dev};
         rc = setup(&r, ctx);
@@ -200,15 +250,15 @@ int bench_reduce(bench_ctx *ctx)
         /* About 64 MiB read per sample, at least 4 reductions. */
         int iters = (int)(((long)16 << 20) / (r.rows * r.cols));
         iters = ctx->quick ? 2 : iters < 4 ? 4 : iters;
-        for (int axis = 0; axis <= 1 && rc == 0; axis++)
+        for (int axis = 0; axis <= SOFTMAX && rc == 0; axis++)
             if ((rc = measure(ctx, &r, axis, iters, &cases[ncases])) == 0)
                 ncases++;
         teardown(&r);
     }
 #ifdef _OPENMP
     bench_note(ctx,
-               "reduce: baseline is an OpenMP C loop over host memory (plain f32 sums), %d "
-               "threads",
+               "reduce: baseline is an OpenMP C loop over host memory (plain f32 sums; softmax: "
+               "max, expf and sum, scale by 1/sum), %d threads",
                omp_get_max_threads());
 #else
     bench_note(ctx, "reduce: baseline is a single-threaded C loop over host memory (built "
@@ -217,8 +267,10 @@ int bench_reduce(bench_ctx *ctx)
     char best[256];
     int len = snprintf(best, sizeof best, "reduce: ratio of best samples (kiln/baseline):");
     for (int i = 0; i < ncases && len < (int)sizeof best; i++)
-        len += snprintf(best + len, sizeof best - (size_t)len, " axis %d [%ld, %ld] %.3g;",
-                        cases[i].axis, cases[i].rows, cases[i].cols, cases[i].best_ratio);
+        len += snprintf(best + len, sizeof best - (size_t)len, " %s %d [%ld, %ld] %.3g;",
+                        cases[i].axis == SOFTMAX ? "softmax" : "axis",
+                        cases[i].axis == SOFTMAX ? 1 : cases[i].axis, cases[i].rows, cases[i].cols,
+                        cases[i].best_ratio);
     if (ncases > 0)
         bench_note(ctx, "%s", best);
     if (rc == 0 && ncases > 0) {

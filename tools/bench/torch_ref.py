@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch rows for kiln-bench (run by tools/bench/*.c through torch.c where python3 has torch).
 
-  torch_ref.py reduce REPEATS ROWS COLS AXIS ...  sum over AXIS of [ROWS, COLS] f32: one line
-                                                  "reduce ROWS COLS AXIS <median GB/s>" per case
+  torch_ref.py reduce REPEATS ROWS COLS AXIS ...  sum over AXIS (0, 1; 2: softmax over axis 1)
+                                                  of [ROWS, COLS] f32, at 1 and 2 threads:
+                                                  "reduce CASE THREADS 0 <median GB/s>"
   torch_ref.py train REPEATS STEPS BATCH HIDDEN ...  the example MLP's step (16 features, Adam):
                                                   one line "train BATCH HIDDEN 0 <median ms>" per size
   torch_ref.py fusion REPEATS N OPS               OPS dependent ops (alternately * 1.0001 and
@@ -44,19 +45,28 @@ def median(v):
 
 
 def bench_reduce(repeats, cases):
-    for rows, cols, axis in cases:
+    for idx, (rows, cols, axis) in enumerate(cases):
         x = torch.arange(rows * cols, dtype=torch.float32).remainder(1000).mul(0.01).sub(5.0)
         x = x.reshape(rows, cols)
-        out = torch.empty(cols if axis == 0 else rows, dtype=torch.float32)
-        iters = max(4, (16 << 20) // (rows * cols))  # about 64 MiB read per sample
-        torch.sum(x, dim=axis, out=out)
-        rates = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(iters):
+        if axis == 2:
+            out = torch.empty(rows, cols, dtype=torch.float32)
+            def once():
+                torch.softmax(x, dim=1, out=out)
+        else:
+            out = torch.empty(cols if axis == 0 else rows, dtype=torch.float32)
+            def once():
                 torch.sum(x, dim=axis, out=out)
-            rates.append(rows * cols * 4 * iters / (time.perf_counter() - t0) * 1e-9)
-        print(f"reduce {rows} {cols} {axis} {median(rates):.6g}", flush=True)
+        iters = max(4, (16 << 20) // (rows * cols))  # about 64 MiB read per sample
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            once()
+            rates = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    once()
+                rates.append(rows * cols * 4 * iters / (time.perf_counter() - t0) * 1e-9)
+            print(f"reduce {idx} {threads} 0 {median(rates):.6g}", flush=True)
 
 
 def bench_train(repeats, steps, sizes):
@@ -189,7 +199,7 @@ def main(argv):
         return 2
     what, repeats, rest = argv[1], int(argv[2]), [int(a) for a in argv[3:]]
     print(f"torch {torch.__version__} {torch.get_num_threads()}", flush=True)
-    if what == "reduce" and len(rest) % 3 == 0:
+    if what == "reduce" and len(rest) % 3 == 0 and all(a in (0, 1, 2) for a in rest[2::3]):
         bench_reduce(repeats, [tuple(rest[k:k + 3]) for k in range(0, len(rest), 3)])
     elif what == "train" and len(rest) >= 1 and (len(rest) - 1) % 2 == 0:
         bench_train(repeats, rest[0], [tuple(rest[k:k + 2]) for k in range(1, len(rest), 2)])
