@@ -15,8 +15,9 @@
  * Macros: KILN_T (input, slot T), KILN_O (output, slot O), KILN_ACC (accumulator type),
  * KILN_ACC_FLOAT when KILN_ACC is float or double, and KILN_RED_ADD (sum; run-time flag `mean`
  * divides by `count`) or KILN_RED_CMP (max, min via run-time flag `is_min`, argmax).
- * Float sums carry a compensation term (TwoSum) through every step after blocks of four
- * plain adds, so the error of a sum stays within 2 eps * sum |x| + eps * |sum| (+ n eps^2 terms).
+ * Float sums carry a compensation term (TwoSum) through every step after blocks of plain adds
+ * (four elements in the GPU kernels, two roundings; eight vectors in the CPU kernels, three), so
+ * the error of a sum stays within 3 eps * sum |x| + eps * |sum| (+ n eps^2 terms).
  * NaN: sums and max/min propagate NaN; argmax/argmin take the first NaN as the extreme.
  * The input is read through KILN_X_PARAMS (the kernels' first parameters) and KILN_LOAD(x, i)
  * (element i, flat): by default x and LOAD_T. A pending elementwise chain folded into the
@@ -286,7 +287,22 @@ kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *
     } while (0)
 #endif
 
-/* Fold lanes (sv, cv, iv) into the scalar (s, c, idx). */
+/* Fold lanes (sv, cv, iv) into the scalar (s, c, idx). Sums: halves added by TwoSum in
+ * vectors of 4, then 2 (eight scalar steps through private arrays cost a 512-element row a
+ * fifth of its time on PoCL). */
+#ifdef KILN_RED_ADD
+#define KILN_MERGE_LANES(s, c, idx, sv, cv, iv, is_min)                                         \
+    do {                                                                                        \
+        KILN_PASTE(KILN_ACC, 4) s4_ = (sv).lo, c4_ = (cv).lo + (cv).hi;                         \
+        KILN_PASTE(KILN_ACC, 4) t4_ = s4_ + (sv).hi, b4_ = t4_ - s4_;                           \
+        c4_ += (s4_ - (t4_ - b4_)) + ((sv).hi - b4_);                                           \
+        KILN_PASTE(KILN_ACC, 2) s2_ = t4_.lo, c2_ = c4_.lo + c4_.hi;                            \
+        KILN_PASTE(KILN_ACC, 2) t2_ = s2_ + t4_.hi, b2_ = t2_ - s2_;                            \
+        c2_ += (s2_ - (t2_ - b2_)) + (t4_.hi - b2_);                                            \
+        KILN_MERGE(s, c, idx, t2_.x, c2_.x, 0, is_min);                                         \
+        KILN_MERGE(s, c, idx, t2_.y, c2_.y, 0, is_min);                                         \
+    } while (0)
+#else
 #define KILN_MERGE_LANES(s, c, idx, sv, cv, iv, is_min)                                         \
     do {                                                                                        \
         KILN_ACC as_[8], ac_[8];                                                                \
@@ -297,11 +313,12 @@ kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *
         for (int k_ = 0; k_ < 8; k_++)                                                          \
             KILN_MERGE(s, c, idx, as_[k_], ac_[k_], ai_[k_], is_min);                           \
     } while (0)
+#endif
 
 /* Launched over [nchunks, outer] (capped: KILN_FOR loops; padded): the work-item folds elements
- * j0 .. j1 of contiguous row o (inner == 1), 32 at a time for sums (four vectors added plainly,
- * then one compensated step: the same bound as KILN_ACCUMULATE), 8 at a time for compares;
- * chunks shorter than 32 and the last elements one at a time. */
+ * j0 .. j1 of contiguous row o (inner == 1), 64 at a time for sums (eight vectors added
+ * plainly, then one compensated step: KILN_VROW_BLOCKS), then 8 at a time (compares: 8 at a
+ * time throughout); chunks shorter than 32 and the last elements one at a time. */
 #define KILN_VROWS_KERNEL(name, OUT_T, RESULT)                                                  \
     kernel void name(KILN_X_PARAMS, global OUT_T *out, global KILN_ACC *ps,            \
                      global KILN_ACC *pc, global long *pi, long outer, long n, long chunk,      \
@@ -315,9 +332,9 @@ kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *
                 KILN_INIT(s, c, idx, is_min);                                                   \
                 if (j1 - j0 >= 32) { /* shorter: merging the lanes costs more than it saves */  \
                     long8 lane = (long8)(0, 1, 2, 3, 4, 5, 6, 7);                               \
-                    KILN_ACCV sv = KILN_LOADV(x, base + j), cv = 0;                             \
+                    KILN_ACCV sv = KILN_VROW_FIRST(x, base + j), cv = 0;                        \
                     long8 iv = lane + j;                                                        \
-                    j += 8;                                                                     \
+                    j += KILN_VROW_START;                                                       \
                     KILN_VROW_BLOCKS(x, base, j, j1, sv, cv, iv, is_min);                       \
                     for (; j + 8 <= j1; j += 8)                                                 \
                         KILN_FOLDV(sv, cv, iv, KILN_LOADV(x, base + j), lane + j, is_min);      \
@@ -331,16 +348,59 @@ kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *
         }                                                                                       \
     }
 
-/* Lanes start from the first elements (for sums their first addends). Sums then add blocks
- * of four vectors (four rows of a column block); compares go one vector at a time. */
+/* Compare lanes start from the first elements, sum lanes of rows from zero (column blocks
+ * from their first row). Sums then add blocks of eight vectors (64 elements of a row, eight
+ * rows of a column block) plainly, as four independent pairs and a tree (three roundings),
+ * before one compensated step;
+ * compares go one vector at a time. A compensated step every four vectors held the row kernel
+ * to half an OpenMP loop's speed (measured with a raw OpenCL harness on PoCL: blocks of eight
+ * ran 1.7-2x faster, level with plain sums). The row's block is a loop over two steps, not
+ * straight code: PoCL's LLVM split the straight form's vectors into 2-wide pieces (vmovsd
+ * loads, xmm adds), again half the speed. */
 #ifdef KILN_RED_ADD
+/* Sums start from zero, so whole blocks run from the chunk's first element. */
+#define KILN_VROW_FIRST(x, i) ((KILN_ACCV)0)
+#define KILN_VROW_START 0
 #define KILN_VROW_BLOCKS(x, base, j, j1, sv, cv, iv, is_min)                                    \
-    for (; (j) + 32 <= (j1); (j) += 32)                                                         \
-    KILN_FOLDV(sv, cv, iv,                                                                      \
-               (KILN_LOADV(x, (base) + (j)) + KILN_LOADV(x, (base) + (j) + 8)) +                \
-                   (KILN_LOADV(x, (base) + (j) + 16) + KILN_LOADV(x, (base) + (j) + 24)),       \
-               iv, is_min)
+    for (; (j) + 64 <= (j1); (j) += 64) {                                                       \
+        KILN_ACCV a0_ = 0, a1_ = 0, a2_ = 0, a3_ = 0;                                           \
+        for (int b_ = 0; b_ < 64; b_ += 32) {                                                   \
+            a0_ += KILN_LOADV(x, (base) + (j) + b_);                                            \
+            a1_ += KILN_LOADV(x, (base) + (j) + b_ + 8);                                        \
+            a2_ += KILN_LOADV(x, (base) + (j) + b_ + 16);                                       \
+            a3_ += KILN_LOADV(x, (base) + (j) + b_ + 24);                                       \
+        }                                                                                       \
+        KILN_FOLDV(sv, cv, iv, (a0_ + a1_) + (a2_ + a3_), iv, is_min);                          \
+    }
 #define KILN_COL_BLOCKS(x, p, inner, j, j1, m, mv, s, c, idx, is_min)                         \
+    for (; (j) + 8 <= (j1); (j) += 8) {                                                         \
+        long q_ = (p) + (j) * (inner);                                                          \
+        for (int k = 0; k < (mv); k += 8) {                                                     \
+            KILN_ACCV sv = vload8(0, (s) + k), cv = vload8(0, (c) + k);                         \
+            KILN_FOLDV(sv, cv, sv,                                                              \
+                       ((KILN_LOADV(x, q_ + k) + KILN_LOADV(x, q_ + 4 * (inner) + k)) +         \
+                        (KILN_LOADV(x, q_ + (inner) + k) +                                      \
+                         KILN_LOADV(x, q_ + 5 * (inner) + k))) +                                \
+                           ((KILN_LOADV(x, q_ + 2 * (inner) + k) +                              \
+                             KILN_LOADV(x, q_ + 6 * (inner) + k)) +                             \
+                            (KILN_LOADV(x, q_ + 3 * (inner) + k) +                              \
+                             KILN_LOADV(x, q_ + 7 * (inner) + k))),                             \
+                       sv, is_min);                                                             \
+            vstore8(sv, 0, (s) + k);                                                            \
+            vstore8(cv, 0, (c) + k);                                                            \
+        }                                                                                       \
+        for (int k = (mv); k < (m); k++) {                                                      \
+            KILN_ACC b_ = (((KILN_ACC)KILN_LOAD(x, q_ + k) +                                    \
+                            (KILN_ACC)KILN_LOAD(x, q_ + 4 * (inner) + k)) +                     \
+                           ((KILN_ACC)KILN_LOAD(x, q_ + (inner) + k) +                          \
+                            (KILN_ACC)KILN_LOAD(x, q_ + 5 * (inner) + k))) +                    \
+                          (((KILN_ACC)KILN_LOAD(x, q_ + 2 * (inner) + k) +                      \
+                            (KILN_ACC)KILN_LOAD(x, q_ + 6 * (inner) + k)) +                     \
+                           ((KILN_ACC)KILN_LOAD(x, q_ + 3 * (inner) + k) +                      \
+                            (KILN_ACC)KILN_LOAD(x, q_ + 7 * (inner) + k)));                     \
+            KILN_ADD((s)[k], (c)[k], b_, (KILN_ACC)0);                                          \
+        }                                                                                       \
+    }                                                                                           \
     for (; (j) + 4 <= (j1); (j) += 4) {                                                         \
         long q_ = (p) + (j) * (inner);                                                          \
         for (int k = 0; k < (mv); k += 8) {                                                     \
@@ -361,6 +421,8 @@ kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *
         }                                                                                       \
     }
 #else
+#define KILN_VROW_FIRST(x, i) KILN_LOADV(x, i)
+#define KILN_VROW_START 8
 #define KILN_VROW_BLOCKS(x, base, j, j1, sv, cv, iv, is_min) ((void)0)
 #define KILN_COL_BLOCKS(x, p, inner, j, j1, m, mv, s, c, idx, is_min) ((void)0)
 #endif
