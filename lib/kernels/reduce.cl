@@ -377,15 +377,15 @@ kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *
         long q_ = (p) + (j) * (inner);                                                          \
         for (int k = 0; k < (mv); k += 8) {                                                     \
             KILN_ACCV sv = vload8(0, (s) + k), cv = vload8(0, (c) + k);                         \
-            KILN_FOLDV(sv, cv, sv,                                                              \
-                       ((KILN_LOADV(x, q_ + k) + KILN_LOADV(x, q_ + 4 * (inner) + k)) +         \
-                        (KILN_LOADV(x, q_ + (inner) + k) +                                      \
-                         KILN_LOADV(x, q_ + 5 * (inner) + k))) +                                \
-                           ((KILN_LOADV(x, q_ + 2 * (inner) + k) +                              \
-                             KILN_LOADV(x, q_ + 6 * (inner) + k)) +                             \
-                            (KILN_LOADV(x, q_ + 3 * (inner) + k) +                              \
-                             KILN_LOADV(x, q_ + 7 * (inner) + k))),                             \
-                       sv, is_min);                                                             \
+            KILN_ACCV a0_ = 0, a1_ = 0, a2_ = 0, a3_ = 0;                                       \
+            for (int b_ = 0; b_ < 8; b_ += 4) { /* a loop: see KILN_VROW_BLOCKS */              \
+                long r_ = q_ + b_ * (inner) + k;                                                \
+                a0_ += KILN_LOADV(x, r_);                                                       \
+                a1_ += KILN_LOADV(x, r_ + (inner));                                             \
+                a2_ += KILN_LOADV(x, r_ + 2 * (inner));                                         \
+                a3_ += KILN_LOADV(x, r_ + 3 * (inner));                                         \
+            }                                                                                   \
+            KILN_FOLDV(sv, cv, sv, (a0_ + a1_) + (a2_ + a3_), sv, is_min);                      \
             vstore8(sv, 0, (s) + k);                                                            \
             vstore8(cv, 0, (c) + k);                                                            \
         }                                                                                       \
