@@ -858,8 +858,9 @@ KILN_API kiln_status kiln_logsumexp(const kiln_tensor *x, int axis, bool keepdim
 
 /* Matrix product of the last two dimensions, batched over the leading ones (a batch of 1
  * broadcasts). a: [..., M, K] (or [..., K, M] with KILN_MATMUL_TRANS_A), b: [..., K, N]
- * (or [..., N, K] with KILN_MATMUL_TRANS_B); out: [..., M, N]. f32 and f64 (f64 needs fp64 on the
- * device); other dtypes are KILN_ERR_UNSUPPORTED (cast f16 to f32). Operands need >= 2 dims; a
+ * (or [..., N, K] with KILN_MATMUL_TRANS_B); out: [..., M, N]. f32, f64 (needs fp64 on the
+ * device) and f16 (stored in 16 bits, accumulated in f32, the product rounded to f16 once);
+ * integers are KILN_ERR_UNSUPPORTED (cast them). Operands need >= 2 dims; a
  * batch of 1 (or none) broadcasts, other batch shapes must be equal (KILN_ERR_SHAPE_MISMATCH
  * naming both shapes). M or N of 0 gives an empty result, K of 0 zeros. Everything is checked
  * before anything is queued; asynchronous. _out writes into out (exact shape and dtype, on

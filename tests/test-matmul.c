@@ -1,5 +1,6 @@
 /* test-matmul.c - kiln_matmul on every device and every path (clblast, cblas, builtin) against a
- * plain C triple loop in double precision; batches, transposes, empty sizes and bad inputs. */
+ * plain C triple loop in double precision; batches, transposes, f64 and f16, empty sizes and bad
+ * inputs. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "../lib/clcall.h"
+#include "../lib/dtype.h"
 #include "../lib/ops/matmul.h"
 #include "../lib/registry.h"
 #include "kiln.h"
@@ -127,12 +129,8 @@ static kiln_tensor *upload(kiln_device *dev, kiln_dtype dt, const operand *o, co
 {
     void *host = malloc((size_t)count * 8 + 8);
     ck_assert_ptr_nonnull(host);
-    for (int64_t i = 0; i < count; i++) {
-        if (dt == KILN_F32)
-            ((float *)host)[i] = (float)v[i];
-        else
-            ((double *)host)[i] = v[i];
-    }
+    for (int64_t i = 0; i < count; i++)
+        kiln__dtype_store(dt, host, i, (kiln__host_value){.floating = true, .f = v[i]});
     kiln_tensor *t = NULL;
     ck_assert_int_eq(kiln_tensor_from_host(dev, dt, o->ndim, o->shape, host, &t), KILN_OK);
     free(host);
@@ -149,7 +147,10 @@ static int64_t numel(const operand *o)
 
 /* Compute op(A) x op(B) on dev through `path` (NULL: the device's default) and compare with the
  * reference: |got - ref| <= K * eps * max|a| * max|b| + eps, eps = 1e-6 (f32; 16x the unit
- * roundoff bound K*u) or 1e-13 (f64). Inputs are in [-1, 1), so max|a| * max|b| <= 1. */
+ * roundoff bound K*u) or 1e-13 (f64). Inputs are in [-1, 1), so max|a| * max|b| <= 1. f16: the
+ * inputs are rounded to f16 first (the reference multiplies those), the sum is accumulated in
+ * f32 (the f32 bound) and rounded to f16 once: + |ref| * 2^-11 (half an f16 ulp) + 2^-25 (the
+ * subnormal step's half). Accumulating in f16 would break the bound at these K. */
 static void check_product(kiln_device *dev, const char *path, kiln_dtype dt, operand oa, operand ob,
                           unsigned flags)
 {
@@ -165,6 +166,14 @@ static void check_product(kiln_device *dev, const char *path, kiln_dtype dt, ope
         a[i] = next_value(&state);
     for (int64_t i = 0; i < cb; i++)
         b[i] = next_value(&state);
+    if (dt == KILN_F16) { /* the values the tensors will hold */
+        for (int64_t i = 0; i < ca + cb; i++) {
+            double *v = i < ca ? &a[i] : &b[i - ca];
+            uint16_t h;
+            kiln__dtype_store(KILN_F16, &h, 0, (kiln__host_value){.floating = true, .f = *v});
+            *v = kiln__dtype_load(KILN_F16, &h, 0).f;
+        }
+    }
     int64_t batch, m, n,
         k = (flags & KILN_MATMUL_TRANS_A) ? oa.shape[oa.ndim - 2] : oa.shape[oa.ndim - 1];
     double *ref = reference(a, b, &oa, &ob, flags, &batch, &m, &n);
@@ -180,10 +189,12 @@ static void check_product(kiln_device *dev, const char *path, kiln_dtype dt, ope
     void *got = malloc(count * 8 + 8);
     ck_assert_ptr_nonnull(got);
     ck_assert_int_eq(kiln_tensor_read(tc, got, count * kiln_dtype_size(dt)), KILN_OK);
-    double eps = dt == KILN_F32 ? 1e-6 : 1e-13;
-    double tol = (double)k * eps + eps;
+    double eps = dt == KILN_F64 ? 1e-13 : 1e-6;
     for (size_t i = 0; i < count; i++) {
-        double g = dt == KILN_F32 ? ((float *)got)[i] : ((double *)got)[i];
+        double tol = (double)k * eps + eps;
+        if (dt == KILN_F16)
+            tol += fabs(ref[i]) * 0x1p-11 + 0x1p-25;
+        double g = kiln__dtype_load(dt, got, (int64_t)i).f;
         ck_assert_msg(fabs(g - ref[i]) <= tol,
                       "%s on %s, %s, m=%lld n=%lld k=%lld batch=%lld flags=%u: c[%zu] = %.9g, "
                       "expected %.9g (tolerance %.3g)",
@@ -287,6 +298,41 @@ START_TEST(test_f64)
 }
 END_TEST
 
+/* f16 storage, computed in f32: every path that takes it (cblas converts to f32 for OpenBLAS,
+ * builtin reads through vload_half), plain, transposed and batched; CLBlast forced on f16 is
+ * refused with the reason, and the automatic choice takes the built-in kernel on GPUs. */
+START_TEST(test_f16)
+{
+    for (int d = 0; d < ndevs; d++) {
+        bool sim = simulated(devs[d]);
+        int64_t m = sim ? 9 : 93, n = sim ? 7 : 61, k = sim ? 11 : 257;
+        for (int p = 1; p < 3; p++) {
+            if (!path_runs(devs[d], path_names[p]))
+                continue;
+            check_product(devs[d], path_names[p], KILN_F16, mat(m, k), mat(k, n), 0);
+            check_product(devs[d], path_names[p], KILN_F16, mat(k, m), mat(n, k),
+                          KILN_MATMUL_TRANS_A | KILN_MATMUL_TRANS_B);
+            check_product(devs[d], path_names[p], KILN_F16, (operand){3, {2, m, k}},
+                          (operand){3, {2, k, n}}, 0);
+            check_product(devs[d], path_names[p], KILN_F16, (operand){3, {3, m, k}}, mat(k, n), 0);
+        }
+        check_product(devs[d], NULL, KILN_F16, mat(m, k), mat(k, n), 0);
+        const kiln__matmul_path *cl;
+        if (kiln__matmul_select(devs[d], "clblast", "t", &cl) == KILN_OK) {
+            setenv("KILN_MATMUL", "clblast", 1);
+            kiln_tensor *a = NULL, *c = NULL;
+            ck_assert_int_eq(kiln_ones(devs[d], KILN_F16, 2, (int64_t[]){2, 2}, &a), KILN_OK);
+            ck_assert_int_eq(kiln_matmul(a, a, &c), KILN_ERR_UNSUPPORTED);
+            ck_assert_ptr_null(c);
+            ck_assert_str_contains(kiln_last_error(), "kiln_matmul: KILN_MATMUL=clblast");
+            ck_assert_str_contains(kiln_last_error(), "accumulate in f32");
+            unsetenv("KILN_MATMUL");
+            kiln_tensor_release(a);
+        }
+    }
+}
+END_TEST
+
 /* The device's default path, and the native-kernel-less fallback of the cblas path. */
 START_TEST(test_default_and_fallback)
 {
@@ -300,6 +346,7 @@ START_TEST(test_default_and_fallback)
         kiln__matmul_cblas_no_native = true;
         check_product(devs[d], "cblas", KILN_F32, mat(s, s + 3), mat(s + 3, s - 2), 0);
         check_product(devs[d], "cblas", KILN_F64, (operand){3, {2, s, 5}}, mat(5, 4), 0);
+        check_product(devs[d], "cblas", KILN_F16, (operand){3, {2, s, 5}}, mat(5, 4), 0);
         kiln__matmul_cblas_no_native = false;
     }
 }
@@ -527,8 +574,8 @@ START_TEST(test_bad_inputs)
                  "[2, 3] (transposed)", "[3, 5]");
     expect_error(kiln_matmul(v, good, &out), KILN_ERR_SHAPE_MISMATCH, "[3]", "2 dimensions");
     expect_error(kiln_matmul(a, d, &out), KILN_ERR_DTYPE_MISMATCH, "f32", "f64");
-    expect_error(kiln_matmul(ia, i32, &out), KILN_ERR_UNSUPPORTED, "i32", "f32 or f64");
-    expect_error(kiln_matmul(ha, h, &out), KILN_ERR_UNSUPPORTED, "f16", "kiln_cast");
+    expect_error(kiln_matmul(ia, i32, &out), KILN_ERR_UNSUPPORTED, "i32", "f32, f64 or f16");
+    expect_error(kiln_matmul(ha, d, &out), KILN_ERR_DTYPE_MISMATCH, "f16", "f64");
     expect_error(kiln_matmul(ba, bb, &out), KILN_ERR_SHAPE_MISMATCH, "[2, 2, 3]", "batch");
     expect_error(kiln_matmul_trans(a, good, 8u, &out), KILN_ERR_INVALID_ARGUMENT, "flags", NULL);
     ck_assert_ptr_null(out);
@@ -894,6 +941,7 @@ Suite *matmul_suite(void)
     tcase_add_test(paths, test_transposes);
     tcase_add_test(paths, test_batches);
     tcase_add_test(paths, test_f64);
+    tcase_add_test(paths, test_f16);
     tcase_add_test(paths, test_default_and_fallback);
     tcase_add_test(paths, test_queue_order);
     tcase_add_test(paths, test_empty);

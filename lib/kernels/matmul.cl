@@ -1,5 +1,5 @@
 /* matmul.cl - kiln_matmul_tiled: batched C = op(A) * op(B) with local-memory tiles.
- * Expects KILN_T/KILN_TC (prelude.cl slot T, f32 or f64), KILN_MM_TS (tile edge, a multiple of
+ * Expects KILN_T/KILN_TC (prelude.cl slot T: f32, f64, or f16 storage computed in f32), KILN_MM_TS (tile edge, a multiple of
  * KILN_MM_WPT) and KILN_MM_WPT (outputs per work-item along each axis). Launched with local size
  * (TS/WPT, TS/WPT, 1) and global (ceil(N/TS)*TS/WPT, ceil(M/TS)*TS/WPT, batch): every work-item
  * of a group takes part in every barrier, and loads and stores are bounds-checked instead.

@@ -10,6 +10,7 @@
 
 #include "../autograd.h"
 #include "../clcall.h"
+#include "../dtype.h"
 #include "../queue.h"
 #include "../registry.h"
 #include "../status.h"
@@ -187,10 +188,10 @@ static kiln_status check_operands(const char *op, const kiln_tensor *a, const ki
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
                            "%s: dtypes %s and %s differ; cast one with kiln_cast()", op,
                            kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
-    if (a->dtype != KILN_F32 && a->dtype != KILN_F64)
+    if (!kiln__dtype_is_float(a->dtype))
         return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "%s: dtype %s is not supported; matmul takes f32 or f64 (cast f16 "
-                           "to f32 with kiln_cast())",
+                           "%s: dtype %s is not supported; matmul takes f32, f64 or f16 (cast "
+                           "integers with kiln_cast())",
                            op, kiln_dtype_name(a->dtype));
     return kiln__check_dtype_on(a->dev, a->dtype, op);
 }
@@ -263,6 +264,17 @@ static kiln_status compute(const char *op, kiln__matmul_problem *p)
     if (s != KILN_OK)
         return s;
     p->forced = force && *force;
+    if (p->dtype == KILN_F16 && path == &kiln__matmul_clblast) {
+        /* CLBlast's HGEMM needs cl_khr_fp16 and accumulates in half; kiln's f16 products
+         * accumulate in f32, which its own kernel does on every device. */
+        if (p->forced)
+            return kiln__error(KILN_ERR_UNSUPPORTED,
+                               "%s: KILN_MATMUL=clblast cannot multiply f16 on %s (%s): CLBlast's "
+                               "HGEMM accumulates in half precision and kiln's f16 products "
+                               "accumulate in f32; unset KILN_MATMUL or use builtin",
+                               op, dev->info.spec, dev->info.name);
+        path = &kiln__matmul_builtin;
+    }
     log_choice(dev, path, p->forced);
     return path->run(p);
 }

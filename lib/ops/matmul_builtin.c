@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../dtype.h"
 #include "../launch.h"
 #include "../program.h"
 #include "../registry.h"
@@ -36,7 +37,8 @@ static kiln_status tiled_kernel(kiln_device *dev, kiln_dtype dtype, int64_t long
     for (int i = 0; i < NTILES; i++) {
         if (tiles[i].ts > 8 && 2 * (int64_t)tiles[i].ts > longer)
             continue;
-        if (!tile_fits_device(dev, i, kiln_dtype_size(dtype)))
+        /* the tiles hold the compute type (f32 for f16) */
+        if (!tile_fits_device(dev, i, kiln_dtype_size(kiln__dtype_compute(dtype))))
             continue;
         char defs[256] = "";
         kiln__dtype_defines(defs, sizeof defs, "T", dtype);

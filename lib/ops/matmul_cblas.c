@@ -6,6 +6,7 @@
 
 #include "../alloc.h"
 #include "../clcall.h"
+#include "../halfconv.h"
 #include "../queue.h"
 #include "../registry.h"
 #include "../status.h"
@@ -19,9 +20,13 @@ bool kiln__matmul_cblas_no_native = false;
 #include <cblas.h>
 #include <pthread.h>
 
-/* What the GEMM needs: host pointers to the mapped buffers, dims and batch strides. */
+/* What the GEMM needs: host pointers to the mapped buffers, dims and batch strides. For f16,
+ * scratch holds f32 copies of A, B and C (na, nb and nc elements, allocated by the enqueuing
+ * thread so that running out of memory is an error there; freed by gemm). */
 typedef struct cblas_job {
     void *a, *b, *c;
+    float *scratch;
+    size_t na, nb, nc;
     kiln_dtype dtype;
     bool trans_a, trans_b;
     int m, n, k;
@@ -60,7 +65,34 @@ static void *transposed_b(const cblas_job *j)
  * 32 x 512 x 128, went from about 20 to 13 ms with OPENBLAS_NUM_THREADS=1; issue 27). */
 enum { SMALL_GEMM_MACS = 1 << 22 };
 
+static void gemm_f32_or_f64(const cblas_job *j);
+
+/* f16: OpenBLAS has no half GEMM, so A and B are converted to f32, multiplied with f32
+ * accumulation, and the product rounded to f16 once (as the built-in kernel computes). */
+static void gemm_half(const cblas_job *j)
+{
+    float *a = j->scratch, *b = a + j->na, *c = b + j->nb;
+    kiln__f16_to_f32_n(j->a, a, j->na);
+    kiln__f16_to_f32_n(j->b, b, j->nb);
+    cblas_job f = *j;
+    f.a = a;
+    f.b = b;
+    f.c = c;
+    f.dtype = KILN_F32;
+    gemm_f32_or_f64(&f);
+    kiln__f32_to_f16_n(c, j->c, j->nc);
+    free(j->scratch);
+}
+
 static void gemm(const cblas_job *j)
+{
+    if (j->dtype == KILN_F16)
+        gemm_half(j);
+    else
+        gemm_f32_or_f64(j);
+}
+
+static void gemm_f32_or_f64(const cblas_job *j)
 {
     void *bt = transposed_b(j);
     bool trans_b = j->trans_b && !bt;
@@ -91,6 +123,21 @@ static void gemm(const cblas_job *j)
         openblas_set_num_threads(threads);
     pthread_mutex_unlock(&gemm_lock);
     free(bt);
+}
+
+/* f32 copies of A, B and C for an f16 product (see cblas_job); sets na, nb, nc. */
+static kiln_status half_scratch(const kiln__matmul_problem *p, cblas_job *job)
+{
+    job->na = p->a->nbytes / 2;
+    job->nb = p->b->nbytes / 2;
+    job->nc = p->c->nbytes / 2;
+    job->scratch = kiln__malloc((job->na + job->nb + job->nc) * sizeof(float));
+    if (!job->scratch)
+        return kiln__error(KILN_ERR_OUT_OF_MEMORY,
+                           "kiln_matmul: out of host memory for the f32 copies of an f16 product "
+                           "(%zu elements)",
+                           job->na + job->nb + job->nc);
+    return KILN_OK;
 }
 
 static void CL_CALLBACK native_gemm(void *args)
@@ -151,11 +198,17 @@ static kiln_status cblas_run(const kiln__matmul_problem *p)
             .stride_b = p->stride_b,
             .stride_c = p->stride_c,
         };
-        if (native) {
+        if (p->dtype == KILN_F16)
+            s = half_scratch(p, &job);
+        if (s != KILN_OK) {
+            /* nothing enqueued past the maps */
+        } else if (native) {
             cl_int err = kiln__cl.EnqueueNativeKernel(kiln__queue(p->dev), native_gemm, &job,
                                                       sizeof job, 0, NULL, NULL, 0, NULL, NULL);
-            if (err != CL_SUCCESS)
+            if (err != CL_SUCCESS) {
+                free(job.scratch);
                 s = kiln__queue_fail(err, "kiln_matmul", "clEnqueueNativeKernel", p->dev);
+            }
         } else {
             gemm(&job);
         }

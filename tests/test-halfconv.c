@@ -1,0 +1,137 @@
+/* test-halfconv.c - the host's bulk f16 <-> f32 conversions (lib/halfconv.c) against dtype.c's
+ * element conversions through double (frexp and nearbyint: another algorithm): every f16 value
+ * to f32; to f16, every f16 value, the f32 neighbours of every rounding boundary (midpoints
+ * between f16 values, where ties go to even), the overflow and subnormal edges, a stride through
+ * all 2^32 f32 bit patterns and random ones. No device. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "lib/dtype.h"
+#include "lib/halfconv.h"
+
+static float float_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* dtype.c's f16 rounding of f (through double: exact, then rounded once). */
+static uint16_t reference_f16(float f)
+{
+    uint16_t h;
+    kiln__dtype_store(KILN_F16, &h, 0, (kiln__host_value){.floating = true, .f = f});
+    return h;
+}
+
+static void check_to_f16(float f)
+{
+    uint16_t got = kiln__f32_to_f16(f), want = reference_f16(f);
+    if (isnan(f)) {
+        ck_assert_msg((got & 0x7c00) == 0x7c00 && (got & 0x3ff) && (got & 0x200),
+                      "NaN 0x%08x gave 0x%04x, not a quiet NaN", bits_of(f), got);
+        ck_assert_uint_eq(got & 0x8000u, (bits_of(f) >> 16) & 0x8000u);
+        return;
+    }
+    ck_assert_msg(got == want, "%a (0x%08x): got 0x%04x, expected 0x%04x", (double)f, bits_of(f),
+                  got, want);
+}
+
+START_TEST(every_f16_to_f32)
+{
+    for (uint32_t h = 0; h <= 0xffff; h++) {
+        uint16_t v = (uint16_t)h;
+        float got = kiln__f16_to_f32(v);
+        double want = kiln__dtype_load(KILN_F16, &v, 0).f;
+        if (isnan(want)) {
+            ck_assert_msg(isnan(got), "0x%04x", h);
+            /* the payload moves up unchanged, so a round trip keeps it */
+            ck_assert_uint_eq(kiln__f32_to_f16(got), v | 0x200u);
+        } else {
+            ck_assert_msg((double)got == want && !signbit(got) == !signbit(want),
+                          "0x%04x: got %a, expected %a", h, (double)got, want);
+            ck_assert_uint_eq(kiln__f32_to_f16(got), v); /* exact round trip */
+        }
+    }
+}
+END_TEST
+
+START_TEST(rounding_boundaries)
+{
+    /* every pair of neighbouring finite f16 values of one sign: their midpoint (a tie, exact in
+     * f32) and the f32 values 1 and 2 ulps to either side */
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        for (int sign = 0; sign < 2; sign++) {
+            uint16_t lo = (uint16_t)(h | (uint32_t)sign << 15), hi = (uint16_t)(lo + 1);
+            float a = kiln__f16_to_f32(lo), b = kiln__f16_to_f32(hi);
+            float mid = (float)(((double)a + (double)b) / 2);
+            ck_assert((double)mid == ((double)a + (double)b) / 2);
+            uint32_t m = bits_of(mid);
+            for (int32_t d = -2; d <= 2; d++)
+                check_to_f16(float_of((uint32_t)((int32_t)m + d)));
+        }
+    }
+    /* around the largest half (65504), the overflow threshold 65520 and infinity */
+    const float edges[] = {65504.0f,        65519.996f,   65520.0f, 65536.0f, 1e30f,
+                           INFINITY,        -INFINITY,    0x1p-14f, 0x1p-24f, 0x1p-25f,
+                           0x1.000002p-25f, 0x1p-26f,     0.0f,     -0.0f,    0x1p-149f,
+                           0x1.ffcp-15f,    0x1.ffep-15f, NAN,      -NAN};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        check_to_f16(edges[i]);
+        check_to_f16(-edges[i]);
+    }
+}
+END_TEST
+
+START_TEST(f32_patterns)
+{
+    /* a stride through all 2^32 bit patterns (4093 is prime: every exponent and low bits) */
+    for (uint64_t u = 0; u <= 0xffffffffu; u += 4093)
+        check_to_f16(float_of((uint32_t)u));
+    uint32_t state = 12345;
+    for (int i = 0; i < 1 << 20; i++) {
+        state = state * 1664525u + 1013904223u;
+        check_to_f16(float_of(state));
+    }
+}
+END_TEST
+
+START_TEST(bulk_forms)
+{
+    enum { N = 1000 };
+    uint16_t h[N], back[N];
+    float f[N];
+    for (int i = 0; i < N; i++)
+        h[i] = (uint16_t)(i * 65 + 7);
+    kiln__f16_to_f32_n(h, f, N);
+    kiln__f32_to_f16_n(f, back, N);
+    for (int i = 0; i < N; i++) {
+        ck_assert_uint_eq(bits_of(f[i]), bits_of(kiln__f16_to_f32(h[i])));
+        ck_assert_uint_eq(back[i], kiln__f32_to_f16(f[i]));
+    }
+    kiln__f16_to_f32_n(NULL, NULL, 0); /* n = 0 touches nothing */
+    kiln__f32_to_f16_n(NULL, NULL, 0);
+}
+END_TEST
+
+Suite *halfconv_suite(void)
+{
+    Suite *s = suite_create("halfconv");
+    TCase *tc = tcase_create("halfconv");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, every_f16_to_f32);
+    tcase_add_test(tc, rounding_boundaries);
+    tcase_add_test(tc, f32_patterns);
+    tcase_add_test(tc, bulk_forms);
+    suite_add_tcase(s, tc);
+    return s;
+}
