@@ -949,10 +949,11 @@ KILN_API kiln_status kiln_one_hot_out(const kiln_tensor *labels, int64_t classes
 /* 2-D convolution as torch.nn.functional.conv2d: x [N, C, H, W], weight [O, C/groups, KH, KW]
  * (PyTorch's layout, so state_dicts load both ways), bias [O] or NULL; out [N, O, OH, OW] with
  * OH = (H + 2 padding[0] - dilation[0] (KH - 1) - 1) / stride[0] + 1 (OW likewise). params NULL,
- * or a member 0, means the default: stride 1, padding 0, dilation 1, groups 1. f32 and f64 (f16:
- * KILN_ERR_UNSUPPORTED; cast first). Computed as im2col and one matmul over the groups (on CPU
- * devices OpenBLAS); differentiable in x, weight and bias. Channels not divisible by groups, a
- * weight of the wrong shape or a kernel larger than the padded input: KILN_ERR_SHAPE_MISMATCH. */
+ * or a member 0, means the default: stride 1, padding 0, dilation 1, groups 1. f32, f64 and f16
+ * (f16 sums accumulate in f32, as kiln_matmul's). Computed as im2col and one matmul over the groups
+ * (on CPU devices OpenBLAS); differentiable in x, weight and bias. Channels not divisible by
+ * groups, a weight of the wrong shape or a kernel larger than the padded input:
+ * KILN_ERR_SHAPE_MISMATCH. */
 typedef struct kiln_conv2d_params {
     int stride[2];   /* (height, width); 0: 1 */
     int padding[2];  /* zeros added on each side; 0: none */
@@ -1387,9 +1388,9 @@ typedef enum kiln_init {
     KILN_INIT_XAVIER = 2,  /* U(-sqrt(6/(in+out)), sqrt(6/(in+out))) (Glorot uniform), bias 0 */
 } kiln_init;
 
-/* weight [out, in] (seed), bias [out] when bias is true; forward is kiln_linear. f32 or f64:
- * f16 is KILN_ERR_UNSUPPORTED here, at creation (half precision compute is not supported yet for
- * linear layers; kiln_linear could never run it). Layer norm and embedding take f16. */
+/* weight [out, in] (seed), bias [out] when bias is true; forward is kiln_linear. f32, f64 or f16
+ * (f16: stored in 16 bits, the product accumulated in f32 as kiln_matmul's, the bias added
+ * after it is rounded to f16). Layer norm and embedding take f16 too. */
 KILN_API kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in, int64_t out,
                                         bool bias, kiln_init init, uint64_t seed, kiln_module **m);
 /* weight ones [dim], bias zeros [dim]; forward is kiln_layer_norm over the last axis. */
@@ -1409,7 +1410,7 @@ KILN_API kiln_status kiln_activation_create(kiln_unary_op op, kiln_module **m);
  * kh, kw] and bias [out] drawn U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in/groups kh kw, as
  * PyTorch's defaults (the bias with seed mixed); forward is kiln_conv2d with params (NULL: stride
  * 1, no padding, dilation 1, groups 1; negative members, or in or out not divisible by groups,
- * are KILN_ERR_INVALID_ARGUMENT). f32 or f64 (f16: KILN_ERR_UNSUPPORTED, as for linear). */
+ * are KILN_ERR_INVALID_ARGUMENT). f32, f64 or f16 (as kiln_conv2d). */
 KILN_API kiln_status kiln_conv2d_create(kiln_device *dev, kiln_dtype dtype, int64_t in, int64_t out,
                                         int kh, int kw, const kiln_conv2d_params *params, bool bias,
                                         uint64_t seed, kiln_module **m);
@@ -1493,12 +1494,12 @@ KILN_API kiln_status kiln_module_state(const kiln_module *m, const char *prefix,
 /* PyTorch's model.to(device) and model.to(dtype): every parameter (and buffer; to_dtype leaves
  * integer buffers as they are) of m and of the modules inside it becomes a copy on dev
  * (kiln_tensor_to), or converted to dtype (kiln_cast: floating dtypes only, else
- * KILN_ERR_DTYPE_MISMATCH; f16 for a model holding a linear layer is KILN_ERR_UNSUPPORTED, as
- * kiln_linear_create says), a new leaf requiring grad without a gradient. Parameters already there
- * (or of that dtype) stay as they are. All copies are made before any is swapped in: a failure (out
- * of memory, no fp64 on the device) leaves m unchanged. The old tensors are released by m: a
- * kiln_params list or an optimizer made before still holds them, so call kiln_module_params and
- * create the optimizer after moving the model (as PyTorch advises). */
+ * KILN_ERR_DTYPE_MISMATCH; f16 for a model holding a recurrent layer is KILN_ERR_UNSUPPORTED: its
+ * gate kernels compute f32 and f64 only), a new leaf requiring grad without a gradient. Parameters
+ * already there (or of that dtype) stay as they are. All copies are made before any is swapped in:
+ * a failure (out of memory, no fp64 on the device) leaves m unchanged. The old tensors are released
+ * by m: a kiln_params list or an optimizer made before still holds them, so call kiln_module_params
+ * and create the optimizer after moving the model (as PyTorch advises). */
 KILN_API kiln_status kiln_module_to(kiln_module *m, kiln_device *dev);
 KILN_API kiln_status kiln_module_to_dtype(kiln_module *m, kiln_dtype dtype);
 /* model.train() / model.eval(): training mode for m and every module inside it (dropout and batch

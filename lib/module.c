@@ -166,12 +166,6 @@ kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in, i
         s = check_dims(op, "in", in, "out", out);
     if (s == KILN_OK && (init < KILN_INIT_DEFAULT || init > KILN_INIT_XAVIER))
         s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown init %d", op, (int)init);
-    /* kiln_linear (the forward) runs on f32 and f64 only: refuse now what could never run */
-    if (s == KILN_OK && dtype != KILN_F32 && dtype != KILN_F64)
-        s = kiln__error(KILN_ERR_UNSUPPORTED,
-                        "%s: dtype is %s; half precision compute is not supported yet for linear "
-                        "layers (their matmul runs in f32 and f64 only): create the layer in f32",
-                        op, kiln_dtype_name(dtype));
     int64_t ws[2] = {out, in};
     char sizes[64];
     snprintf(sizes, sizeof sizes, "in %" PRId64 ", out %" PRId64, in, out);
@@ -323,12 +317,6 @@ kiln_status kiln_conv2d_create(kiln_device *dev, kiln_dtype dtype, int64_t in, i
         s = check_dims(op, "in", in, "out", out);
     if (s == KILN_OK)
         s = check_dims(op, "kh", kh, "kw", kw);
-    /* kiln_conv2d (the forward) runs on f32 and f64 only: refuse now what could never run */
-    if (s == KILN_OK && dtype != KILN_F32 && dtype != KILN_F64)
-        s = kiln__error(KILN_ERR_UNSUPPORTED,
-                        "%s: dtype is %s; half precision compute is not supported yet for "
-                        "convolutions: create the layer in f32",
-                        op, kiln_dtype_name(dtype));
     kiln_conv2d_params p = params ? *params : (kiln_conv2d_params){0};
     if (s == KILN_OK)
         s = check_ints(op, "params->stride", p.stride, 2, 0);
@@ -993,15 +981,12 @@ static kiln_status to_dtype(kiln_tensor *t, const void *arg, kind k, const char 
         *out = t;
         return KILN_OK;
     }
-    if ((k == LINEAR || k == CONV2D || k == RECURRENT) && dtype != KILN_F32 && dtype != KILN_F64)
+    if (k == RECURRENT && dtype != KILN_F32 && dtype != KILN_F64)
         return kiln__error(KILN_ERR_UNSUPPORTED,
                            "%s: dtype is %s; half precision compute is not supported yet for "
-                           "%s layers (their matmul runs in f32 and f64 only): keep the model "
-                           "in f32",
-                           op, kiln_dtype_name(dtype),
-                           k == LINEAR   ? "linear"
-                           : k == CONV2D ? "convolution"
-                                         : "recurrent");
+                           "recurrent layers (their gate kernels run in f32 and f64 only): keep "
+                           "the model in f32",
+                           op, kiln_dtype_name(dtype));
     kiln_status s = kiln_cast(t, dtype, out);
     if (s == KILN_OK && (s = kiln_tensor_eval(*out)) != KILN_OK) { /* fail here, not later */
         kiln_tensor_release(*out);

@@ -99,6 +99,90 @@ START_TEST(test_linear_forward)
 }
 END_TEST
 
+/* |got - want| <= 2^-23 K mag + 2^-11 (mag + |want|) + 2^-20 for f16 results of sums of K
+ * products accumulated in f32, mag = sum|terms| (+ |bias|): the f32 bound, then two roundings to
+ * f16, of the product (|product| <= mag) and of the sum with the bias, and a subnormal step. */
+static void assert_close_f16(const double *got, const double *want, const double *mag, int64_t n,
+                             int k, const char *what)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double tol = 0x1p-23 * k * mag[i] + 0x1p-11 * (mag[i] + fabs(want[i])) + 0x1p-20;
+        ck_assert_msg(fabs(got[i] - want[i]) <= tol, "%s [%lld]: got %.9g, want %.9g (tol %.3g)",
+                      what, (long long)i, got[i], want[i], tol);
+    }
+}
+
+/* An f16 linear layer (issue 25), made by kiln_linear_create, forward and backward against C
+ * loops over the values its tensors hold: y = x W^T + b for x [6, 20], W [7, 20]; with y's
+ * gradient g, dx = g W, dW = g^T x, db = the column sums of g. All in f16 storage, f32 sums. */
+START_TEST(test_linear_f16)
+{
+    enum { R = 6, IN = 20, OUT = 7 };
+    const int64_t xs[2] = {R, IN}, gs[2] = {R, OUT};
+    kiln_module *m = NULL;
+    ASSERT_OK(kiln_linear_create(dev, KILN_F16, IN, OUT, true, KILN_INIT_DEFAULT, 5, &m));
+    kiln_params *ps = NULL;
+    ASSERT_OK(kiln_params_create(&ps));
+    ASSERT_OK(kiln_module_params(m, NULL, ps));
+    ck_assert_int_eq(kiln_params_count(ps), 2);
+    kiln_tensor *tw = kiln_params_tensor(ps, 0), *tb = kiln_params_tensor(ps, 1);
+    ck_assert_int_eq(kiln_tensor_dtype(tw), KILN_F16);
+    double xv[R * IN], gv[R * OUT], want[OUT * IN], mag[OUT * IN]; /* OUT > R: dW is the largest */
+    fill_values(KILN_F16, xv, R * IN);
+    fill_values(KILN_F16, gv, R * OUT);
+    kiln_tensor *x = upload(dev, KILN_F16, 2, xs, xv), *g = upload(dev, KILN_F16, 2, gs, gv);
+    ASSERT_OK(kiln_tensor_set_requires_grad(x, true));
+    double *w = download(tw), *b = download(tb);
+    kiln_tensor *y = NULL;
+    ASSERT_OK(kiln_module_forward(m, x, &y));
+    ck_assert_int_eq(kiln_tensor_dtype(y), KILN_F16);
+    for (int r = 0; r < R; r++)
+        for (int o = 0; o < OUT; o++) {
+            double acc = 0, s = 0;
+            for (int i = 0; i < IN; i++) {
+                acc += xv[r * IN + i] * w[o * IN + i];
+                s += fabs(xv[r * IN + i] * w[o * IN + i]);
+            }
+            want[r * OUT + o] = acc + b[o];
+            mag[r * OUT + o] = s + fabs(b[o]);
+        }
+    double *got = download(y);
+    assert_close_f16(got, want, mag, R * OUT, IN, "f16 linear y");
+    free(got);
+    ASSERT_OK(kiln_backward(y, g, 0));
+    const kiln_tensor *grads[3] = {kiln_tensor_grad(x), kiln_tensor_grad(tw), kiln_tensor_grad(tb)};
+    const int rows[3] = {R, OUT, 1}, cols[3] = {IN, IN, OUT}, ks[3] = {OUT, R, R};
+    const char *what[3] = {"f16 linear dx", "f16 linear dW", "f16 linear db"};
+    for (int t = 0; t < 3; t++) {
+        ck_assert_ptr_nonnull(grads[t]);
+        ck_assert_int_eq(kiln_tensor_dtype(grads[t]), KILN_F16);
+        for (int i = 0; i < rows[t]; i++)
+            for (int j = 0; j < cols[t]; j++) {
+                double acc = 0, s = 0;
+                for (int q = 0; q < ks[t]; q++) {
+                    double term = t == 0   ? gv[i * OUT + q] * w[q * IN + j]
+                                  : t == 1 ? gv[q * OUT + i] * xv[q * IN + j]
+                                           : gv[q * OUT + j];
+                    acc += term;
+                    s += fabs(term);
+                }
+                want[i * cols[t] + j] = acc;
+                mag[i * cols[t] + j] = s;
+            }
+        got = download(grads[t]);
+        assert_close_f16(got, want, mag, rows[t] * cols[t], ks[t], what[t]);
+        free(got);
+    }
+    free(w);
+    free(b);
+    kiln_tensor_release(x);
+    kiln_tensor_release(g);
+    kiln_tensor_release(y);
+    kiln_params_free(ps);
+    kiln_module_free(m);
+}
+END_TEST
+
 /* kiln_batch_norm against C loops (issue 23): training (batch statistics, running buffers
  * updated with momentum, the variance unbiased), then evaluation with those running values, with
  * and without weight and bias, on x [4, 3, 2, 5] and [6, 3]; errors. */
@@ -908,9 +992,6 @@ START_TEST(test_cnn_module_errors)
     uint64_t before = live_bytes();
     kiln_module *m = (kiln_module *)&before;
     const kiln_conv2d_params neg = {.stride = {1, -1}}, g3 = {.groups = 3};
-    ASSERT_FAILS(kiln_conv2d_create(dev, KILN_F16, 3, 4, 3, 3, NULL, true, 1, &m),
-                 KILN_ERR_UNSUPPORTED, "kiln_conv2d_create: dtype is f16");
-    ck_assert_ptr_null(m);
     ASSERT_FAILS(kiln_conv2d_create(dev, KILN_I32, 3, 4, 3, 3, NULL, true, 1, &m),
                  KILN_ERR_DTYPE_MISMATCH, "kiln_conv2d_create");
     ASSERT_FAILS(kiln_conv2d_create(NULL, KILN_F32, 3, 4, 3, 3, NULL, true, 1, &m),
@@ -1244,9 +1325,13 @@ START_TEST(test_module_to)
     for (int i = 0; i < 4; i++)
         ck_assert_ptr_eq(s1.t[i], s0.t[i]);
     snap_free(&s1);
-    /* refused: nothing changes */
-    ASSERT_FAILS(kiln_module_to_dtype(m, KILN_F16), KILN_ERR_UNSUPPORTED,
-                 "kiln_module_to_dtype: dtype is f16; half precision compute is not supported");
+    /* refused: nothing changes (recurrent layers do not compute in f16 yet) */
+    kiln_module *lstm = NULL;
+    ASSERT_OK(kiln_lstm_create(dev, KILN_F32, 3, 4, NULL, 1, &lstm));
+    ASSERT_FAILS(kiln_module_to_dtype(lstm, KILN_F16), KILN_ERR_UNSUPPORTED,
+                 "kiln_module_to_dtype: dtype is f16; half precision compute is not supported yet "
+                 "for recurrent layers");
+    kiln_module_free(lstm);
     ASSERT_FAILS(kiln_module_to_dtype(m, KILN_I32), KILN_ERR_DTYPE_MISMATCH,
                  "kiln_module_to_dtype: dtype is i32");
     ASSERT_FAILS(kiln_module_to_dtype(m, (kiln_dtype)77), KILN_ERR_INVALID_ARGUMENT,
@@ -1389,13 +1474,6 @@ START_TEST(test_errors)
     ck_assert_ptr_null(m);
     ASSERT_FAILS(kiln_linear_create(dev, KILN_I32, 2, 3, true, KILN_INIT_HE, 1, &m),
                  KILN_ERR_DTYPE_MISMATCH, "floating");
-    /* f16: the forward (kiln_linear) could never run, so the creation refuses it (issue 22) */
-    m = (kiln_module *)&s3;
-    ASSERT_FAILS(kiln_linear_create(dev, KILN_F16, 2, 3, true, KILN_INIT_DEFAULT, 1, &m),
-                 KILN_ERR_UNSUPPORTED, "kiln_linear_create: dtype is f16; half precision compute");
-    ck_assert_ptr_null(m);
-    ASSERT_FAILS(kiln_linear(w64, w64, NULL, &y), KILN_ERR_UNSUPPORTED,
-                 "half precision compute is not supported yet");
     /* layer norm and embedding run in f16 (computing in f32): creation and forward succeed */
     ASSERT_OK(kiln_layer_norm_create(dev, KILN_F16, 3, 1e-5, &m));
     ASSERT_OK(kiln_module_forward(m, w64, &y));
@@ -1540,6 +1618,7 @@ Suite *layers_suite(void)
     tcase_add_unchecked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_linear_forward);
+    tcase_add_test(tc, test_linear_f16);
     tcase_add_test(tc, test_layer_norm_forward);
     tcase_add_test(tc, test_batch_norm);
     tcase_add_test(tc, test_dropout);

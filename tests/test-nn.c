@@ -473,7 +473,10 @@ static void ref_conv(const conv_case *k, const double *x, const double *w, const
 }
 
 /* Values against ref_conv for strides, paddings, dilations, groups (depthwise too), 1x1 and
- * rectangular kernels, with and without bias, f32 on every device and f64 where it computes. */
+ * rectangular kernels, with and without bias, f32 and f16 on every device and f64 where it
+ * computes. f16: the reference takes the f16-rounded inputs; the sums are accumulated in f32
+ * (the f32 bound) and rounded to f16 twice (the product, then with the bias): 2^-10 (|ref| + 1)
+ * more (|b| < 1). */
 START_TEST(test_conv2d)
 {
     static const conv_case cases[] = {
@@ -487,13 +490,13 @@ START_TEST(test_conv2d)
     };
     for (int di = 0; di < ndevs; di++) {
         kiln_device *dev = devs[di];
-        for (int dtk = 0; dtk < 2; dtk++) {
-            kiln_dtype dt = dtk ? KILN_F64 : KILN_F32;
+        for (int dtk = 0; dtk < 3; dtk++) {
+            kiln_dtype dt = float_dtypes[dtk];
             if (!usable(dev, dt))
                 continue;
             for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
                 const conv_case *k = &cases[ci];
-                if (simulated(dev) && ci % 2)
+                if (simulated(dev) && (ci + (size_t)dtk) % 2)
                     continue; /* Oclgrind: every other case */
                 int g = k->p.groups ? k->p.groups : 1;
                 const int64_t xs[4] = {k->n, k->c, k->h, k->w},
@@ -509,7 +512,17 @@ START_TEST(test_conv2d)
                     b[i] = rnd() - 0.5;
                 kiln_tensor *tx = upload(dev, dt, 4, xs, x), *tw = upload(dev, dt, 4, ws, w);
                 kiln_tensor *tb = k->bias ? upload(dev, dt, 1, &k->o, b) : NULL, *y = NULL;
+                if (dt == KILN_F16) { /* the reference multiplies what the tensors hold */
+                    double *held[3] = {download(tx), download(tw), tb ? download(tb) : NULL};
+                    memcpy(x, held[0], sizeof(double) * (size_t)nx);
+                    memcpy(w, held[1], sizeof(double) * (size_t)nw);
+                    if (tb)
+                        memcpy(b, held[2], sizeof(double) * (size_t)k->o);
+                    for (int i = 0; i < 3; i++)
+                        free(held[i]);
+                }
                 ASSERT_OK(kiln_conv2d(tx, tw, tb, &k->p, &y));
+                ck_assert_int_eq(kiln_tensor_dtype(y), dt);
                 const int64_t *ys = kiln_tensor_shape(y);
                 ck_assert_int_eq(kiln_tensor_ndim(y), 4);
                 ck_assert(ys[0] == k->n && ys[1] == k->o);
@@ -518,8 +531,11 @@ START_TEST(test_conv2d)
                 double *mag = malloc(sizeof(double) * (size_t)(ny ? ny : 1));
                 ref_conv(k, x, w, b, ys[2], ys[3], ref, mag);
                 double *got = download(y);
+                double ebound = dt == KILN_F16 ? eps_of(KILN_F32) : eps_of(dt);
                 for (int64_t i = 0; i < ny; i++)
-                    ck_assert_msg(fabs(got[i] - ref[i]) <= 8 * eps_of(dt) * (mag[i] + 1),
+                    ck_assert_msg(fabs(got[i] - ref[i]) <=
+                                      8 * ebound * (mag[i] + 1) +
+                                          (dt == KILN_F16 ? 0x1p-10 * (fabs(ref[i]) + 1) : 0),
                                   "conv2d case %zu %s on %s: [%lld] %.9g, want %.9g", ci,
                                   kiln_dtype_name(dt), kiln_device_spec(dev), (long long)i, got[i],
                                   ref[i]);
@@ -674,8 +690,10 @@ START_TEST(test_conv2d_errors)
                  "kiln_conv2d: out is NULL");
     ASSERT_FAILS(kiln_conv2d(NULL, w, b, NULL, &o), KILN_ERR_INVALID_ARGUMENT, "kiln_conv2d");
     ck_assert_ptr_null(o);
-    ASSERT_FAILS(kiln_conv2d(h, w, NULL, NULL, &o), KILN_ERR_UNSUPPORTED,
-                 "kiln_conv2d: x is f16; convolution computes in f32 or f64");
+    ASSERT_FAILS(kiln_conv2d(h, w, NULL, NULL, &o), KILN_ERR_DTYPE_MISMATCH,
+                 "kiln_conv2d: x is f16, weight f32");
+    ASSERT_FAILS(kiln_conv2d(xd, xd, NULL, NULL, &o), KILN_ERR_DTYPE_MISMATCH,
+                 "kiln_conv2d: x is i32; convolution takes f32, f64 or f16");
     ASSERT_FAILS(kiln_conv2d(x, xd, NULL, NULL, &o), KILN_ERR_DTYPE_MISMATCH,
                  "kiln_conv2d: x is f32, weight i32");
     ASSERT_FAILS(kiln_conv2d(x, b, NULL, NULL, &o), KILN_ERR_SHAPE_MISMATCH,

@@ -61,12 +61,6 @@ kiln_status kiln_linear(const kiln_tensor *x, const kiln_tensor *weight, const k
                                (const char *const[]){"x", "weight", "bias"}, 2, y);
     if (s != KILN_OK)
         return s;
-    if (x->dtype != KILN_F32 && x->dtype != KILN_F64)
-        return kiln__error(
-            KILN_ERR_UNSUPPORTED,
-            "%s: x is %s; half precision compute is not supported yet for linear layers: "
-            "f32 and f64 only (kiln_cast x and the weights to f32)",
-            op, kiln_dtype_name(x->dtype));
     if (weight->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != weight->shape[1])
         return kiln__shape_mismatch(op, "x", x->ndim, x->shape, "weight", weight->ndim,
                                     weight->shape, "; weight must be [out, in] and x [..., in]");

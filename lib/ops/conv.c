@@ -134,9 +134,9 @@ static kiln_status check(const char *op, const kiln_tensor *x, const kiln_tensor
     if (s != KILN_OK)
         return s;
     char a[160], b[160];
-    if (x->dtype != KILN_F32 && x->dtype != KILN_F64)
-        return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "%s: x is %s; convolution computes in f32 or f64 (cast f16 to f32)", op,
+    if (!kiln__dtype_is_float(x->dtype))
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH,
+                           "%s: x is %s; convolution takes f32, f64 or f16", op,
                            kiln_dtype_name(x->dtype));
     if (w->dtype != x->dtype || (bias && bias->dtype != x->dtype))
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
