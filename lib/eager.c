@@ -2,10 +2,12 @@
  * into a materialised result. The execution layer (lib/layers.txt): the elementwise ops (lib/ops/
  * elementwise.c) run them when fusion is off, and fusion.c for a chain of one op. */
 #include "eager.h"
+#include "dtype.h"
 #include "launch.h"
 #include "ops/common.h"
 #include "ops/optables.h"
 #include "program.h"
+#include "registry.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -18,13 +20,19 @@ static kiln_status get_kernel(kiln_device *dev, kiln_dtype dtype, const char *na
     return kiln__builtin_kernel(dev, "elementwise", defines, name, op, k);
 }
 
-/* The kernel `name` of dtype's program over n work-items (1-D, args as given). */
+/* Work-items of a same-shape kernel over n elements: those of f16 programs on CPU devices (and
+ * the kiln_cast8_ kernels) take 8 elements each (elementwise.cl, H8_FOR). */
+static size_t items(bool eight, int64_t n)
+{
+    return eight ? (size_t)((n + 7) / 8) : (size_t)n;
+}
+
+/* The kernel `name` of dtype's program over `global` work-items (1-D, args as given). */
 static kiln_status launch_n(kiln_device *dev, kiln_dtype dtype, const char *name, const char *fn,
-                            int64_t n, int nargs, const kiln_arg *args)
+                            size_t global, int nargs, const kiln_arg *args)
 {
     kiln__kernel *k;
     kiln_status s = get_kernel(dev, dtype, name, fn, &k);
-    size_t global = (size_t)n;
     return s == KILN_OK ? kiln__kernel_launch(dev, k, fn, 1, &global, NULL, nargs, args) : s;
 }
 
@@ -34,8 +42,9 @@ static kiln_status launch_1d(kiln_device *dev, kiln__kernel *k, const char *fn,
 {
     kiln_arg args[4 + 3 * KILN_MAX_DIMS] = {kiln_arg_tensor(a), kiln_arg_tensor(b),
                                             kiln_arg_tensor(res), kiln_arg_i64(bc->numel)};
-    int nargs = 4 + (kiln__bcast_flat(bc) ? 0 : kiln__bcast_args(bc, args + 4));
-    size_t global = (size_t)bc->numel;
+    bool flat = kiln__bcast_flat(bc);
+    int nargs = 4 + (flat ? 0 : kiln__bcast_args(bc, args + 4));
+    size_t global = items(flat && kiln__elementwise_by8(dev->info.type, a->dtype), bc->numel);
     return kiln__kernel_launch(dev, k, fn, 1, &global, NULL, nargs, args);
 }
 
@@ -109,10 +118,11 @@ kiln_status kiln__elementwise_run(const char *fn, kiln_device *dev, const kiln__
         return s;
     }
     case KILN__F_SCALAR: {
+        bool by8 = kiln__elementwise_by8(dev->info.type, fo->in_dtype);
         kiln_arg args[4] = {kiln_arg_tensor(a), kiln__arg_scalar(fo->in_dtype, fo->scalar),
                             kiln_arg_tensor(res), kiln_arg_i64(n)};
         kiln__binary_kernel(name, sizeof name, KILN__BINARY_SCALAR, (kiln_binary_op)fo->op);
-        return launch_n(dev, fo->in_dtype, name, fn, n, 4, args);
+        return launch_n(dev, fo->in_dtype, name, fn, items(by8, n), 4, args);
     }
     case KILN__F_WHERE: {
         kiln__bcast bc;
@@ -123,24 +133,30 @@ kiln_status kiln__elementwise_run(const char *fn, kiln_device *dev, const kiln__
                                                 kiln_arg_tensor(fo->in[2]), kiln_arg_tensor(res),
                                                 kiln_arg_i64(n)};
         int nargs = 5 + (flat ? 0 : kiln__bcast_args(&bc, args + 5));
-        return launch_n(dev, fo->in_dtype, flat ? "kiln_where" : "kiln_where_bb", fn, n, nargs,
-                        args);
+        return launch_n(dev, fo->in_dtype, flat ? "kiln_where" : "kiln_where_bb", fn, (size_t)n,
+                        nargs, args);
     }
     case KILN__F_UNARY: {
+        bool by8 = kiln__elementwise_by8(dev->info.type, fo->in_dtype);
         kiln_arg args[3] = {kiln_arg_tensor(a), kiln_arg_tensor(res), kiln_arg_i64(n)};
         kiln__unary_kernel(name, sizeof name, false, (kiln_unary_op)fo->op);
-        return launch_n(dev, fo->in_dtype, name, fn, n, 3, args);
+        return launch_n(dev, fo->in_dtype, name, fn, items(by8, n), 3, args);
     }
     case KILN__F_UNARY_BW: {
+        bool by8 = kiln__elementwise_by8(dev->info.type, fo->in_dtype);
         kiln_arg args[4] = {kiln_arg_tensor(a), kiln_arg_tensor(b), kiln_arg_tensor(res),
                             kiln_arg_i64(n)};
         kiln__unary_kernel(name, sizeof name, true, (kiln_unary_op)fo->op);
-        return launch_n(dev, fo->in_dtype, name, fn, n, 4, args);
+        return launch_n(dev, fo->in_dtype, name, fn, items(by8, n), 4, args);
     }
     case KILN__F_CAST: {
         kiln_arg args[3] = {kiln_arg_tensor(a), kiln_arg_tensor(res), kiln_arg_i64(n)};
-        kiln__cast_kernel(name, sizeof name, res->dtype);
-        return launch_n(dev, fo->in_dtype, name, fn, n, 3, args);
+        /* f32 <-> f16, mixed precision's casts: 8 elements per work-item */
+        const char *eight = kiln__cast8_kernel(dev->info.type, fo->in_dtype, res->dtype);
+        if (!eight)
+            kiln__cast_kernel(name, sizeof name, res->dtype);
+        return launch_n(dev, fo->in_dtype, eight ? eight : name, fn, items(eight != NULL, n), 3,
+                        args);
     }
     }
     return kiln__error(KILN_ERR_STATE, "%s: unknown elementwise op kind %d", fn, (int)fo->kind);

@@ -801,10 +801,14 @@ static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *sr
     size_t plen = prelude ? prelude->length : 0;
     size_t len = plen + 1 + src->length;
     char *text = kiln__malloc(len + 1);
-    /* Devices whose built-in launches are not split get loop-free KILN_FOR (prelude.cl). */
+    /* Devices whose built-in launches are not split get loop-free KILN_FOR; CPU devices get
+     * KILN_CPU_DEVICE, their own f16 code (prelude.cl, elementwise.cl). */
     char nosplit[512];
-    if (!kiln__launch_splits(dev)) {
-        snprintf(nosplit, sizeof nosplit, "%s -DKILN_NO_SPLIT=1", defines ? defines : "");
+    bool cpu = dev->info.type == KILN_DEVICE_CPU;
+    if (!kiln__launch_splits(dev) || cpu) {
+        snprintf(nosplit, sizeof nosplit, "%s%s%s", defines ? defines : "",
+                 kiln__launch_splits(dev) ? "" : " -DKILN_NO_SPLIT=1",
+                 cpu ? " -DKILN_CPU_DEVICE=1" : "");
         defines = nosplit;
     }
     char *options = build_options(dev, false, defines);

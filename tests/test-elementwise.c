@@ -682,6 +682,81 @@ START_TEST(test_cast_all_pairs)
 }
 END_TEST
 
+/* f32 -> f16 and f16 -> f32 on the device (the kiln_cast8_ kernels on CPU devices, 8 per
+ * work-item, and a tail), then fused after an add of 0 (a generated kernel, rounding element by
+ * element: the CPU devices' integer conversion) against testutil's binary-search rounding: the f32
+ * values around every midpoint between neighbouring f16 values (ties to even; every 97th pair under
+ * Oclgrind), the overflow edge, subnormals, infinities and NaN; and every f16 value (every 97th)
+ * back to f32 exactly. An odd count, so the kernels' tail runs. */
+START_TEST(test_cast_f16_rounding)
+{
+    int step = n_small < 1000 ? 97 : 1;
+    int64_t cap = 2 * 5 * (0x7c00 / step + 1) + 16, n = 0;
+    float *v = malloc((size_t)cap * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (uint32_t h = 0; h < 0x7c00; h += (uint32_t)step) {
+        double mid = ((double)half_to_float((uint16_t)h) + half_to_float((uint16_t)(h + 1))) / 2;
+        uint32_t bits;
+        float m = (float)mid;
+        memcpy(&bits, &m, sizeof bits);
+        for (int d = -2; d <= 2; d++) {
+            uint32_t b = bits + (uint32_t)d;
+            float f;
+            memcpy(&f, &b, sizeof f);
+            v[n++] = f;
+            v[n++] = -f;
+        }
+    }
+    static const float edges[] = {65504.0f, 65519.99f,  65520.0f, 1e30f, 0x1p-24f,
+                                  0x1p-25f, 0x1.8p-25f, 0x1p-26f, 0.0f,  -0.0f,
+                                  INFINITY, -INFINITY,  NAN};
+    for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
+        v[n++] = edges[i];
+    if (n % 2 == 0)
+        v[n++] = 1.0f;
+    kiln_tensor *x = NULL, *h = NULL, *back = NULL, *x0 = NULL;
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_F32, 1, &n, v, &x), KILN_OK);
+    uint16_t *got = malloc((size_t)n * sizeof *got);
+    ck_assert_ptr_nonnull(got);
+    for (int fused = 0; fused < 2; fused++) {
+        if (fused)
+            ck_assert_int_eq(kiln_binary_scalar(KILN_BINARY_ADD, x, 0.0, &x0), KILN_OK);
+        ck_assert_int_eq(kiln_cast(fused ? x0 : x, KILN_F16, &h), KILN_OK);
+        ck_assert_int_eq(kiln_tensor_read(h, got, (size_t)n * sizeof *got), KILN_OK);
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t want = float_to_half(fused ? v[i] + 0.0f : v[i]); /* -0 + 0 is +0 */
+            ck_assert_msg(got[i] == want || (isnan(v[i]) && (got[i] & 0x7fff) > 0x7c00),
+                          "f32 %a -> f16 0x%04x, expected 0x%04x%s", (double)v[i], got[i], want,
+                          fused ? " (fused after + 0)" : "");
+        }
+        kiln_tensor_release(h);
+        h = NULL;
+    }
+    kiln_tensor_release(x0);
+    /* every f16 value (every step-th) to f32 */
+    int64_t nh = 0;
+    for (uint32_t b = 0; b <= 0xffff; b += (uint32_t)step)
+        got[nh++] = (uint16_t)b;
+    nh -= nh % 2 == 0; /* odd */
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_F16, 1, &nh, got, &h), KILN_OK);
+    ck_assert_int_eq(kiln_cast(h, KILN_F32, &back), KILN_OK);
+    float *f = malloc((size_t)nh * sizeof *f);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(kiln_tensor_read(back, f, (size_t)nh * sizeof *f), KILN_OK);
+    for (int64_t i = 0; i < nh; i++) {
+        float want = half_to_float(got[i]);
+        ck_assert_msg(memcmp(&f[i], &want, sizeof want) == 0 || (isnan(want) && isnan(f[i])),
+                      "f16 0x%04x -> f32 %a, expected %a", got[i], (double)f[i], (double)want);
+    }
+    free(f);
+    free(got);
+    free(v);
+    kiln_tensor_release(x);
+    kiln_tensor_release(h);
+    kiln_tensor_release(back);
+}
+END_TEST
+
 /* ---- _out and _i64 forms ------------------------------------------------------------------ */
 
 typedef kiln_status (*binary_out_fn)(const kiln_tensor *, const kiln_tensor *, kiln_tensor *);
@@ -1124,6 +1199,7 @@ Suite *elementwise_suite(void)
     tcase_add_test(tc, test_unary_and_backward);
     tcase_add_test(tc, test_unary_edges);
     tcase_add_test(tc, test_cast_all_pairs);
+    tcase_add_test(tc, test_cast_f16_rounding);
     tcase_add_test(tc, test_binary_out_forms);
     tcase_add_test(tc, test_binary_scalar_i64);
     tcase_add_test(tc, test_other_out_forms);

@@ -13,6 +13,7 @@
 #include "../lib/dtype.h"
 #include "../lib/ops/optables.h"
 #include "../lib/program.h"
+#include "../lib/registry.h"
 #include "kiln.h"
 #include "testutil.h"
 
@@ -150,6 +151,9 @@ static void elementwise_names(kiln_device *dev, kiln_dtype dt, names *ns)
     for (int t = 0; t < COUNT(dtypes); t++)
         if (computes(dev, dtypes[t]))
             add_name(ns, kiln__cast_kernel(name, sizeof name, dtypes[t]));
+    for (int t = 0; t < COUNT(dtypes); t++)
+        if (kiln__cast8_kernel(dev->info.type, dt, dtypes[t]))
+            add_name(ns, kiln__cast8_kernel(dev->info.type, dt, dtypes[t]));
 }
 
 START_TEST(test_elementwise)

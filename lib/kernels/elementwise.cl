@@ -87,8 +87,64 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
     BB_STEP2(7) BB_STEP2(6) BB_STEP2(5) BB_STEP2(4) BB_STEP2(3) BB_STEP2(2) BB_STEP2(1)       \
     BB_STEP2(0)
 
+/* f16 storage on CPU devices (KILN_CPU_DEVICE), same-shape kernels (kiln_b_, kiln_bs_, kiln_u_,
+ * kiln_ub_ of an f16 program, and the casts kiln_cast8_*): 8 elements per work-item through
+ * vload_half8/vstore_half8, which PoCL compiles to vector conversions (an f16 add on 16 Mi
+ * elements: 3 G elements/s with scalar conversions, about f32's rate, 6 with these; issue 25).
+ * GPUs keep one element per work-item (their conversions are instructions, and Oclgrind, the GPU
+ * stand-in, runs these kernels wrong). The host launches ceil(n / 8) work-items (lib/eager.c);
+ * the last takes the tail one element at a time:
+ *   H8_FOR(n) { 8 elements at j } H8_TAIL(n) { element i }
+ * H8_APPLY*(VT, CONV, F, ...) is the vector literal VT(CONV(F(components))), made whole (set
+ * component by component, an uninitialised vector crashes Oclgrind's uninitialised-value
+ * check). By the store of the output: STORE##_H8TYPE the vector type, STORE##_H8 its store,
+ * STORE##_H8V the conversion of a value. */
+#define H8_FOR(n) KILN_FOR(j, 0, ((n) + 7) >> 3) if ((j << 3) + 8 <= (n))
+#define H8_TAIL(n) else for (long i = j << 3; i < (n); i++)
+#define H8_APPLY1(VT, C, F, x)                                                                \
+    ((VT)(C(F(x.s0)), C(F(x.s1)), C(F(x.s2)), C(F(x.s3)), C(F(x.s4)), C(F(x.s5)), C(F(x.s6)),  \
+          C(F(x.s7))))
+#define H8_APPLY2(VT, C, F, x, y)                                                             \
+    ((VT)(C(F(x.s0, y.s0)), C(F(x.s1, y.s1)), C(F(x.s2, y.s2)), C(F(x.s3, y.s3)),             \
+          C(F(x.s4, y.s4)), C(F(x.s5, y.s5)), C(F(x.s6, y.s6)), C(F(x.s7, y.s7))))
+#define H8_APPLY2S(VT, C, F, x, y)                                                            \
+    ((VT)(C(F(x.s0, y)), C(F(x.s1, y)), C(F(x.s2, y)), C(F(x.s3, y)), C(F(x.s4, y)),          \
+          C(F(x.s5, y)), C(F(x.s6, y)), C(F(x.s7, y))))
+#define STORE_T_H8TYPE float8
+#define STORE_T_H8(p, j, r) vstore_half8((r), (j), (p))
+#define STORE_T_H8V(v) (v)
+#define STORE_U8_H8TYPE uchar8
+#define STORE_U8_H8(p, j, r) vstore8((r), (j), (p))
+#define STORE_U8_H8V(v) ((uchar)((v) ? 1 : 0))
+
 /* The four variants of a binary op, each its own macro: an op's variants are separate kernels,
  * and a program built for one kernel (KILN_ONLY, see below) instantiates that one alone. */
+#if defined(KILN_T_HALF) && defined(KILN_CPU_DEVICE)
+#define DEF_B(OPF, KB, OUTT, STORE)                                                           \
+    kernel void KB(global const KILN_T *a, global const KILN_T *b, global OUTT *out, long n)  \
+    {                                                                                         \
+        H8_FOR(n) {                                                                           \
+            float8 x = vload_half8(j, a), y = vload_half8(j, b);                              \
+            STORE##_H8(out, j, H8_APPLY2(STORE##_H8TYPE, STORE##_H8V, OPF, x, y));            \
+        }                                                                                     \
+        H8_TAIL(n) {                                                                          \
+            KILN_TC x = LOAD_T(a, i), y = LOAD_T(b, i);                                       \
+            STORE(out, i, OPF(x, y));                                                         \
+        }                                                                                     \
+    }
+#define DEF_BS(OPF, KBS, OUTT, STORE)                                                         \
+    kernel void KBS(global const KILN_T *a, KILN_TC y, global OUTT *out, long n)              \
+    {                                                                                         \
+        H8_FOR(n) {                                                                           \
+            float8 x = vload_half8(j, a);                                                     \
+            STORE##_H8(out, j, H8_APPLY2S(STORE##_H8TYPE, STORE##_H8V, OPF, x, y));           \
+        }                                                                                     \
+        H8_TAIL(n) {                                                                          \
+            KILN_TC x = LOAD_T(a, i);                                                         \
+            STORE(out, i, OPF(x, y));                                                         \
+        }                                                                                     \
+    }
+#else
 #define DEF_B(OPF, KB, OUTT, STORE)                                                           \
     kernel void KB(global const KILN_T *a, global const KILN_T *b, global OUTT *out, long n)  \
     {                                                                                         \
@@ -105,6 +161,7 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
             STORE(out, i, OPF(x, y));                                                         \
         }                                                                                     \
     }
+#endif
 #define DEF_BB(OPF, KBB, OUTT, STORE)                                                         \
     kernel void KBB(global const KILN_T *a, global const KILN_T *b, global OUTT *out, long n, \
                     BB_SHAPE, BB_STRIDES(sa), BB_STRIDES(sb))                                 \
@@ -296,6 +353,32 @@ KILN_TC kiln_gelu_d(KILN_TC x)
 #endif
 /* @fusion-end */
 
+#if defined(KILN_T_HALF) && defined(KILN_CPU_DEVICE) /* 8 per work-item: see H8_FOR */
+#define DEF_UNARY(UF, KU)                                                                     \
+    kernel void KU(global const KILN_T *x, global KILN_T *out, long n)                        \
+    {                                                                                         \
+        H8_FOR(n) {                                                                           \
+            float8 v = vload_half8(j, x);                                                     \
+            vstore_half8(H8_APPLY1(float8, STORE_T_H8V, UF, v), j, out);                      \
+        }                                                                                     \
+        H8_TAIL(n) {                                                                          \
+            KILN_TC v = LOAD_T(x, i);                                                         \
+            STORE_T(out, i, UF(v));                                                           \
+        }                                                                                     \
+    }
+#define DEF_UNARY_BW(UBF, KUB)                                                                \
+    kernel void KUB(global const KILN_T *x, global const KILN_T *g, global KILN_T *out, long n) \
+    {                                                                                         \
+        H8_FOR(n) {                                                                           \
+            float8 v = vload_half8(j, x), gv = vload_half8(j, g);                             \
+            vstore_half8(H8_APPLY2(float8, STORE_T_H8V, UBF, v, gv), j, out);                 \
+        }                                                                                     \
+        H8_TAIL(n) {                                                                          \
+            KILN_TC v = LOAD_T(x, i), gv = LOAD_T(g, i);                                      \
+            STORE_T(out, i, UBF(v, gv));                                                      \
+        }                                                                                     \
+    }
+#else
 #define DEF_UNARY(UF, KU)                                                                     \
     kernel void KU(global const KILN_T *x, global KILN_T *out, long n)                        \
     {                                                                                         \
@@ -312,6 +395,7 @@ KILN_TC kiln_gelu_d(KILN_TC x)
             STORE_T(out, i, UBF(v, gv));                                                      \
         }                                                                                     \
     }
+#endif
 
 /* One kernel (and on floating dtypes its derivative) per line of KILN_UNARY_OP_MAP, by its
  * kind: ANY on every dtype (U_<name> for floating and integer dtypes), FLOAT on floating dtypes
@@ -361,3 +445,32 @@ KILN_UNARY_OP_MAP(DEF_UB_X) // @kernels kiln_ub_
     KILN_IF_##name(                                                                           \
         DEF_CAST(kiln_cast_to_##name, KILN_STORE_AS_##name, cl, CAST_VALUE_##fl(cl, clc, v)))
 KILN_DTYPE_MAP(DEF_CAST_X) // @kernels kiln_cast_to_
+
+/* The casts mixed precision runs every step (f32 weights to f16, f16 results to f32), 8 elements
+ * per work-item on CPU devices (see H8_FOR); the host uses them for those two pairs there. */
+#if defined(KILN_T_HALF) && defined(KILN_CPU_DEVICE)
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_cast8_to_f32)
+kernel void kiln_cast8_to_f32(global const KILN_T *x, global float *out, long n)
+{
+    H8_FOR(n) {
+        vstore8(vload_half8(j, x), j, out);
+    }
+    H8_TAIL(n) {
+        out[i] = LOAD_T(x, i);
+    }
+}
+#endif
+#endif
+#if defined(KILN_IS_F32) && defined(KILN_CPU_DEVICE)
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_cast8_to_f16)
+kernel void kiln_cast8_to_f16(global const float *x, global half *out, long n)
+{
+    H8_FOR(n) {
+        vstore_half8(vload8(j, x), j, out);
+    }
+    H8_TAIL(n) {
+        KILN_HALF_STORE(x[i], i, out);
+    }
+}
+#endif
+#endif

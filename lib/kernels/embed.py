@@ -11,7 +11,7 @@ the same lines as the C enums. From KILN_DTYPE_MAP it also writes, per dtype <na
                                  double needs KILN_HAS_FP64), else nothing; one argument (wrap
                                  commas in parentheses): NVIDIA's OpenCL C compiler rejects
                                  variadic macros
-  KILN_STORE_AS_<name>(p, i, v)  store v at p[i] (vstore_half for half storage)
+  KILN_STORE_AS_<name>(p, i, v)  store v at p[i] (KILN_HALF_STORE_ANY for half storage)
 
 A line `TABLE(DEF) // @kernels PREFIX` of a source, TABLE one of the tables above, becomes one
 line per entry X(NAME, num, name, ...) of TABLE: `DEF(NAME, num, name, ...)` inside
@@ -62,7 +62,7 @@ def dtype_helpers(block):
         else:
             out.append(f'#define KILN_IF_{name}(x) x')
         if cl == 'half':
-            out.append(f'#define KILN_STORE_AS_{name}(p, i, v) vstore_half((v), (i), (p))')
+            out.append(f'#define KILN_STORE_AS_{name}(p, i, v) KILN_HALF_STORE_ANY((v), (i), (p))')
         else:
             out.append(f'#define KILN_STORE_AS_{name}(p, i, v) ((p)[(i)] = (v))')
     return out

@@ -34,7 +34,7 @@
 /* A generated program: prelude.cl came before this program's defines, so the output slot's
  * store is defined here. */
 #ifdef KILN_O_HALF
-#define STORE_O(p, i, v) vstore_half((float)(v), (i), (p))
+#define STORE_O(p, i, v) KILN_HALF_STORE((float)(v), (i), (p))
 #else
 #define STORE_O(p, i, v) ((p)[(i)] = (KILN_O)(v))
 #endif
@@ -247,9 +247,10 @@ kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *
                  (KILN_ACC)KILN_LOAD(p, (i) + 6), (KILN_ACC)KILN_LOAD(p, (i) + 7)))
 #elif defined(KILN_T_HALF)
 #define KILN_LOADV(p, i)                                                                        \
-    ((float8)(vload_half((i), (p)), vload_half((i) + 1, (p)), vload_half((i) + 2, (p)),          \
-              vload_half((i) + 3, (p)), vload_half((i) + 4, (p)), vload_half((i) + 5, (p)),     \
-              vload_half((i) + 6, (p)), vload_half((i) + 7, (p))))
+    ((float8)(KILN_HALF_LOAD((i), (p)), KILN_HALF_LOAD((i) + 1, (p)),                          \
+              KILN_HALF_LOAD((i) + 2, (p)), KILN_HALF_LOAD((i) + 3, (p)),                       \
+              KILN_HALF_LOAD((i) + 4, (p)), KILN_HALF_LOAD((i) + 5, (p)),                       \
+              KILN_HALF_LOAD((i) + 6, (p)), KILN_HALF_LOAD((i) + 7, (p))))
 #else
 #define KILN_LOADV(p, i) KILN_PASTE(convert_, KILN_ACCV)(vload8(0, (p) + (i)))
 #endif

@@ -100,6 +100,22 @@ char *kiln__cast_kernel(char *buf, size_t size, kiln_dtype to)
     return buf;
 }
 
+bool kiln__elementwise_by8(kiln_device_type type, kiln_dtype dtype)
+{
+    return type == KILN_DEVICE_CPU && kiln__dtype_is_half(dtype);
+}
+
+const char *kiln__cast8_kernel(kiln_device_type type, kiln_dtype from, kiln_dtype to)
+{
+    if (type != KILN_DEVICE_CPU)
+        return NULL;
+    if (from == KILN_F32 && to == KILN_F16)
+        return "kiln_cast8_to_f16";
+    if (from == KILN_F16 && to == KILN_F32)
+        return "kiln_cast8_to_f32";
+    return NULL;
+}
+
 char *kiln__elementwise_defines(char *buf, size_t size, kiln_dtype dtype)
 {
     if (size)
@@ -107,7 +123,8 @@ char *kiln__elementwise_defines(char *buf, size_t size, kiln_dtype dtype)
     kiln__dtype_defines(buf, size, "T", dtype);
     size_t used = strnlen(buf, size);
     if (kiln__dtype_is_float(dtype))
-        snprintf(buf + used, size - used, " -DKILN_IS_FLOAT=1");
+        snprintf(buf + used, size - used, " -DKILN_IS_FLOAT=1%s",
+                 dtype == KILN_F32 ? " -DKILN_IS_F32=1" : "");
     else
         snprintf(buf + used, size - used, " -DKILN_IS_INT=1 -DKILN_UT=%s%s",
                  kiln__dtype_cl_unsigned_type(dtype),

@@ -104,6 +104,9 @@ static void list_jobs(const kiln_device *dev, jobs *js)
         for (int u = 0; u < COUNT(all_dtypes); u++)
             if (computes(dev, all_dtypes[u]))
                 add(js, "elementwise", defs, kiln__cast_kernel(name, sizeof name, all_dtypes[u]));
+        for (int u = 0; u < COUNT(all_dtypes); u++)
+            if (kiln__cast8_kernel(dev->info.type, dt, all_dtypes[u]))
+                add(js, "elementwise", defs, kiln__cast8_kernel(dev->info.type, dt, all_dtypes[u]));
 
         static const char *const bases[] = {"kiln_reduce_rows", "kiln_reduce_cols",
                                             "kiln_reduce_vrows", "kiln_reduce_combine"};
