@@ -1303,6 +1303,49 @@ KILN_API kiln_status kiln_scheduler_state(kiln_scheduler *s, kiln_params *state)
 /* NULL is ignored. */
 KILN_API void kiln_scheduler_free(kiln_scheduler *s);
 
+/* Loss scaling for f16 training (PyTorch's torch.amp.GradScaler): small gradients of an f16
+ * model would flush to zero, so the loss is multiplied by a large scale before the backward and
+ * the gradients are divided by it before the optimizer's step, which is skipped when any of
+ * them is inf or NaN; the scale then backs off (backoff_factor) on such a step and grows
+ * (growth_factor) after growth_interval steps in a row without one. A training step:
+ *   kiln_grad_scaler_scale(s, loss, &scaled); kiln_backward(scaled, NULL, 0);
+ *   kiln_grad_scaler_unscale(s, opt);          (optional: before kiln_clip_grad_norm)
+ *   kiln_grad_scaler_step(s, opt, &skipped);   kiln_grad_scaler_update(s);
+ * Options zeroed (or NULL) are PyTorch's defaults: init_scale 65536, growth_factor 2,
+ * backoff_factor 0.5, growth_interval 2000; bad values are KILN_ERR_INVALID_ARGUMENT naming
+ * them. With `disabled` every call passes through (scale returns the loss itself, step is
+ * kiln_optimizer_step, get_scale is 1), so one code path serves f32 and f16 runs.
+ * unscale divides every gradient of the optimizer's parameters in place (one kernel launch per
+ * gradient, each raising a device flag on a non-finite value); step unscales first if unscale
+ * was not called, reads the flags back (its one wait for the device) and steps the optimizer
+ * unless one was set (*skipped, optional, says so). A second unscale or step for the same
+ * optimizer before the update, or an update with no step or unscale since the last one, is
+ * KILN_ERR_STATE. Several optimizers may share a scaler (each unscaled and stepped once per
+ * update). get_scale: the current scale (NaN for NULL). kiln_grad_scaler_state adds the
+ * scaler's state (scale and growth tracker) to a checkpoint list as "grad_scaler.state", an i64
+ * [2] tensor on dev kept up to date at each update; kiln_params_load into a list holding it
+ * restores the scaler before its next call. A scaler is used by one thread at a time. */
+typedef struct kiln_grad_scaler kiln_grad_scaler;
+typedef struct kiln_grad_scaler_options {
+    double init_scale;       /* 0: 65536 (2^16) */
+    double growth_factor;    /* 0: 2; must be > 1 */
+    double backoff_factor;   /* 0: 0.5; must be in (0, 1) */
+    int64_t growth_interval; /* 0: 2000; must be >= 1 */
+    bool disabled;           /* PyTorch's enabled=False */
+} kiln_grad_scaler_options;
+KILN_API kiln_status kiln_grad_scaler_create(const kiln_grad_scaler_options *options,
+                                             kiln_grad_scaler **out);
+KILN_API kiln_status kiln_grad_scaler_scale(kiln_grad_scaler *s, const kiln_tensor *loss,
+                                            kiln_tensor **out);
+KILN_API kiln_status kiln_grad_scaler_unscale(kiln_grad_scaler *s, kiln_optimizer *opt);
+KILN_API kiln_status kiln_grad_scaler_step(kiln_grad_scaler *s, kiln_optimizer *opt, bool *skipped);
+KILN_API kiln_status kiln_grad_scaler_update(kiln_grad_scaler *s);
+KILN_API double kiln_grad_scaler_get_scale(kiln_grad_scaler *s);
+KILN_API kiln_status kiln_grad_scaler_state(kiln_grad_scaler *s, kiln_device *dev,
+                                            kiln_params *state);
+/* NULL is ignored. */
+KILN_API void kiln_grad_scaler_free(kiln_grad_scaler *s);
+
 /* kiln_tensor_zero_grad of every tensor of the list. */
 KILN_API kiln_status kiln_params_zero_grad(const kiln_params *p);
 /* PyTorch's clip_grad_norm_: the L2 norm of all the list's gradients together (tensors without

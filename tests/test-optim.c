@@ -1249,6 +1249,226 @@ START_TEST(test_scheduler_resume)
 }
 END_TEST
 
+/* ---- the gradient scaler (issue 25) -----------------------------------------------------------
+ */
+
+/* PyTorch's rules in C: the scale after an update, from whether inf was found. */
+static void ref_update(double *scale, int64_t *tracker, bool found, double growth, double backoff,
+                       int64_t interval)
+{
+    if (found) {
+        *scale *= backoff;
+        *tracker = 0;
+    } else if (++*tracker == interval) {
+        *scale *= growth;
+        *tracker = 0;
+    }
+}
+
+/* A sequence of 12 steps of SGD (lr 0.25) on p [4] through a scaler (init 8, growth 4, backoff
+ * 0.25, interval 3), the loss sum(p * x) so that p's gradient is x: x holds an inf at steps 2, 7
+ * and 8, a NaN at step 10. Every step: the scaled loss is the loss times the reference scale, the
+ * step is skipped exactly when x is not finite, p follows the C reference (powers of two: exact),
+ * the scale follows ref_update. Gradients are unscaled before the step: by _unscale (then
+ * kiln_clip_grad_norm sees the true norm) on even steps, by _step itself on odd ones. */
+START_TEST(test_grad_scaler_sequence)
+{
+    const int64_t n = 4;
+    double pv[4] = {1, -2, 0.5, 3}, ref[4];
+    memcpy(ref, pv, sizeof ref);
+    kiln_tensor *p = leaf(dev, KILN_F32, 1, &n, pv, true);
+    kiln_params *ps = NULL;
+    ASSERT_OK(kiln_params_create(&ps));
+    ASSERT_OK(kiln_params_add(ps, "p", p));
+    kiln_optimizer *opt = NULL;
+    ASSERT_OK(kiln_sgd_create(ps, 0.25, 0, 0, &opt));
+    kiln_grad_scaler *s = NULL;
+    const kiln_grad_scaler_options o = {
+        .init_scale = 8, .growth_factor = 4, .backoff_factor = 0.25, .growth_interval = 3};
+    ASSERT_OK(kiln_grad_scaler_create(&o, &s));
+    double scale = 8;
+    int64_t tracker = 0;
+    for (int step = 0; step < 12; step++) {
+        double xv[4] = {0.5, -1, 2, 0.25 * (step + 1)};
+        bool bad = step == 2 || step == 7 || step == 8 || step == 10;
+        if (bad)
+            xv[step % 4] = step == 10 ? NAN : (step == 7 ? -INFINITY : INFINITY);
+        kiln_tensor *x = upload(dev, KILN_F32, 1, &n, xv), *px = NULL, *loss = NULL, *sl = NULL;
+        ASSERT_OK(kiln_mul(p, x, &px));
+        ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, px, KILN_ALL_AXES, false, &loss));
+        ck_assert(kiln_grad_scaler_get_scale(s) == scale);
+        ASSERT_OK(kiln_grad_scaler_scale(s, loss, &sl));
+        double lv = 0, slv = 0;
+        ASSERT_OK(kiln_tensor_item(loss, &lv));
+        ASSERT_OK(kiln_tensor_item(sl, &slv));
+        ck_assert(isnan(lv) ? isnan(slv) : slv == lv * scale);
+        ASSERT_OK(kiln_optimizer_zero_grad(opt));
+        ASSERT_OK(kiln_backward(sl, NULL, 0));
+        if (step % 2 == 0) {
+            ASSERT_OK(kiln_grad_scaler_unscale(s, opt));
+            double *g = download(kiln_tensor_grad(p));
+            for (int i = 0; i < 4; i++)
+                ck_assert_msg(g[i] == xv[i] || (isnan(g[i]) && isnan(xv[i])),
+                              "step %d: unscaled gradient [%d] %g, expected %g", step, i, g[i],
+                              xv[i]);
+            free(g);
+            double norm = 0;
+            ASSERT_OK(kiln_clip_grad_norm(ps, 1e30, &norm));
+            if (!bad)
+                ck_assert(fabs(norm - sqrt(0.25 + 1 + 4 + xv[3] * xv[3])) < 1e-5);
+        }
+        bool skipped = !bad;
+        ASSERT_OK(kiln_grad_scaler_step(s, opt, &skipped));
+        ck_assert_msg(skipped == bad, "step %d: skipped %d", step, skipped);
+        if (!bad)
+            for (int i = 0; i < 4; i++)
+                ref[i] -= 0.25 * xv[i];
+        double *got = download(p);
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(got[i] == ref[i], "step %d: p[%d] = %g, expected %g", step, i, got[i],
+                          ref[i]);
+        free(got);
+        ASSERT_OK(kiln_grad_scaler_update(s));
+        ref_update(&scale, &tracker, bad, 4, 0.25, 3);
+        ck_assert_msg(kiln_grad_scaler_get_scale(s) == scale, "step %d: scale %g, expected %g",
+                      step, kiln_grad_scaler_get_scale(s), scale);
+        kiln_tensor_release(x);
+        kiln_tensor_release(px);
+        kiln_tensor_release(loss);
+        kiln_tensor_release(sl);
+    }
+    /* 8 -> 2 (inf at 2) -> 8 (3 good: 3, 4, 5) -> 2 (7) -> 0.5 (8) -> 0.125 (10): the reference
+     * says so, and the loop above checked every step against it */
+    ck_assert(scale == 0.125);
+    kiln_grad_scaler_free(s);
+    kiln_optimizer_free(opt);
+    kiln_params_free(ps);
+    kiln_tensor_release(p);
+}
+END_TEST
+
+/* Defaults, disabled pass-through, the state through a checkpoint, and every misuse. */
+START_TEST(test_grad_scaler_api)
+{
+    uint64_t before = live_bytes(dev);
+    const int64_t n = 2;
+    const double pv[2] = {1, 2}, one[2] = {1, 1};
+    kiln_tensor *p = leaf(dev, KILN_F32, 1, &n, pv, true);
+    kiln_params *ps = NULL;
+    ASSERT_OK(kiln_params_create(&ps));
+    ASSERT_OK(kiln_params_add(ps, "p", p));
+    kiln_optimizer *opt = NULL;
+    ASSERT_OK(kiln_sgd_create(ps, 0.5, 0, 0, &opt));
+    kiln_grad_scaler *s = NULL, *bad = (kiln_grad_scaler *)&before;
+    ASSERT_OK(kiln_grad_scaler_create(NULL, &s));
+    ck_assert(kiln_grad_scaler_get_scale(s) == 65536.0);
+    /* misuse */
+    ASSERT_FAILS(kiln_grad_scaler_update(s), KILN_ERR_STATE,
+                 "kiln_grad_scaler_update: no inf checks were recorded");
+    give_grad(p, one);
+    ASSERT_OK(kiln_grad_scaler_unscale(s, opt));
+    ASSERT_FAILS(kiln_grad_scaler_unscale(s, opt), KILN_ERR_STATE,
+                 "kiln_grad_scaler_unscale: kiln_grad_scaler_unscale has already been called");
+    ASSERT_OK(kiln_grad_scaler_step(s, opt, NULL));
+    ASSERT_FAILS(kiln_grad_scaler_step(s, opt, NULL), KILN_ERR_STATE,
+                 "kiln_grad_scaler_step: kiln_grad_scaler_step has already been called");
+    ASSERT_FAILS(kiln_grad_scaler_unscale(s, opt), KILN_ERR_STATE,
+                 "kiln_grad_scaler_step has already been called on this optimizer");
+    ASSERT_OK(kiln_grad_scaler_update(s));
+    ck_assert(kiln_grad_scaler_get_scale(s) == 65536.0); /* 1 of 2000 good steps */
+    kiln_tensor *out = (kiln_tensor *)&before, *xi = NULL;
+    ASSERT_FAILS(kiln_grad_scaler_scale(NULL, p, &out), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_grad_scaler_scale: the scaler is NULL");
+    ck_assert_ptr_null(out);
+    ASSERT_FAILS(kiln_grad_scaler_scale(s, NULL, &out), KILN_ERR_INVALID_ARGUMENT, "loss");
+    ASSERT_FAILS(kiln_grad_scaler_scale(s, p, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_I32, 1, &n, &xi));
+    ASSERT_FAILS(kiln_grad_scaler_scale(s, xi, &out), KILN_ERR_DTYPE_MISMATCH,
+                 "loss is i32; it must be floating");
+    kiln_tensor_release(xi);
+    ASSERT_FAILS(kiln_grad_scaler_step(s, NULL, NULL), KILN_ERR_INVALID_ARGUMENT, "opt is NULL");
+    ASSERT_FAILS(kiln_grad_scaler_unscale(NULL, opt), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_grad_scaler_unscale: the scaler is NULL");
+    ASSERT_FAILS(kiln_grad_scaler_update(NULL), KILN_ERR_INVALID_ARGUMENT, "the scaler is NULL");
+    ck_assert(isnan(kiln_grad_scaler_get_scale(NULL)));
+    ASSERT_FAILS(kiln_grad_scaler_create(NULL, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    const kiln_grad_scaler_options bads[] = {{.init_scale = -1},       {.init_scale = INFINITY},
+                                             {.growth_factor = 1},     {.backoff_factor = 1},
+                                             {.backoff_factor = -0.5}, {.growth_interval = -3}};
+    const char *const why[] = {"init_scale is -1",       "init_scale is inf",
+                               "growth_factor is 1",     "backoff_factor is 1",
+                               "backoff_factor is -0.5", "growth_interval is -3"};
+    for (int i = 0; i < 6; i++) {
+        ASSERT_FAILS(kiln_grad_scaler_create(&bads[i], &bad), KILN_ERR_INVALID_ARGUMENT, why[i]);
+        ck_assert_ptr_null(bad);
+    }
+    kiln_grad_scaler_free(NULL);
+    /* disabled: everything passes through */
+    kiln_grad_scaler *off = NULL;
+    ASSERT_OK(kiln_grad_scaler_create(&(kiln_grad_scaler_options){.disabled = true}, &off));
+    ck_assert(kiln_grad_scaler_get_scale(off) == 1.0);
+    ASSERT_OK(kiln_grad_scaler_scale(off, p, &out));
+    ck_assert_ptr_eq(out, p);
+    kiln_tensor_release(out);
+    ASSERT_OK(kiln_optimizer_zero_grad(opt));
+    give_grad(p, one);
+    ASSERT_OK(kiln_grad_scaler_unscale(off, opt)); /* nothing */
+    ASSERT_OK(kiln_grad_scaler_step(off, opt, NULL));
+    ASSERT_OK(kiln_grad_scaler_update(off));
+    double *got = download(p);
+    /* lr 0.5: the scaled step's gradient was 1 / 65536 (1 given as the scaled gradient), the
+     * disabled one's 1 */
+    ck_assert(got[0] == 0.5 - 0x1p-17 && got[1] == 1.5 - 0x1p-17);
+    free(got);
+    kiln_grad_scaler_free(off);
+    /* the state through a checkpoint: a backoff and one good step, saved, loaded into a new
+     * scaler, which takes them over at its next call */
+    char *path = tmp_path("scaler");
+    kiln_params *st = NULL, *st2 = NULL;
+    ASSERT_OK(kiln_params_create(&st));
+    ASSERT_OK(kiln_grad_scaler_state(s, dev, st));
+    ck_assert_str_eq(kiln_params_name(st, 0), "grad_scaler.state");
+    ASSERT_FAILS(kiln_grad_scaler_state(s, NULL, st), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_grad_scaler_state");
+    ASSERT_OK(kiln_optimizer_zero_grad(opt));
+    const double inf2[2] = {INFINITY, 1};
+    give_grad(p, inf2);
+    bool skipped = false;
+    ASSERT_OK(kiln_grad_scaler_step(s, opt, &skipped));
+    ck_assert(skipped);
+    ASSERT_OK(kiln_grad_scaler_update(s));
+    ck_assert(kiln_grad_scaler_get_scale(s) == 32768.0);
+    ASSERT_OK(kiln_params_save(st, path));
+    kiln_grad_scaler *s2 = NULL;
+    ASSERT_OK(kiln_grad_scaler_create(NULL, &s2));
+    ASSERT_OK(kiln_params_create(&st2));
+    ASSERT_OK(kiln_grad_scaler_state(s2, dev, st2));
+    ASSERT_OK(kiln_params_load(st2, path));
+    ck_assert(kiln_grad_scaler_get_scale(s2) == 32768.0);
+    /* a state that is not a scaler's is refused, naming what it holds */
+    kiln_grad_scaler *s3 = NULL;
+    ASSERT_OK(kiln_grad_scaler_create(&(kiln_grad_scaler_options){.growth_interval = 1}, &s3));
+    kiln_params *st3 = NULL;
+    ASSERT_OK(kiln_params_create(&st3));
+    ASSERT_OK(kiln_grad_scaler_state(s3, dev, st3));
+    const int64_t words[2] = {-1, 0};
+    ASSERT_OK(kiln_tensor_write(kiln_params_tensor(st3, 0), words, sizeof words));
+    ASSERT_FAILS(kiln_grad_scaler_update(s3), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_grad_scaler_update: the loaded grad_scaler.state is not a state");
+    unlink(path);
+    kiln_grad_scaler_free(s3);
+    kiln_grad_scaler_free(s2);
+    kiln_grad_scaler_free(s);
+    kiln_params_free(st3);
+    kiln_params_free(st2);
+    kiln_params_free(st);
+    kiln_optimizer_free(opt);
+    kiln_params_free(ps);
+    kiln_tensor_release(p);
+    ck_assert_uint_eq(live_bytes(dev), before);
+}
+END_TEST
+
 START_TEST(test_scheduler_errors)
 {
     kiln_params *ps = NULL;
@@ -1328,6 +1548,11 @@ Suite *optim_suite(void)
     tcase_add_test(tsch, test_scheduler_resume);
     tcase_add_test(tsch, test_scheduler_errors);
     suite_add_tcase(s, tsch);
+    TCase *tsc = tcase_create("scaler");
+    tcase_add_unchecked_fixture(tsc, setup, teardown);
+    tcase_add_test(tsc, test_grad_scaler_sequence);
+    tcase_add_test(tsc, test_grad_scaler_api);
+    suite_add_tcase(s, tsc);
     TCase *ts = tcase_create("step-range");
     tcase_add_unchecked_fixture(ts, setup, teardown);
     tcase_add_test(ts, test_step_count_range);

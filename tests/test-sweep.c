@@ -479,6 +479,75 @@ static kiln_status workload_main(void)
     return s;
 }
 
+/* f16 and mixed precision (issue 25): f16 matmuls on the paths that take them (cblas makes f32
+ * copies on the host), and a training step through the gradient scaler. */
+static kiln_status workload_half(void)
+{
+    kiln_device *dev = devs[0];
+    const int64_t shape[2] = {N, N};
+    float x[N * N], y[N * N], got[N * N], want[N * N];
+    for (int i = 0; i < N * N; i++) {
+        x[i] = (float)(i % 7) - 3.0f;
+        y[i] = (float)(i % 5) * 0.5f;
+    }
+    kiln_status s = KILN_OK;
+    kiln_tensor *a = NULL, *b = NULL, *ha = NULL, *hb = NULL;
+    TRY(kiln_tensor_from_host(dev, KILN_F32, 2, shape, x, &a));
+    TRY(kiln_tensor_from_host(dev, KILN_F32, 2, shape, y, &b));
+    TRY(kiln_cast(a, KILN_F16, &ha));
+    TRY(kiln_cast(b, KILN_F16, &hb));
+    for (int i = 0; i < N * N; i++) {
+        want[i] = 0;
+        for (int k = 0; k < N; k++)
+            want[i] += x[i / N * N + k] * y[k * N + i % N];
+    }
+    /* exact in f16 here: small integers and halves; CLBlast forced refuses f16 */
+    for (int p = 1; p < 3 && s == KILN_OK; p++) {
+        setenv("KILN_MATMUL", matmul_paths[p], 1);
+        if (!kiln_matmul_path(dev))
+            continue; /* not available here */
+        kiln_tensor *hm = NULL, *fm = NULL;
+        TRY(kiln_matmul(ha, hb, &hm));
+        TRY(kiln_cast(hm, KILN_F32, &fm));
+        TRY(kiln_tensor_read(fm, got, sizeof got));
+        CHECK_RESULT(got, want);
+        kiln_tensor_release(hm);
+        kiln_tensor_release(fm);
+    }
+    unsetenv("KILN_MATMUL");
+    /* p -= 0.5 * x through the scaler (2^10, unscaled exactly) */
+    kiln_tensor *p = NULL, *px = NULL, *loss = NULL, *scaled = NULL;
+    kiln_params *ps = NULL;
+    kiln_optimizer *opt = NULL;
+    kiln_grad_scaler *gs = NULL;
+    TRY(kiln_tensor_from_host(dev, KILN_F32, 2, shape, y, &p));
+    TRY(kiln_tensor_set_requires_grad(p, true));
+    TRY(kiln_params_create(&ps));
+    TRY(kiln_params_add(ps, "p", p));
+    TRY(kiln_sgd_create(ps, 0.5, 0, 0, &opt));
+    TRY(kiln_grad_scaler_create(&(kiln_grad_scaler_options){.init_scale = 1024}, &gs));
+    TRY(kiln_mul(p, a, &px));
+    TRY(kiln_reduce(KILN_REDUCE_SUM, px, KILN_ALL_AXES, false, &loss));
+    TRY(kiln_grad_scaler_scale(gs, loss, &scaled));
+    TRY(kiln_backward(scaled, NULL, 0));
+    TRY(kiln_grad_scaler_step(gs, opt, NULL));
+    TRY(kiln_grad_scaler_update(gs));
+    TRY(kiln_tensor_read(p, got, sizeof got));
+    for (int i = 0; i < N * N; i++)
+        want[i] = y[i] - 0.5f * x[i];
+    CHECK_RESULT(got, want);
+    kiln_status s2 = kiln_device_synchronize(dev);
+    if (s == KILN_OK)
+        s = s2;
+    kiln_grad_scaler_free(gs);
+    kiln_optimizer_free(opt);
+    kiln_params_free(ps);
+    kiln_tensor *ts[] = {a, b, ha, hb, p, px, loss, scaled};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        kiln_tensor_release(ts[i]);
+    return s;
+}
+
 /* ---- the sweep ----------------------------------------------------------------------------------
  */
 
@@ -551,13 +620,16 @@ typedef struct sweep_result {
     long lost;      /* (CL_OUT_OF_RESOURCES sweep) runs that lost a device */
 } sweep_result;
 
-/* SWEEP_STRIDE, else every index in the full tier (CI) and every 3rd in the default one. */
-static long stride(void)
+/* SWEEP_STRIDE, else every index in the full tier (CI) and every `quick`-th in the default one. */
+static long stride(long quick)
 {
     const char *e = getenv("SWEEP_STRIDE");
-    long k = e ? strtol(e, NULL, 10) : test_size(3, 1);
+    long k = e ? strtol(e, NULL, 10) : test_size(quick, 1);
     return k > 0 ? k : 1;
 }
+
+/* The default tier's stride of the next sweep (3; the half workload's 9). */
+static long quick_stride = 3;
 
 static sweep_result sweep(const char *label, workload_fn work, sweep_kind kind, cl_int err)
 {
@@ -574,7 +646,7 @@ static sweep_result sweep(const char *label, workload_fn work, sweep_kind kind, 
     long total = kind == CL_SWEEP ? atomic_load(&calls) : allocs;
     ck_assert_int_gt(total, 0);
     char tolerated_calls[2048] = "";
-    for (long n = 1; n <= total; n += stride()) {
+    for (long n = 1; n <= total; n += stride(quick_stride)) {
         s = run_at(work, kind, n);
         const char *what = kind == CL_SWEEP ? (injected_name ? injected_name : "?") : "malloc";
         char where[160];
@@ -642,6 +714,7 @@ static void teardown(void)
 {
     kiln__cl_reset();
     enumerate_mode = false;
+    quick_stride = 3;
 }
 
 START_TEST(enumerate_cl)
@@ -665,6 +738,22 @@ END_TEST
 START_TEST(main_cl)
 {
     sweep_result r = sweep("main/opencl", workload_main, CL_SWEEP, CL_OUT_OF_HOST_MEMORY);
+    ck_assert_int_gt(r.failed, 0);
+}
+END_TEST
+
+START_TEST(half_cl)
+{
+    quick_stride = 9;
+    sweep_result r = sweep("half/opencl", workload_half, CL_SWEEP, CL_OUT_OF_HOST_MEMORY);
+    ck_assert_int_gt(r.failed, 0);
+}
+END_TEST
+
+START_TEST(half_malloc)
+{
+    quick_stride = 9;
+    sweep_result r = sweep("half/malloc", workload_half, MALLOC_SWEEP, CL_SUCCESS);
     ck_assert_int_gt(r.failed, 0);
 }
 END_TEST
@@ -701,5 +790,7 @@ Suite *sweep_suite(void)
     add_case(s, "main_cl", main_cl);
     add_case(s, "main_malloc", main_malloc);
     add_case(s, "main_lost", main_lost);
+    add_case(s, "half_cl", half_cl);
+    add_case(s, "half_malloc", half_malloc);
     return s;
 }

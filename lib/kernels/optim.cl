@@ -25,3 +25,16 @@ kernel void kiln_adam_update(global KILN_T *p, global const KILN_T *g, global KI
             step[0] = t;
     }
 }
+
+/* kiln_grad_scaler's unscale (lib/nn/scaler.c): g *= inv_scale in place, and found[0] set to 1
+ * when any result is infinite or NaN (an atomic: many work-items may find one; rare, so its cost
+ * does not matter). PyTorch's _amp_foreach_non_finite_check_and_unscale_, one tensor at a time. */
+kernel void kiln_unscale_grad(global KILN_T *g, long n, KILN_TC inv_scale, global int *found)
+{
+    KILN_FOR(i, 0, n) {
+        KILN_TC v = LOAD_T(g, i) * inv_scale;
+        if (!isfinite(v))
+            atomic_or(found, 1);
+        STORE_T(g, i, v);
+    }
+}

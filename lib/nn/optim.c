@@ -53,6 +53,17 @@ kiln_device *kiln__optimizer_device(const kiln_optimizer *opt)
     return opt->ps[0].p->dev;
 }
 
+int kiln__optimizer_count(const kiln_optimizer *opt)
+{
+    return opt->n;
+}
+
+kiln_tensor *kiln__optimizer_param(const kiln_optimizer *opt, int i, const char **name)
+{
+    *name = opt->ps[i].name;
+    return opt->ps[i].p;
+}
+
 static unsigned version_of(const kiln_tensor *t)
 {
     return atomic_load(&t->storage->version);

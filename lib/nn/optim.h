@@ -20,4 +20,9 @@ bool kiln__optimizer_attach(kiln_optimizer *opt, const kiln__opt_hook *hook);
 /* The device of opt's first parameter (where a scheduler keeps its state tensor). */
 kiln_device *kiln__optimizer_device(const kiln_optimizer *opt);
 
+/* The number of opt's parameters, and the i-th parameter and its name (borrowed), for the
+ * gradient scaler (scaler.c). */
+int kiln__optimizer_count(const kiln_optimizer *opt);
+kiln_tensor *kiln__optimizer_param(const kiln_optimizer *opt, int i, const char **name);
+
 #endif
