@@ -1128,6 +1128,28 @@ KILN_API kiln_status kiln_tensor_zero_grad(kiln_tensor *t);
 KILN_API bool kiln_set_grad_enabled(bool enabled);
 KILN_API bool kiln_grad_enabled(void);
 
+/* Autocast (PyTorch's torch.autocast), for the calling thread: between kiln_autocast_begin(type,
+ * KILN_F16) and kiln_autocast_end(), ops on tensors of devices of `type` (KILN_DEVICE_GPU,
+ * _CPU, _ACCELERATOR or a combination) follow PyTorch's policy:
+ *   in f16 (f32 inputs cast, f64 and integers left alone): kiln_matmul, kiln_matmul_trans,
+ *     kiln_linear, kiln_conv2d;
+ *   in f32 (f16 inputs cast): kiln_softmax, kiln_log_softmax, kiln_logsumexp, kiln_reduce SUM,
+ *     kiln_cross_entropy, kiln_mse_loss, kiln_bce_loss, kiln_bce_with_logits_loss,
+ *     kiln_layer_norm, kiln_batch_norm, kiln_unary EXP / LOG / RSQRT / SOFTPLUS, kiln_binary
+ *     and kiln_binary_scalar POW; recurrent layers too (kiln's have no f16 form yet; PyTorch's
+ *     run in f16);
+ *   everything else in its inputs' dtype, mixed inputs promoting as usual (f16 + f32: f32).
+ * The casts are kiln_cast's, recorded by autograd: the gradients of f32 parameters (master
+ * weights) come back in f32. kiln_backward runs with autocast suspended (the gradients follow
+ * the forward's dtypes), and the _out forms write their out's dtype as always. Regions nest
+ * (at most 32 deep); the innermost naming a device's type decides, and KILN_F32 turns autocast
+ * off inside a region. Other dtypes or types: KILN_ERR_INVALID_ARGUMENT; _end without a
+ * region: KILN_ERR_STATE. kiln_autocast_dtype: the dtype the f16 ops run in on dev now (KILN_F16
+ * or KILN_F32 when no region applies; KILN_F32 for NULL). Pair with kiln_grad_scaler. */
+KILN_API kiln_status kiln_autocast_begin(kiln_device_type type, kiln_dtype dtype);
+KILN_API kiln_status kiln_autocast_end(void);
+KILN_API kiln_dtype kiln_autocast_dtype(const kiln_device *dev);
+
 typedef enum kiln_backward_flags {
     /* Keep the graph for another kiln_backward through it (PyTorch's retain_graph=True). */
     KILN_BACKWARD_RETAIN_GRAPH = 1 << 0,

@@ -3,6 +3,7 @@
  * off, committed to the leaves only when every step succeeded) and graph release. The gradient
  * formulas are in autograd_grads.c. Above the ops (the autograd layer, lib/layers.txt). */
 #include "backward.h"
+#include "autocast.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -372,6 +373,8 @@ kiln_status kiln_backward(kiln_tensor *loss, const kiln_tensor *grad, kiln_backw
      * and its releases of the user's tensors (the graph's saved inputs) only drop references. */
     bool prev_scope = kiln__scope_suspend();
     bool prev = kiln_set_grad_enabled(false);
+    /* The gradients run in the dtypes the forward ran in, whatever autocast region is open. */
+    int prev_autocast = kiln__autocast_suspend();
     kiln_tensor *seed = NULL, **drop = NULL;
     kiln_tensor_retain(loss); /* freeing the graph must not free the root under us */
     s = collect(loss, &p);
@@ -402,6 +405,7 @@ kiln_status kiln_backward(kiln_tensor *loss, const kiln_tensor *grad, kiln_backw
     free(drop);
     plan_clear(&p);
     kiln_tensor_release(loss);
+    kiln__autocast_resume(prev_autocast);
     kiln_set_grad_enabled(prev);
     kiln__scope_resume(prev_scope);
     return in_backward(s);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "nn/layers.h"
+#include "ops/amp.h"
 #include "ops/common.h"
 #include "ops/random.h"
 #include "status.h"
@@ -56,6 +57,19 @@ static kiln_status check_vector(const char *op, const char *name, const kiln_ten
 kiln_status kiln_linear(const kiln_tensor *x, const kiln_tensor *weight, const kiln_tensor *bias,
                         kiln_tensor **y)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[3] = {x, weight, bias};
+        kiln_tensor *tmp[3];
+        kiln_status amp;
+        if (kiln__amp_apply("kiln_linear", KILN__AMP_LOWER, 3, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_linear(in[0], in[1], in[2], y);
+            else if (y)
+                *y = NULL;
+            kiln__amp_release(3, tmp);
+            return amp;
+        }
+    }
     const char *op = "kiln_linear";
     kiln_status s = check_args(op, x, 3, (const kiln_tensor *[]){x, weight, bias},
                                (const char *const[]){"x", "weight", "bias"}, 2, y);
@@ -90,6 +104,19 @@ kiln_status kiln_linear(const kiln_tensor *x, const kiln_tensor *weight, const k
 kiln_status kiln_layer_norm(const kiln_tensor *x, const kiln_tensor *weight,
                             const kiln_tensor *bias, double eps, kiln_tensor **y)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[3] = {x, weight, bias};
+        kiln_tensor *tmp[3];
+        kiln_status amp;
+        if (kiln__amp_apply("kiln_layer_norm", KILN__AMP_F32, 3, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_layer_norm(in[0], in[1], in[2], eps, y);
+            else if (y)
+                *y = NULL;
+            kiln__amp_release(3, tmp);
+            return amp;
+        }
+    }
     const char *op = "kiln_layer_norm";
     kiln_status s = check_args(op, x, 3, (const kiln_tensor *[]){x, weight, bias},
                                (const char *const[]){"x", "weight", "bias"}, 1, y);
@@ -140,6 +167,20 @@ kiln_status kiln_batch_norm(const kiln_tensor *x, kiln_tensor *running_mean,
                             const kiln_tensor *bias, bool training, double momentum, double eps,
                             kiln_tensor **y)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[3] = {x, weight, bias};
+        kiln_tensor *tmp[3];
+        kiln_status amp;
+        if (kiln__amp_apply("kiln_batch_norm", KILN__AMP_F32, 3, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_batch_norm(in[0], running_mean, running_var, in[1], in[2], training,
+                                      momentum, eps, y);
+            else if (y)
+                *y = NULL;
+            kiln__amp_release(3, tmp);
+            return amp;
+        }
+    }
     const char *op = "kiln_batch_norm";
     kiln_status s = check_args(
         op, x, 5, (const kiln_tensor *[]){x, running_mean, running_var, weight, bias},

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "ops/amp.h"
 #include "ops/common.h"
 #include "status.h"
 #include "tensor.h"
@@ -121,6 +122,19 @@ static kiln_status check_probabilities(const char *op, const kiln_tensor *p)
 kiln_status kiln_bce_loss(const kiln_tensor *pred, const kiln_tensor *target,
                           kiln_reduction reduction, kiln_tensor **loss)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[2] = {pred, target};
+        kiln_tensor *tmp[2];
+        kiln_status amp;
+        if (kiln__amp_apply("kiln_bce_loss", KILN__AMP_F32, 2, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_bce_loss(in[0], in[1], reduction, loss);
+            else if (loss)
+                *loss = NULL;
+            kiln__amp_release(2, tmp);
+            return amp;
+        }
+    }
     const char *op = "kiln_bce_loss";
     kiln_status s = check_loss(op, "pred", pred, target, reduction, loss);
     if (s == KILN_OK)
@@ -158,6 +172,19 @@ kiln_status kiln_bce_loss(const kiln_tensor *pred, const kiln_tensor *target,
 kiln_status kiln_bce_with_logits_loss(const kiln_tensor *logits, const kiln_tensor *target,
                                       kiln_reduction reduction, kiln_tensor **loss)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[2] = {logits, target};
+        kiln_tensor *tmp[2];
+        kiln_status amp;
+        if (kiln__amp_apply("kiln_bce_with_logits_loss", KILN__AMP_F32, 2, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_bce_with_logits_loss(in[0], in[1], reduction, loss);
+            else if (loss)
+                *loss = NULL;
+            kiln__amp_release(2, tmp);
+            return amp;
+        }
+    }
     const char *op = "kiln_bce_with_logits_loss";
     kiln_status s = check_loss(op, "logits", logits, target, reduction, loss);
     if (s != KILN_OK)

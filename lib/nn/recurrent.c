@@ -10,8 +10,10 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "autocast.h"
 #include "nn/layers.h"
 #include "nn/recurrent.h"
+#include "ops/amp.h"
 #include "ops/common.h"
 #include "registry.h"
 #include "status.h"
@@ -107,10 +109,10 @@ static kiln_status row_of(const kiln_tensor *r, int64_t row, kiln_tensor **out)
 
 /* ---- cells ---------------------------------------------------------------------------------- */
 
-static kiln_status cell(const char *op, kiln__rnn_mode mode, const kiln_tensor *x,
-                        const kiln_tensor *h, const kiln_tensor *c, const kiln_tensor *w_ih,
-                        const kiln_tensor *w_hh, const kiln_tensor *b_ih, const kiln_tensor *b_hh,
-                        kiln_tensor **h_out, kiln_tensor **c_out)
+static kiln_status cell_run(const char *op, kiln__rnn_mode mode, const kiln_tensor *x,
+                            const kiln_tensor *h, const kiln_tensor *c, const kiln_tensor *w_ih,
+                            const kiln_tensor *w_hh, const kiln_tensor *b_ih,
+                            const kiln_tensor *b_hh, kiln_tensor **h_out, kiln_tensor **c_out)
 {
     if (!h_out || (mode == KILN__RNN_LSTM && !c_out))
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op,
@@ -155,6 +157,32 @@ static kiln_status cell(const char *op, kiln__rnn_mode mode, const kiln_tensor *
         *h_out = NULL;
     }
     release_all(3, t);
+    return s;
+}
+
+/* Under autocast, recurrent layers compute in f32 (their gate kernels have no f16 form yet): x,
+ * h and c are cast to f32 (ops/amp.h) and autocast is suspended for the inner products. */
+static kiln_status cell(const char *op, kiln__rnn_mode mode, const kiln_tensor *x,
+                        const kiln_tensor *h, const kiln_tensor *c, const kiln_tensor *w_ih,
+                        const kiln_tensor *w_hh, const kiln_tensor *b_ih, const kiln_tensor *b_hh,
+                        kiln_tensor **h_out, kiln_tensor **c_out)
+{
+    const kiln_tensor *in[3] = {x, h, c};
+    kiln_tensor *tmp[3];
+    kiln_status s;
+    if (kiln__amp_apply(op, KILN__AMP_F32, 3, in, tmp, &s)) {
+        if (s == KILN_OK)
+            s = cell(op, mode, in[0], in[1], in[2], w_ih, w_hh, b_ih, b_hh, h_out, c_out);
+        kiln__amp_release(3, tmp);
+        if (s != KILN_OK && h_out)
+            *h_out = NULL;
+        if (s != KILN_OK && c_out)
+            *c_out = NULL;
+        return s;
+    }
+    int prev = kiln__autocast_suspend();
+    s = cell_run(op, mode, x, h, c, w_ih, w_hh, b_ih, b_hh, h_out, c_out);
+    kiln__autocast_resume(prev);
     return s;
 }
 
@@ -254,10 +282,10 @@ static kiln_status check_run(const char *op, const kiln__rnn_config *cfg,
     return s;
 }
 
-kiln_status kiln__rnn_run(const char *op, const kiln__rnn_config *cfg, kiln_tensor *const *weights,
-                          const kiln_tensor *x, const int64_t *lengths, const kiln_tensor *h0,
-                          const kiln_tensor *c0, bool training, uint64_t seed, kiln_tensor **y,
-                          kiln_tensor **h_n, kiln_tensor **c_n)
+static kiln_status rnn_run(const char *op, const kiln__rnn_config *cfg, kiln_tensor *const *weights,
+                           const kiln_tensor *x, const int64_t *lengths, const kiln_tensor *h0,
+                           const kiln_tensor *c0, bool training, uint64_t seed, kiln_tensor **y,
+                           kiln_tensor **h_n, kiln_tensor **c_n)
 {
     if (!y)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: y is NULL", op);
@@ -426,5 +454,31 @@ kiln_status kiln_masked_mean(const kiln_tensor *x, const kiln_tensor *mask, kiln
     if (s == KILN_OK)
         s = kiln_div(t[1], t[3], out);
     release_all(4, t);
+    return s;
+}
+
+/* As cell(): f32 under autocast, autocast suspended inside. */
+kiln_status kiln__rnn_run(const char *op, const kiln__rnn_config *cfg, kiln_tensor *const *weights,
+                          const kiln_tensor *x, const int64_t *lengths, const kiln_tensor *h0,
+                          const kiln_tensor *c0, bool training, uint64_t seed, kiln_tensor **y,
+                          kiln_tensor **h_n, kiln_tensor **c_n)
+{
+    const kiln_tensor *in[3] = {x, h0, c0};
+    kiln_tensor *tmp[3];
+    kiln_status s;
+    if (kiln__amp_apply(op, KILN__AMP_F32, 3, in, tmp, &s)) {
+        if (s == KILN_OK)
+            s = kiln__rnn_run(op, cfg, weights, in[0], lengths, in[1], in[2], training, seed, y,
+                              h_n, c_n);
+        kiln__amp_release(3, tmp);
+        kiln_tensor **outs[3] = {y, h_n, c_n};
+        for (int i = 0; s != KILN_OK && i < 3; i++)
+            if (outs[i])
+                *outs[i] = NULL;
+        return s;
+    }
+    int prev = kiln__autocast_suspend();
+    s = rnn_run(op, cfg, weights, x, lengths, h0, c0, training, seed, y, h_n, c_n);
+    kiln__autocast_resume(prev);
     return s;
 }

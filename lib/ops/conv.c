@@ -6,6 +6,7 @@
  * (matmul.c picks the path, KILN_LOG=debug says which). Also the 2-D poolings (max, average,
  * global average), whose kernels live in conv.cl too. */
 #include "ops/conv.h"
+#include "amp.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -208,6 +209,19 @@ static kiln_status check(const char *op, const kiln_tensor *x, const kiln_tensor
 kiln_status kiln_conv2d(const kiln_tensor *x, const kiln_tensor *weight, const kiln_tensor *bias,
                         const kiln_conv2d_params *params, kiln_tensor **out)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[3] = {x, weight, bias};
+        kiln_tensor *tmp[3];
+        kiln_status amp;
+        if (kiln__amp_apply("kiln_conv2d", KILN__AMP_LOWER, 3, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_conv2d(in[0], in[1], in[2], params, out);
+            else if (out)
+                *out = NULL;
+            kiln__amp_release(3, tmp);
+            return amp;
+        }
+    }
     const char *op = "kiln_conv2d";
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);

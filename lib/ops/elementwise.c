@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "amp.h"
 #include "autograd.h"
 #include "common.h"
 #include "fusion.h"
@@ -105,6 +106,20 @@ static kiln_status binary(const char *fn, kiln_binary_op op, const kiln_tensor *
 kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                         kiln_tensor **out)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[2] = {a, b};
+        kiln_tensor *tmp[2];
+        kiln_status amp;
+        if (op == KILN_BINARY_POW &&
+            kiln__amp_apply("kiln_binary", KILN__AMP_F32, 2, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_binary(op, in[0], in[1], out);
+            else if (out)
+                *out = NULL;
+            kiln__amp_release(2, tmp);
+            return amp;
+        }
+    }
     kiln_tensor *tmp = NULL; /* a promoted operand (promote.c) */
     kiln_status s = check_out_ptr("kiln_binary", out);
     s = s != KILN_OK ? s : kiln__promote_pair("kiln_binary", &a, &b, &tmp);
@@ -191,6 +206,20 @@ static kiln_status binary_scalar(const char *fn, kiln_binary_op op, const kiln_t
 kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
                                kiln_tensor **out)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[1] = {a};
+        kiln_tensor *tmp[1];
+        kiln_status amp;
+        if (op == KILN_BINARY_POW &&
+            kiln__amp_apply("kiln_binary_scalar", KILN__AMP_F32, 1, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_binary_scalar(op, in[0], scalar, out);
+            else if (out)
+                *out = NULL;
+            kiln__amp_release(1, tmp);
+            return amp;
+        }
+    }
     const char *fn = "kiln_binary_scalar";
     kiln_tensor *tmp = NULL;
     kiln_status s = check_out_ptr(fn, out);
@@ -315,6 +344,20 @@ static kiln_status unary(const char *fn, kiln_unary_op op, const kiln_tensor *x,
 
 kiln_status kiln_unary(kiln_unary_op op, const kiln_tensor *x, kiln_tensor **out)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[1] = {x};
+        kiln_tensor *tmp[1];
+        kiln_status amp;
+        if (kiln__amp_f32_unary(op) &&
+            kiln__amp_apply("kiln_unary", KILN__AMP_F32, 1, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_unary(op, in[0], out);
+            else if (out)
+                *out = NULL;
+            kiln__amp_release(1, tmp);
+            return amp;
+        }
+    }
     kiln_status s = check_out_ptr("kiln_unary", out);
     s = s != KILN_OK ? s : unary("kiln_unary", op, x, NULL, out);
     return kiln__ag_record(s, "kiln_unary", KILN__AG_UNARY, &(kiln__ag_args){.op = (int)op}, 1, &x,

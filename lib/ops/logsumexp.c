@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "alloc.h"
+#include "amp.h"
 #include "dtype.h"
 #include "status.h"
 #include "tensor.h"
@@ -39,6 +40,19 @@ static kiln_status safe_max(const kiln_tensor *x, int axis, bool empty, const in
 
 kiln_status kiln_logsumexp(const kiln_tensor *x, int axis, bool keepdim, kiln_tensor **out)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[1] = {x};
+        kiln_tensor *tmp[1];
+        kiln_status amp;
+        if (kiln__amp_apply("kiln_logsumexp", KILN__AMP_F32, 1, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_logsumexp(in[0], axis, keepdim, out);
+            else if (out)
+                *out = NULL;
+            kiln__amp_release(1, tmp);
+            return amp;
+        }
+    }
     const char *op = "kiln_logsumexp";
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);

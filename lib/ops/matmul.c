@@ -15,6 +15,7 @@
 #include "../registry.h"
 #include "../status.h"
 #include "../tensor.h"
+#include "amp.h"
 #include "common.h"
 
 static const kiln__matmul_path *const paths[] = {
@@ -293,7 +294,15 @@ static kiln_status matmul_new(const char *op, const kiln_tensor *a, const kiln_t
         kiln__check_tensors(op, 2, 2, (const kiln_tensor *[]){a, b}, operand_names, &p.dev);
     if (s != KILN_OK)
         return s;
-    plan pl;
+    const kiln_tensor *in[2] = {a, b}; /* autocast: f32 operands in the region's dtype */
+    kiln_tensor *tmp[2];
+    if (kiln__amp_apply(op, KILN__AMP_LOWER, 2, in, tmp, &s)) {
+        if (s == KILN_OK)
+            s = matmul_new(op, in[0], in[1], flags, out);
+        kiln__amp_release(2, tmp);
+        return s;
+    }
+    plan pl = {0};
     s = make_plan(op, a, b, flags, &p, &pl);
     if (s != KILN_OK)
         return s;
@@ -337,7 +346,7 @@ static kiln_status matmul_into(const char *op, const kiln_tensor *a, const kiln_
         kiln__check_tensors(op, 3, 3, (const kiln_tensor *[]){a, b, out}, operand_names, &p.dev);
     if (s != KILN_OK)
         return s;
-    plan pl;
+    plan pl = {0};
     s = make_plan(op, a, b, flags, &p, &pl);
     if (s == KILN_OK)
         s = check_out(op, a, b, out, &p, &pl);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "amp.h"
 #include "autograd.h"
 #include "common.h"
 #include "launch.h"
@@ -147,6 +148,19 @@ static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, k
 
 kiln_status kiln_softmax(const kiln_tensor *x, int axis, kiln_tensor **out)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[1] = {x};
+        kiln_tensor *tmp[1];
+        kiln_status amp;
+        if (kiln__amp_apply("kiln_softmax", KILN__AMP_F32, 1, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_softmax(in[0], axis, out);
+            else if (out)
+                *out = NULL;
+            kiln__amp_release(1, tmp);
+            return amp;
+        }
+    }
     return kiln__ag_record(softmax(x, axis, NULL, out, 0, "kiln_softmax"), "kiln_softmax",
                            KILN__AG_SOFTMAX, &(kiln__ag_args){.axis = axis}, 1, &x, out);
 }
@@ -158,6 +172,19 @@ kiln_status kiln_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out)
 
 kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tensor **out)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[1] = {x};
+        kiln_tensor *tmp[1];
+        kiln_status amp;
+        if (kiln__amp_apply("kiln_log_softmax", KILN__AMP_F32, 1, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_log_softmax(in[0], axis, out);
+            else if (out)
+                *out = NULL;
+            kiln__amp_release(1, tmp);
+            return amp;
+        }
+    }
     return kiln__ag_record(softmax(x, axis, NULL, out, 1, "kiln_log_softmax"), "kiln_log_softmax",
                            KILN__AG_LOG_SOFTMAX, &(kiln__ag_args){.axis = axis}, 1, &x, out);
 }
@@ -328,6 +355,21 @@ static kiln_status loss_recorded(const char *op, loss_fn fn, kiln__ag_kind kind,
 kiln_status kiln_cross_entropy(const kiln_tensor *logits, const kiln_tensor *labels,
                                kiln_tensor **loss, kiln_tensor **grad)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[1] = {logits};
+        kiln_tensor *tmp[1];
+        kiln_status amp;
+        if (kiln__amp_apply("kiln_cross_entropy", KILN__AMP_F32, 1, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_cross_entropy(in[0], labels, loss, grad);
+            else if (loss)
+                *loss = NULL;
+            else if (grad)
+                *grad = NULL;
+            kiln__amp_release(1, tmp);
+            return amp;
+        }
+    }
     const char *op = "kiln_cross_entropy";
     kiln_status s = start_loss(op, loss, grad);
     if (s == KILN_OK)
@@ -387,6 +429,21 @@ static kiln_status mse_loss(const char *op, const kiln_tensor *pred, const kiln_
 kiln_status kiln_mse_loss(const kiln_tensor *pred, const kiln_tensor *target, kiln_tensor **loss,
                           kiln_tensor **grad)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[2] = {pred, target};
+        kiln_tensor *tmp[2];
+        kiln_status amp;
+        if (kiln__amp_apply("kiln_mse_loss", KILN__AMP_F32, 2, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_mse_loss(in[0], in[1], loss, grad);
+            else if (loss)
+                *loss = NULL;
+            else if (grad)
+                *grad = NULL;
+            kiln__amp_release(2, tmp);
+            return amp;
+        }
+    }
     const char *op = "kiln_mse_loss";
     kiln_status s = start_loss(op, loss, grad);
     if (s == KILN_OK)

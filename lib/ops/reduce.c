@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "amp.h"
 #include "autograd.h"
 #include "common.h"
 #include "fusion.h"
@@ -432,6 +433,20 @@ static kiln_status run(kiln_reduce_op op, const kiln_tensor *x, kiln_tensor *y,
 kiln_status kiln_reduce(kiln_reduce_op op, const kiln_tensor *x, int axis, bool keepdim,
                         kiln_tensor **out)
 {
+    { /* autocast (ops/amp.h) */
+        const kiln_tensor *in[1] = {x};
+        kiln_tensor *tmp[1];
+        kiln_status amp;
+        if (op == KILN_REDUCE_SUM &&
+            kiln__amp_apply("kiln_reduce", KILN__AMP_F32, 1, in, tmp, &amp)) {
+            if (amp == KILN_OK)
+                amp = kiln_reduce(op, in[0], axis, keepdim, out);
+            else if (out)
+                *out = NULL;
+            kiln__amp_release(1, tmp);
+            return amp;
+        }
+    }
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", OP);
     *out = NULL;
