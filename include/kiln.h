@@ -1335,8 +1335,9 @@ KILN_API void kiln_scheduler_free(kiln_scheduler *s);
  *   kiln_grad_scaler_step(s, opt, &skipped);   kiln_grad_scaler_update(s);
  * Options zeroed (or NULL) are PyTorch's defaults: init_scale 65536, growth_factor 2,
  * backoff_factor 0.5, growth_interval 2000; bad values are KILN_ERR_INVALID_ARGUMENT naming
- * them. With `disabled` every call passes through (scale returns the loss itself, step is
- * kiln_optimizer_step, get_scale is 1), so one code path serves f32 and f16 runs.
+ * them. With `disabled` every call passes through (scale returns the loss itself as a new handle,
+ * a view to release like the scaled loss; step is kiln_optimizer_step; get_scale is 1), so one
+ * code path serves f32 and f16 runs.
  * unscale divides every gradient of the optimizer's parameters in place (one kernel launch per
  * gradient, each raising a device flag on a non-finite value); step unscales first if unscale
  * was not called, reads the flags back (its one wait for the device) and steps the optimizer

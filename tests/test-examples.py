@@ -172,6 +172,25 @@ def cnn_digits_learns():
             assert os.path.getsize(png) > 0, out
 
 
+def step_kib(out):
+    return float(re.search(r'step memory: (\S+) KiB', out).group(1))
+
+
+def cnn_digits_amp():
+    # The half-precision chapter: the same CNN under autocast with loss scaling (f32 master
+    # weights) learns as well, and a training step takes less memory than in f32.
+    with tempfile.TemporaryDirectory() as tmp:
+        common = ['cnn_digits', '--epochs', '6', '--device', train_dev, '--csv', f'{tmp}/c.csv',
+                  '--checkpoint', f'{tmp}/best.safetensors']
+        f32 = run(common)
+        amp = run(common + ['--amp'])
+        acc = float(re.search(r'test accuracy: (\S+)%', amp).group(1))
+        assert acc >= 96, amp
+        assert 'mixed precision: f16 autocast on' in amp, amp
+        assert re.search(r'loss scale at the end: \d', amp), amp
+        assert step_kib(amp) < step_kib(f32), (f32, amp)
+
+
 def cnn_digits_bad_args():
     run(['cnn_digits', '--epochs', '0'], expect_rc=2)
     run(['cnn_digits', '--data', '/nonexistent/digits.bin'], expect_rc=1)
@@ -223,6 +242,7 @@ if mode in ('plain', '2dev'):
     case('classify rejects bad arguments', classify_bad_args)
 if mode == 'plain':
     case('cnn_digits reaches 97% on the digits test set', cnn_digits_learns, trains)
+    case('cnn_digits --amp learns in mixed precision', cnn_digits_amp, trains)
     case('cnn_digits rejects bad arguments', cnn_digits_bad_args)
     case('sequence: an LSTM forecasts a noisy signal', sequence_learns('lstm'), trains)
     case('sequence: a GRU forecasts a noisy signal', sequence_learns('gru'), trains)

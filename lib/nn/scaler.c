@@ -182,12 +182,11 @@ kiln_status kiln_grad_scaler_scale(kiln_grad_scaler *s, const kiln_tensor *loss,
                          kiln_dtype_name(loss->dtype));
     if (st != KILN_OK)
         return st;
-    if (!s->enabled) { /* PyTorch returns the loss itself */
-        *out = kiln_tensor_retain((kiln_tensor *)loss);
-        return KILN_OK;
-    }
     kiln__log_hold();
-    st = kiln_binary_scalar(KILN_BINARY_MUL, loss, s->scale, out);
+    /* disabled: the loss itself, as PyTorch returns it, under a new handle (a view: what a
+     * scope around the step owns and releases, as it does the scaled loss) */
+    st = s->enabled ? kiln_binary_scalar(KILN_BINARY_MUL, loss, s->scale, out)
+                    : kiln_tensor_reshape(loss, loss->ndim, loss->shape, out);
     if (st != KILN_OK) {
         char *msg = kiln__strdup(kiln_last_error());
         st = kiln__error(st, "%s: %s", op, msg ? msg : "");
