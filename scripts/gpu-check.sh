@@ -281,7 +281,7 @@ plan="env setup compile kiln-info kiln-info-json kiln-info-check"
 if [ $standin -eq 1 ]; then
     bench_sections="launch transfer"
 else
-    bench_sections="transfer launch elementwise matmul startup reduce fusion"
+    bench_sections="transfer launch elementwise matmul startup reduce fusion half"
 fi
 [ $nobench -eq 1 ] && bench_sections=""
 for s in $bench_sections; do plan="$plan bench-$s"; done
@@ -543,6 +543,9 @@ bench-conv 120 serial nostandin
 rnn 120
 torch-rnn 120 serial
 bench-rnn 120 serial nostandin
+halfconv 30
+amp 120
+bench-half 60 serial nostandin
 "
 quick_suites="spec symbols registry tensor program creation"
 

@@ -1,8 +1,10 @@
 /* half.c - kiln-bench half: the same kiln ops on f16 and on f32 tensors, interleaved in one run,
  * as rates in elements (or FLOP) per second, the f32 run being the baseline: elementwise add, mul
  * and relu on 16 Mi elements (--quick: 1 Mi), where half the bytes should move at up to twice the
- * rate (issue 25's goal: >= 1.8x on memory-bound ops), and n x n matmuls (f16 accumulates in f32;
- * on CPU devices it pays for converting to f32 around OpenBLAS). */
+ * rate (issue 25's goal: >= 1.8x on memory-bound ops), n x n matmuls (f16 accumulates in f32;
+ * on CPU devices it pays for converting to f32 around OpenBLAS), and an MLP's training step under
+ * autocast with the gradient scaler against the same step in f32 (ms), with each step's memory
+ * above its start in a note. */
 #include <stdio.h>
 #include <string.h>
 
@@ -155,11 +157,176 @@ static int matmuls(bench_ctx *ctx)
     return rc;
 }
 
+/* One MLP, its optimizer and scaler, trained in f32 or under autocast. */
+typedef struct mlp {
+    kiln_module *model;
+    kiln_params *params;
+    kiln_optimizer *opt;
+    kiln_grad_scaler *scaler;
+    bool amp;
+    uint64_t step_bytes; /* the most a step allocated above its start */
+    uint64_t fwd_bytes;  /* held after the forward and the loss above the step's start: what
+                            the backward keeps (activations, autocast's f16 copies) */
+} mlp;
+
+static kiln_status mlp_init(bench_ctx *ctx, mlp *m, bool amp, const int *width, int layers)
+{
+    m->amp = amp;
+    kiln_module *mods[7] = {0};
+    int n = 0;
+    kiln_status s = KILN_OK;
+    for (int i = 0; i + 1 < layers && s == KILN_OK; i++) {
+        s = kiln_linear_create(ctx->dev, KILN_F32, width[i], width[i + 1], true, KILN_INIT_DEFAULT,
+                               (uint64_t)(11 + i), &mods[n++]);
+        if (s == KILN_OK && i + 2 < layers)
+            s = kiln_activation_create(KILN_UNARY_RELU, &mods[n++]);
+    }
+    if (s == KILN_OK)
+        s = kiln_sequential_create(mods, n, &m->model);
+    else
+        for (int i = 0; i < n; i++)
+            kiln_module_free(mods[i]);
+    if (s == KILN_OK)
+        s = kiln_params_create(&m->params);
+    if (s == KILN_OK)
+        s = kiln_module_params(m->model, NULL, m->params);
+    if (s == KILN_OK)
+        s = kiln_adam_create(m->params, 1e-3, 0.9, 0.999, 1e-8, 0, &m->opt);
+    if (s == KILN_OK)
+        s = kiln_grad_scaler_create(&(kiln_grad_scaler_options){.disabled = !amp}, &m->scaler);
+    return s;
+}
+
+static void mlp_free(mlp *m)
+{
+    kiln_grad_scaler_free(m->scaler);
+    kiln_optimizer_free(m->opt);
+    kiln_params_free(m->params);
+    kiln_module_free(m->model);
+}
+
+/* `iters` training steps on (x, y), each in a scope, the device synchronized at the end. */
+static kiln_status mlp_steps(bench_ctx *ctx, mlp *m, const kiln_tensor *x, const kiln_tensor *y,
+                             kiln_device_type type, int iters, double *ms)
+{
+    double t0 = bench_now();
+    kiln_status s = KILN_OK;
+    for (int i = 0; i < iters && s == KILN_OK; i++) {
+        kiln_scope *sc = NULL;
+        kiln_memory_stats before, after;
+        kiln_tensor *logits = NULL, *loss = NULL, *scaled = NULL;
+        s = kiln_scope_begin(&sc);
+        if (s == KILN_OK)
+            s = kiln_optimizer_zero_grad(m->opt);
+        if (s == KILN_OK)
+            s = kiln_device_memory_stats(ctx->dev, &before);
+        if (s == KILN_OK)
+            s = kiln_device_reset_peak(ctx->dev);
+        if (s == KILN_OK && m->amp)
+            s = kiln_autocast_begin(type, KILN_F16);
+        if (s == KILN_OK)
+            s = kiln_module_forward(m->model, x, &logits);
+        if (s == KILN_OK)
+            s = kiln_cross_entropy(logits, y, &loss, NULL);
+        if (m->amp)
+            kiln_autocast_end();
+        kiln_memory_stats mid;
+        if (s == KILN_OK)
+            s = kiln_device_memory_stats(ctx->dev, &mid);
+        if (s == KILN_OK && mid.allocated_bytes - before.allocated_bytes > m->fwd_bytes)
+            m->fwd_bytes = mid.allocated_bytes - before.allocated_bytes;
+        if (s == KILN_OK)
+            s = kiln_grad_scaler_scale(m->scaler, loss, &scaled);
+        if (s == KILN_OK)
+            s = kiln_backward(scaled, NULL, 0);
+        if (s == KILN_OK)
+            s = kiln_grad_scaler_step(m->scaler, m->opt, NULL);
+        if (s == KILN_OK)
+            s = kiln_grad_scaler_update(m->scaler);
+        if (s == KILN_OK)
+            s = kiln_device_memory_stats(ctx->dev, &after);
+        if (s == KILN_OK && after.peak_allocated_bytes - before.allocated_bytes > m->step_bytes)
+            m->step_bytes = after.peak_allocated_bytes - before.allocated_bytes;
+        kiln_scope_end(sc);
+    }
+    if (s == KILN_OK)
+        s = kiln_device_synchronize(ctx->dev);
+    *ms = (bench_now() - t0) * 1e3 / iters;
+    return s;
+}
+
+/* The MLP's step under autocast + scaler against f32, interleaved. */
+static int mlp_rows(bench_ctx *ctx)
+{
+    static const int full[4] = {512, 1024, 1024, 10}, quick[3] = {64, 128, 10};
+    const int *width = ctx->quick ? quick : full;
+    int layers = ctx->quick ? 3 : 4, batch = ctx->quick ? 32 : 256;
+    kiln_device_info info;
+    kiln_device_info_get(ctx->dev, &info);
+    mlp f = {0}, h = {0};
+    kiln_tensor *x = NULL, *y = NULL, *yf = NULL;
+    const int64_t xs[2] = {batch, width[0]}, ys = batch;
+    kiln_status s = mlp_init(ctx, &f, false, width, layers);
+    if (s == KILN_OK)
+        s = mlp_init(ctx, &h, true, width, layers);
+    if (s == KILN_OK)
+        s = kiln_rand_uniform(ctx->dev, KILN_F32, 2, xs, 5, -1.0, 1.0, &x);
+    if (s == KILN_OK) /* labels: uniform in [0, classes) truncated */
+        s = kiln_rand_uniform(ctx->dev, KILN_F32, 1, &ys, 6, 0.0, width[layers - 1], &yf);
+    if (s == KILN_OK)
+        s = kiln_cast(yf, KILN_I64, &y);
+    double k[64], base[64];
+    int samples = ctx->repeats > 64 ? 64 : ctx->repeats, iters = ctx->quick ? 2 : 5;
+    double ms;
+    if (s == KILN_OK) /* warm-up: kernels built, optimizer state made */
+        s = mlp_steps(ctx, &f, x, y, info.type, 1, &ms);
+    if (s == KILN_OK)
+        s = mlp_steps(ctx, &h, x, y, info.type, 1, &ms);
+    for (int r = 0; r < samples && s == KILN_OK; r++) {
+        mlp *first = r % 2 ? &f : &h, *second = r % 2 ? &h : &f;
+        double t1, t2;
+        s = mlp_steps(ctx, first, x, y, info.type, iters, &t1);
+        if (s == KILN_OK)
+            s = mlp_steps(ctx, second, x, y, info.type, iters, &t2);
+        k[r] = r % 2 ? t2 : t1;
+        base[r] = r % 2 ? t1 : t2;
+    }
+    int rc = s == KILN_OK ? 0 : bench_fail("half: MLP step", s);
+    if (rc == 0) {
+        char label[96];
+        if (layers == 4)
+            snprintf(label, sizeof label, "MLP %d-%d-%d-%d step, autocast", width[0], width[1],
+                     width[2], width[3]);
+        else
+            snprintf(label, sizeof label, "MLP %d-%d-%d step, autocast", width[0], width[1],
+                     width[2]);
+        bench_result res;
+        bench_result_set(&res, label, "ms", false, "kiln f32 step", k, base, samples);
+        bench_report(ctx, &res);
+        bench_note(ctx,
+                   "half: the MLP step (batch %d, Adam, cross-entropy; autocast + gradient scaler "
+                   "against f32): held after the forward %.1f KiB in f32, %.1f KiB under autocast "
+                   "(%.2fx); at most %.1f KiB and %.1f KiB above the step's start (%.2fx)",
+                   batch, (double)f.fwd_bytes / 1024, (double)h.fwd_bytes / 1024,
+                   f.fwd_bytes ? (double)h.fwd_bytes / (double)f.fwd_bytes : 0.0,
+                   (double)f.step_bytes / 1024, (double)h.step_bytes / 1024,
+                   f.step_bytes ? (double)h.step_bytes / (double)f.step_bytes : 0.0);
+    }
+    kiln_tensor_release(x);
+    kiln_tensor_release(y);
+    kiln_tensor_release(yf);
+    mlp_free(&f);
+    mlp_free(&h);
+    return rc;
+}
+
 int bench_half(bench_ctx *ctx)
 {
     int rc = elementwise(ctx);
     if (rc == 0)
         rc = matmuls(ctx);
+    if (rc == 0)
+        rc = mlp_rows(ctx);
     bench_note(ctx, "half: f16 rows against the same kiln op on f32 in the same run (ratio > 1: "
                     "f16 faster); f16 is stored in 16 bits and computed in f32");
     return rc;
