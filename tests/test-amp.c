@@ -342,12 +342,14 @@ static double train(bool amp, int steps)
 
 START_TEST(test_training)
 {
-    int steps = simulated(dev) ? 10 : 150;
+    if (simulated(dev)) { /* Oclgrind: every step is minutes under ASan; the cases above ran */
+        test_skip("training under autocast on Oclgrind (too slow to learn there)");
+        return;
+    }
+    int steps = 150;
     double f32 = train(false, steps), amp = train(true, steps);
     printf("amp: 2-32-3 MLP, %d Adam steps: accuracy %.3f in f32, %.3f under autocast + scaler\n",
            steps, f32, amp);
-    if (simulated(dev))
-        return; /* Oclgrind: the loop runs, too few steps to learn */
     ck_assert_msg(f32 >= 0.95 && amp >= 0.95 && fabs(f32 - amp) <= 0.03,
                   "accuracy %.3f (f32) and %.3f (autocast)", f32, amp);
 }
