@@ -1,6 +1,7 @@
 /* dtype.c - the facts of every dtype, generated from KILN_DTYPE_MAP in kiln.h. Nothing else in
  * lib/ lists dtypes: adding one is a line in the table (see CONTRIBUTING.md). */
 #include "dtype.h"
+#include "halfconv.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -141,20 +142,6 @@ char *kiln__dtype_defines(char *buf, size_t size, const char *slot, kiln_dtype d
     return buf;
 }
 
-/* IEEE binary16 bits -> double (exact). */
-static double half_to_double(uint16_t h)
-{
-    int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    double v;
-    if (exp == 0)
-        v = ldexp(mant, -24); /* subnormal */
-    else if (exp == 31)
-        v = mant ? NAN : INFINITY;
-    else
-        v = ldexp(mant | 0x400, exp - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
 kiln__host_value kiln__dtype_load(kiln_dtype dtype, const void *buf, int64_t i)
 {
     kiln__host_value r = {0};
@@ -167,7 +154,7 @@ kiln__host_value kiln__dtype_load(kiln_dtype dtype, const void *buf, int64_t i)
         if (d->size == 2) {
             uint16_t h;
             memcpy(&h, p, 2);
-            r.f = half_to_double(h);
+            r.f = kiln__f16_to_f32(h);
         } else if (d->size == 4) {
             float f;
             memcpy(&f, p, 4);
@@ -184,32 +171,6 @@ kiln__host_value kiln__dtype_load(kiln_dtype dtype, const void *buf, int64_t i)
     r.i = (int64_t)u;
     r.f = (double)r.i;
     return r;
-}
-
-/* double -> IEEE binary16 bits, rounded to nearest even: overflow gives infinity, NaN a quiet
- * NaN. nearbyint rounds to nearest even (the default
- * rounding mode), and every scaling here is by a power of two, so exact. */
-static uint16_t half_from_double(double d)
-{
-    uint16_t sign = signbit(d) ? 0x8000 : 0;
-    double a = fabs(d);
-    if (isnan(d))
-        return 0x7e00;
-    if (a >= 65520.0) /* halfway between 65504 and 2^16 and above: infinity */
-        return sign | 0x7c00;
-    if (a < 0x1p-14) /* subnormal (or zero): units of 2^-24; 1024 is the smallest normal */
-        return sign | (uint16_t)nearbyint(a * 0x1p24);
-    int e;
-    double f = frexp(a, &e);          /* a = f 2^e, f in [0.5, 1) */
-    double m = nearbyint(f * 2048.0); /* 11 significant bits: [1024, 2048] */
-    e -= 1;
-    if (m >= 2048.0) {
-        m = 1024.0;
-        e++;
-    }
-    if (e > 15)
-        return sign | 0x7c00;
-    return sign | (uint16_t)((e + 15) << 10) | (uint16_t)((int)m - 1024);
 }
 
 /* Float -> integer of `bytes` (signed or not): truncated toward zero, saturated, NaN 0. */
@@ -238,7 +199,7 @@ void kiln__dtype_store(kiln_dtype dtype, void *buf, int64_t i, kiln__host_value 
     if (d->floating) {
         if (d->size == 2) {
             /* through f32, as kiln_cast's kernels convert (f16 computes in f32) */
-            uint16_t h = half_from_double(v.floating ? (float)v.f : (float)v.i);
+            uint16_t h = kiln__f32_to_f16(v.floating ? (float)v.f : (float)v.i);
             memcpy(p, &h, 2);
         } else if (d->size == 4) {
             float f = v.floating ? (float)v.f : (float)v.i;
