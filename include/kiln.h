@@ -473,6 +473,18 @@ typedef struct kiln_checkpoint kiln_checkpoint;
  * data is read (pread) straight into each tensor's mapped memory; a file truncated while this
  * runs is KILN_ERR_IO naming the tensor ("the file ends early"), nothing kept. */
 KILN_API kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out);
+/* kiln_load without the copy where the device can use the file's pages in place (a CPU device
+ * whose memory is the host's, and each tensor whose bytes sit at an address it accepts: kiln_save
+ * puts the first tensor there, and every one whose predecessors' sizes are multiples of 128
+ * bytes): the tensor is backed by a private copy-on-write mapping of the file, as numpy.memmap
+ * and safetensors' load_file do, so loading costs page faults rather than a read, and a write
+ * to the tensor never reaches the file. Other tensors are read as kiln_load reads them. The file
+ * must not be truncated or rewritten in place while such tensors live: a page that is gone by
+ * the time it is first touched kills the process (SIGBUS). kiln_save replaces a file by a
+ * rename, which is safe; a program that overwrites the file in place (open with O_TRUNC) is
+ * not. Such tensors are not counted in kiln_device_memory_stats, like kiln_tensor_from_cl_mem's;
+ * their pages count as the process's file-backed memory. */
+KILN_API kiln_status kiln_load_mapped(const char *path, kiln_device *dev, kiln_checkpoint **out);
 /* The checkpoint's tensors, in file order, and their names. The tensors are owned by the
  * checkpoint: retain one (kiln_tensor_retain) to keep it past kiln_checkpoint_free. NULL for an
  * index out of range or a name the checkpoint does not hold. */

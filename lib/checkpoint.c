@@ -21,10 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
+#include "clcall.h"
 #include "dtype.h"
 #include "registry.h"
 #include "scope.h"
@@ -456,7 +458,10 @@ static char *make_header(const kiln_named_tensor *ts, int n, size_t *len)
     json_decref(root);
     if (!text)
         return NULL;
-    size_t l = strlen(text), pad = (8 - l % 8) % 8;
+    /* spaces up to a multiple of 128 bytes from the file's start (the 8-byte length included;
+     * safetensors asks for 8): the first tensor's bytes then sit where a CPU device can use
+     * them in place (kiln_load_mapped; CL_DEVICE_MEM_BASE_ADDR_ALIGN is 1024 bits on PoCL) */
+    size_t l = strlen(text), pad = (128 - (8 + l) % 128) % 128;
     char *out = kiln__realloc(text, l + pad + 1);
     if (!out) {
         free(text);
@@ -854,9 +859,91 @@ void kiln_checkpoint_free(kiln_checkpoint *ck)
     free(ck);
 }
 
-kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out)
+/* ---- kiln_load_mapped: tensors over the file's own pages --------------------------------- */
+
+/* A private mapping of part of a checkpoint, unmapped by the driver once the buffer over it is
+ * destroyed (after the last work that used it). */
+typedef struct file_pages {
+    void *base;
+    size_t len;
+} file_pages;
+
+static void CL_CALLBACK unmap_file_pages(cl_mem mem, void *user)
 {
-    const char *op = "kiln_load";
+    (void)mem;
+    file_pages *fp = user;
+    munmap(fp->base, fp->len);
+    free(fp);
+}
+
+/* Whether dev runs buffers over host memory in place: memory.c's host-backed CPU devices. */
+static bool maps_in_place(kiln_device *dev)
+{
+    return dev->info.type == KILN_DEVICE_CPU && dev->info.unified_memory &&
+           !kiln__device_is_oclgrind(dev);
+}
+
+/* Entry e as a tensor over a private (copy-on-write) mapping of its bytes in the file: the pages
+ * are read when first touched, and writes to the tensor never reach the file. *out stays NULL,
+ * with KILN_OK, where that cannot be (the device does not run host memory in place, the bytes
+ * are not at an address the device accepts, mmap failed, or the file is shorter than its header
+ * says): the caller reads the entry instead. */
+static kiln_status map_entry(const char *op, const st_file *f, const kiln__st_entry *e,
+                             kiln_device *dev, kiln_tensor **out)
+{
+    *out = NULL;
+    size_t nbytes = (size_t)(e->end - e->begin);
+    cl_uint align_bits = 0;
+    uint64_t at = f->data_at + e->begin;
+    kiln_status s = kiln__device_open(dev, op);
+    if (s != KILN_OK)
+        return s;
+    if (nbytes == 0 || !maps_in_place(dev) ||
+        kiln__cl.GetDeviceInfo(dev->id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits,
+                               &align_bits, NULL) != CL_SUCCESS ||
+        align_bits < 8 || at % (align_bits / 8) != 0)
+        return KILN_OK;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start = at - at % page;
+    file_pages *fp = kiln__malloc(sizeof *fp);
+    if (!fp)
+        return kiln__host_oom(op);
+    fp->len = nbytes + (size_t)(at - start);
+    fp->base = mmap(NULL, fp->len, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, (off_t)start);
+    struct stat st;
+    if (fp->base == MAP_FAILED || fstat(f->fd, &st) != 0 || (uint64_t)st.st_size < at + nbytes) {
+        /* truncated since the header was read: reading says so (KILN_ERR_IO, the tensor named) */
+        if (fp->base != MAP_FAILED)
+            munmap(fp->base, fp->len);
+        free(fp);
+        return KILN_OK;
+    }
+    cl_int err = CL_SUCCESS;
+    const char *clfn = "clCreateBuffer";
+    cl_mem mem =
+        kiln__cl.CreateBuffer(kiln__device_context(dev), CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+                              nbytes, (char *)fp->base + (at - start), &err);
+    if (err == CL_SUCCESS && !mem)
+        err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    if (err == CL_SUCCESS) {
+        clfn = "clSetMemObjectDestructorCallback";
+        err = kiln__cl.SetMemObjectDestructorCallback(mem, unmap_file_pages, fp);
+        if (err != CL_SUCCESS)
+            kiln__cl.ReleaseMemObject(mem); /* never used: destroyed at once */
+    }
+    if (err != CL_SUCCESS) {
+        munmap(fp->base, fp->len);
+        free(fp);
+        return kiln__cl_fail(err, op, clfn, dev->info.spec);
+    }
+    s = kiln__tensor_adopt(dev, mem, e->dtype, e->ndim, e->shape, op, out);
+    if (s != KILN_OK)
+        kiln__cl.ReleaseMemObject(mem); /* unmapped by the callback */
+    return s;
+}
+
+static kiln_status load(const char *op, const char *path, kiln_device *dev, bool mapped,
+                        kiln_checkpoint **out)
+{
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
     *out = NULL;
@@ -878,9 +965,13 @@ kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out)
     }
     for (int i = 0; s == KILN_OK && i < f.n; i++) {
         kiln__st_entry *e = &f.es[i];
-        s = kiln_tensor_empty(dev, e->dtype, e->ndim, e->shape, &ck->tensors[i]);
-        if (s == KILN_OK)
-            s = read_into(op, path, &f, e, ck->tensors[i]);
+        if (mapped)
+            s = map_entry(op, &f, e, dev, &ck->tensors[i]);
+        if (s == KILN_OK && !ck->tensors[i]) {
+            s = kiln__tensor_new(dev, e->dtype, e->ndim, e->shape, op, &ck->tensors[i]);
+            if (s == KILN_OK)
+                s = read_into(op, path, &f, e, ck->tensors[i]);
+        }
         if (s != KILN_OK && ck->tensors[i]) {
             kiln__tensor_drop(ck->tensors[i]);
             ck->tensors[i] = NULL;
@@ -899,6 +990,16 @@ kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out)
     }
     *out = ck;
     return KILN_OK;
+}
+
+kiln_status kiln_load(const char *path, kiln_device *dev, kiln_checkpoint **out)
+{
+    return load("kiln_load", path, dev, false, out);
+}
+
+kiln_status kiln_load_mapped(const char *path, kiln_device *dev, kiln_checkpoint **out)
+{
+    return load("kiln_load_mapped", path, dev, true, out);
 }
 
 kiln_status kiln_load_into(const char *path, const kiln_named_tensor *tensors, int n)

@@ -369,6 +369,8 @@ kiln_status kiln__tensor_new_pending(kiln_device *dev, kiln_dtype dtype, int ndi
     kiln__storage *st = storage_new(dev, NULL, nbytes, 0, true);
     kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st, op) : NULL;
     if (!t) {
+        if (st)
+            atomic_fetch_sub(&dev->live_bytes, (int_fast64_t)st->bytes);
         free(st);
         return kiln__host_oom(op);
     }
@@ -896,6 +898,15 @@ kiln_status kiln_tensor_from_cl_mem(kiln_device *dev, cl_mem mem, kiln_dtype dty
     const char *op = "kiln_tensor_from_cl_mem";
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    kiln_status s = kiln__tensor_adopt(dev, mem, dtype, ndim, shape, op, out);
+    if (s == KILN_OK)
+        kiln__cl.RetainMemObject(mem); /* the tensor's own; the caller keeps theirs */
+    return s;
+}
+
+kiln_status kiln__tensor_adopt(kiln_device *dev, cl_mem mem, kiln_dtype dtype, int ndim,
+                               const int64_t *shape, const char *op, kiln_tensor **out)
+{
     *out = NULL;
     int64_t numel;
     size_t nbytes, size = 0;
@@ -913,10 +924,11 @@ kiln_status kiln_tensor_from_cl_mem(kiln_device *dev, cl_mem mem, kiln_dtype dty
     kiln__storage *st = storage_new(dev, mem, nbytes, size, false);
     kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st, op) : NULL;
     if (!t) {
+        if (st)
+            atomic_fetch_sub(&dev->live_bytes, (int_fast64_t)st->bytes);
         free(st);
         return kiln__host_oom(op);
     }
-    kiln__cl.RetainMemObject(mem);
     *out = t;
     return KILN_OK;
 }

@@ -113,6 +113,12 @@ char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
 kiln_status kiln__tensor_new_pending(kiln_device *dev, kiln_dtype dtype, int ndim,
                                      const int64_t *shape, const char *op, kiln_tensor **out);
 
+/* A tensor over mem, a buffer in dev's context of at least the shape's bytes (what
+ * kiln_tensor_from_cl_mem checks, with op in messages). It takes over the caller's reference to
+ * mem on success; on failure the caller keeps it. */
+kiln_status kiln__tensor_adopt(kiln_device *dev, cl_mem mem, kiln_dtype dtype, int ndim,
+                               const int64_t *shape, const char *op, kiln_tensor **out);
+
 /* A new tensor of the given shape on dev (like kiln_tensor_empty, with op in messages). */
 kiln_status kiln__tensor_new(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                              const char *op, kiln_tensor **out);

@@ -22,6 +22,7 @@
 
 #include "kiln.h"
 #include "lib/checkpoint.h"
+#include "lib/clcall.h"
 #include "testutil.h"
 
 static char dir[256];
@@ -164,7 +165,10 @@ START_TEST(test_round_trip)
 END_TEST
 
 /* What kiln writes is what the safetensors package writes for the same tensors (header keys in
- * the order given, compact JSON padded with spaces to 8 bytes), and a file in that form loads. */
+ * the order given, compact JSON padded with spaces) but for the padding: to a multiple of 128
+ * bytes from the file's start, the 8-byte length included (safetensors pads to 8; both are
+ * valid), so that kiln_load_mapped can use the first tensor's bytes in place; and a file in
+ * that form loads. */
 START_TEST(test_known_bytes)
 {
     kiln_device *dev = test_device();
@@ -180,7 +184,8 @@ START_TEST(test_known_bytes)
     unsigned char *got = read_file(p, &n);
     const char header[] = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1,3],\"data_offsets\":[0,12]},"
                           "\"idx\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[12,20]}}";
-    size_t h = strlen(header), pad = (8 - h % 8) % 8;
+    size_t h = strlen(header), pad = (128 - (8 + h) % 128) % 128;
+    ck_assert_uint_eq((8 + h + pad) % 128, 0);
     ck_assert_uint_eq(n, 8 + h + pad + 20);
     ck_assert_uint_eq(got[0] | got[1] << 8, h + pad);
     ck_assert(memcmp(got + 8, header, h) == 0);
@@ -761,6 +766,39 @@ START_TEST(test_load_fifo_and_device)
 }
 END_TEST
 
+static cl_mem CL_API_CALL failing_create_buffer(cl_context c, cl_mem_flags f, size_t n, void *h,
+                                                cl_int *err)
+{
+    (void)c, (void)f, (void)n, (void)h;
+    *err = CL_OUT_OF_RESOURCES;
+    return NULL;
+}
+
+/* How many of this process's memory mappings are of the file at path (/proc/self/maps). */
+static int mappings_of(const char *path)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        size_t l = strlen(line), p = strlen(path);
+        n += l >= p && strcmp(line + l - p, path) == 0;
+    }
+    fclose(f);
+    return n;
+}
+
+static bool maps_in_place(kiln_device *dev)
+{
+    kiln_device_info info;
+    ASSERT_OK(kiln_device_info_get(dev, &info));
+    return info.type == KILN_DEVICE_CPU && info.unified_memory && !simulated(dev);
+}
+
 /* Truncates the file to half its size: called by the load between its header and its data. */
 static void truncate_half(const char *path)
 {
@@ -783,22 +821,110 @@ START_TEST(test_load_truncated_meanwhile)
     ASSERT_OK(kiln_fill(b, 2.5));
     const kiln_named_tensor list[2] = {{"a", a}, {"b", b}};
     const char *path = path_of("truncated.safetensors");
-    for (int into = 0; into < 2; into++) {
+    /* kiln_load, kiln_load_into, kiln_load_mapped (which reads where the file is too short to
+     * map) */
+    const char *fn[3] = {"kiln_load", "kiln_load_into", "kiln_load_mapped"};
+    for (int how = 0; how < 3; how++) {
         ASSERT_OK(kiln_save(path, list, 2));
         kiln__st_test_after_header = truncate_half;
         kiln_checkpoint *ck = (kiln_checkpoint *)1;
-        kiln_status s = into ? kiln_load_into(path, list, 2) : kiln_load(path, dev, &ck);
+        kiln_status s = how == 1   ? kiln_load_into(path, list, 2)
+                        : how == 2 ? kiln_load_mapped(path, dev, &ck)
+                                   : kiln_load(path, dev, &ck);
         kiln__st_test_after_header = NULL;
         ck_assert_msg(s == KILN_ERR_IO, "%s", kiln_last_error());
-        ASSERT_ERROR_HAS(into ? "kiln_load_into: could not read \"a\" from "
-                              : "kiln_load: could not read \"a\" from ");
+        char want[64];
+        snprintf(want, sizeof want, "%s: could not read \"a\" from ", fn[how]);
+        ASSERT_ERROR_HAS(want);
         ASSERT_ERROR_HAS(path);
         ASSERT_ERROR_HAS("the file ends early (truncated meanwhile?)");
-        if (!into)
+        if (how != 1)
             ck_assert_ptr_null(ck);
+        ck_assert_int_eq(mappings_of(path), 0);
     }
     kiln_tensor_release(a);
     kiln_tensor_release(b);
+}
+END_TEST
+
+/* Issue 27, item 5: kiln_load_mapped gives the same tensors as kiln_load on every device; on a
+ * CPU device over host memory the aligned ones are backed by the file's pages (a mapping of the
+ * file exists while they live, and is gone once they are released), writes to them stay out of
+ * the file, and the others (after a 12-byte tensor: not at a 128-byte boundary) are read. */
+START_TEST(test_load_mapped)
+{
+    kiln_device *dev = test_device();
+    const int64_t n0 = 4096, n1 = 3, n2 = 37;
+    double v0[4096], v1[3], v2[37];
+    fill_values(KILN_F32, v0, (int)n0);
+    fill_values(KILN_F32, v1, (int)n1);
+    fill_values(KILN_F64, v2, (int)n2);
+    kiln_named_tensor ts[3] = {{"big", upload(dev, KILN_F32, 1, &n0, v0)},
+                               {"odd", upload(dev, KILN_F32, 1, &n1, v1)},
+                               {"after", upload(dev, KILN_F64, 1, &n2, v2)}};
+    char p[320];
+    snprintf(p, sizeof p, "%s", path_of("mapped.safetensors"));
+    ASSERT_OK(kiln_save(p, ts, 3));
+    size_t fsize;
+    unsigned char *before = read_file(p, &fsize);
+    for (int d = 0; d < ndevs; d++) {
+        bool in_place = maps_in_place(devs[d]);
+        kiln_checkpoint *ck = NULL;
+        ASSERT_OK(kiln_load_mapped(p, devs[d], &ck));
+        ck_assert_int_eq(kiln_checkpoint_count(ck), 3);
+        for (int i = 0; i < 3; i++) {
+            ck_assert_str_eq(kiln_checkpoint_name(ck, i), ts[i].name);
+            assert_same_bytes(kiln_checkpoint_tensor(ck, i), ts[i].tensor);
+        }
+        /* "big" and "odd" sit at 128-byte boundaries (kiln_save pads the header for the first;
+         * big's 16 KiB keep the second there), "after" 12 bytes past one */
+        ck_assert_int_eq(mappings_of(p), in_place ? 2 : 0);
+        /* a write changes the tensor, not the file */
+        kiln_tensor *big = kiln_tensor_retain(kiln_checkpoint_tensor(ck, 0));
+        ASSERT_OK(kiln_fill(big, 9.0));
+        float *got = read_host(big);
+        ck_assert_float_eq(got[0], 9.0f);
+        ck_assert_float_eq(got[n0 - 1], 9.0f);
+        free(got);
+        size_t n2b;
+        unsigned char *after = read_file(p, &n2b);
+        ck_assert_uint_eq(n2b, fsize);
+        ck_assert(memcmp(after, before, fsize) == 0);
+        free(after);
+        /* the retained tensor keeps its pages past the checkpoint; releasing it unmaps them */
+        kiln_checkpoint_free(ck);
+        ck_assert_int_eq(mappings_of(p), in_place ? 1 : 0);
+        kiln_tensor_release(big);
+        ASSERT_OK(kiln_device_synchronize(devs[d]));
+        ck_assert_int_eq(mappings_of(p), 0);
+    }
+    free(before);
+    /* errors: as kiln_load's, naming kiln_load_mapped */
+    kiln_checkpoint *ck = (kiln_checkpoint *)1;
+    ASSERT_FAILS(kiln_load_mapped(p, NULL, &ck), KILN_ERR_INVALID_ARGUMENT, "kiln_load_mapped");
+    ASSERT_FAILS(kiln_load_mapped(path_of("missing.safetensors"), dev, &ck), KILN_ERR_IO,
+                 "kiln_load_mapped: could not open");
+    ck_assert_ptr_null(ck);
+    ASSERT_FAILS(kiln_load_mapped(p, dev, NULL), KILN_ERR_INVALID_ARGUMENT, "out is NULL");
+    /* the driver refusing the buffer: a clear status, no mapping and no tensor left */
+    if (maps_in_place(dev)) {
+        kiln_live_objects lo;
+        ASSERT_OK(kiln_live_objects_get(&lo));
+        uint64_t live = lo.tensors;
+        kiln__cl.CreateBuffer = failing_create_buffer;
+        ck = (kiln_checkpoint *)1;
+        kiln_status s = kiln_load_mapped(p, dev, &ck);
+        kiln__cl_reset();
+        ck_assert_int_eq(s, KILN_ERR_OUT_OF_MEMORY);
+        ASSERT_ERROR_HAS("kiln_load_mapped");
+        ASSERT_ERROR_HAS("clCreateBuffer");
+        ck_assert_ptr_null(ck);
+        ck_assert_int_eq(mappings_of(p), 0);
+        ASSERT_OK(kiln_live_objects_get(&lo));
+        ck_assert_uint_eq(lo.tensors, live);
+    }
+    for (int i = 0; i < 3; i++)
+        kiln_tensor_release(ts[i].tensor);
 }
 END_TEST
 
@@ -1120,6 +1246,7 @@ Suite *checkpoint_suite(void)
     tcase_set_timeout(tf, 120);
     tcase_add_test(tf, test_load_fifo_and_device);
     tcase_add_test(tf, test_load_truncated_meanwhile);
+    tcase_add_test(tf, test_load_mapped);
     tcase_add_test(tf, test_save_long_name);
     tcase_add_test(tf, test_stale_temporaries);
     tcase_add_test(tf, test_save_killed);

@@ -44,6 +44,7 @@ static void teardown_devices(void)
 {
     unsetenv("KILN_MATMUL");
     kiln__matmul_cblas_no_native = false;
+    kiln__matmul_cblas_always_map = false;
     kiln__matmul_builtin_max_groups = 65535;
     kiln__matmul_clblast_any_device = false;
     kiln__clblast_gemm = kiln__clblast_gemm_real;
@@ -684,6 +685,7 @@ START_TEST(test_cblas_faults)
             continue;
         setenv("KILN_MATMUL", "cblas", 1);
         real_map = kiln__cl.EnqueueMapBuffer;
+        kiln__matmul_cblas_always_map = true; /* else kiln's own buffers need no map */
         for (int at = 1; at <= 3; at++) {
             for (int native = 0; native < 2; native++) {
                 kiln__matmul_cblas_no_native = !native;
@@ -694,10 +696,100 @@ START_TEST(test_cblas_faults)
             }
         }
         kiln__matmul_cblas_no_native = false;
+        kiln__matmul_cblas_always_map = false;
         kiln__cl.EnqueueNativeKernel = failing_native;
         expect_fault(devs[d], KILN_ERR_OPENCL, "clEnqueueNativeKernel");
     }
     unsetenv("KILN_MATMUL");
+}
+END_TEST
+
+static void *CL_API_CALL counting_map(cl_command_queue q, cl_mem m, cl_bool b, cl_map_flags f,
+                                      size_t off, size_t size, cl_uint n, const cl_event *w,
+                                      cl_event *e, cl_int *err)
+{
+    map_calls++;
+    return real_map(q, m, b, f, off, size, n, w, e, err);
+}
+
+/* On a CPU device that runs kiln's host-backed buffers in place, a native cblas GEMM on them
+ * needs no map (issue 27): with the product between two elementwise kernels, all enqueued
+ * without waiting, the queue's order alone must give the right values; an operand over a
+ * foreign buffer is still mapped. */
+START_TEST(test_cblas_in_place)
+{
+    enum { M = 3, K = 4, N = 5 };
+    float a[M * K], b[K * N], want[M * N], got[M * N];
+    for (int i = 0; i < M * K; i++)
+        a[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < K * N; i++)
+        b[i] = (float)(i % 5) * 0.5f - 1.0f;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++)
+                acc += (a[i * K + k] + 1.0) * b[k * N + j]; /* A + 1, exact in f32 */
+            want[i * N + j] = (float)acc * 2.0f;
+        }
+    int tested = 0;
+    for (int d = 0; d < ndevs; d++) {
+        if (!path_runs(devs[d], "cblas")) /* CPU devices over host memory only */
+            continue;
+        setenv("KILN_MATMUL", "cblas", 1);
+        kiln_tensor *ta, *tb, *a1, *c, *c2;
+        ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){M, K}, a, &ta), 0);
+        ck_assert_int_eq(kiln_tensor_from_host(devs[d], KILN_F32, 2, (int64_t[]){K, N}, b, &tb), 0);
+        real_map = kiln__cl.EnqueueMapBuffer;
+        kiln__cl.EnqueueMapBuffer = counting_map;
+        for (int round = 0; round < 3; round++) {
+            map_calls = 0;
+            ck_assert_int_eq(kiln_binary_scalar(KILN_BINARY_ADD, ta, 1.0, &a1), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_eval(a1), KILN_OK); /* a kernel writes A, not waited for */
+            ck_assert_int_eq(kiln_matmul(a1, tb, &c), KILN_OK);
+            ck_assert_int_eq(kiln_binary_scalar(KILN_BINARY_MUL, c, 2.0, &c2), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_eval(c2), KILN_OK);
+            int maps = map_calls;
+            ck_assert_int_eq(kiln_tensor_read(c2, got, sizeof got), KILN_OK);
+            for (int i = 0; i < M * N; i++)
+                ck_assert_msg(got[i] == want[i], "%s round %d [%d]: %g, expected %g",
+                              kiln_device_spec(devs[d]), round, i, (double)got[i], (double)want[i]);
+            /* the first product maps its operands and learns that the device runs them in
+             * place (it does on PoCL's CPU devices); later ones map nothing */
+            if (round > 0)
+                ck_assert_msg(maps == 0, "%s round %d: %d maps", kiln_device_spec(devs[d]), round,
+                              maps);
+            kiln_tensor_release(a1);
+            kiln_tensor_release(c);
+            kiln_tensor_release(c2);
+        }
+        /* B over a buffer kiln did not allocate: that operand alone is mapped */
+        cl_int err;
+        cl_mem foreign = clCreateBuffer(kiln_device_cl_context(devs[d]), CL_MEM_READ_WRITE,
+                                        sizeof b, NULL, &err);
+        ck_assert_int_eq(err, CL_SUCCESS);
+        kiln_tensor *fb;
+        ck_assert_int_eq(
+            kiln_tensor_from_cl_mem(devs[d], foreign, KILN_F32, 2, (int64_t[]){K, N}, &fb), 0);
+        ck_assert_int_eq(kiln_tensor_write(fb, b, sizeof b), KILN_OK);
+        map_calls = 0;
+        ck_assert_int_eq(kiln_binary_scalar(KILN_BINARY_ADD, ta, 1.0, &a1), KILN_OK);
+        ck_assert_int_eq(kiln_matmul(a1, fb, &c), KILN_OK);
+        ck_assert_int_eq(kiln_tensor_read(c, got, sizeof got), KILN_OK);
+        ck_assert_int_eq(map_calls, 1);
+        for (int i = 0; i < M * N; i++)
+            ck_assert_float_eq(got[i] * 2.0f, want[i]);
+        kiln__cl_reset();
+        kiln_tensor_release(a1);
+        kiln_tensor_release(c);
+        kiln_tensor_release(fb);
+        clReleaseMemObject(foreign);
+        kiln_tensor_release(ta);
+        kiln_tensor_release(tb);
+        tested++;
+    }
+    unsetenv("KILN_MATMUL");
+    if (!tested)
+        fprintf(stderr, "cblas_in_place: no CPU device runs the cblas path here\n");
 }
 END_TEST
 
@@ -960,6 +1052,7 @@ Suite *matmul_suite(void)
     tcase_add_test(errors, test_bad_inputs);
     tcase_add_test(errors, test_device_mismatch);
     tcase_add_test(errors, test_cblas_faults);
+    tcase_add_test(errors, test_cblas_in_place);
     tcase_add_test(errors, test_clblast_status);
     suite_add_tcase(s, errors);
     return s;

@@ -24,7 +24,8 @@ static const bench_section sections[] = {
     {"conv", "conv2d forward and forward+backward vs im2col + cblas_sgemm in C", bench_conv},
     {"rnn", "LSTM and GRU forward and forward+backward vs PyTorch", bench_rnn},
     {"half", "f16 vs f32: add/mul/relu on 16 Mi elements, matmul n=256..1024", bench_half},
-    {"checkpoint", "kiln_save/kiln_load of 1 GiB vs write()+fsync/read()", bench_checkpoint},
+    {"checkpoint", "kiln_save/kiln_load/kiln_load_mapped of 1 GiB vs write()+fsync/read()",
+     bench_checkpoint},
 #ifdef KILN_HAVE_MPI
     {"allreduce", "kiln_mpi_allreduce of 1..256 MiB vs MPI_Allreduce (under mpirun)",
      bench_allreduce},

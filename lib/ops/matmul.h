@@ -81,6 +81,9 @@ extern bool kiln__matmul_clblast_any_device;
 /* Test hook: make the cblas path use its wait-map-compute-unmap fallback instead of a native
  * kernel. */
 extern bool kiln__matmul_cblas_no_native;
+/* Test only: the cblas path maps every operand, even where the device runs kiln's buffers in
+ * place (matmul_cblas.c, in_place_ptr). */
+extern bool kiln__matmul_cblas_always_map;
 
 /* Test hook: the most work-groups one launch of the built-in kernel has along its row and batch
  * dimensions (65535; larger products are split into several launches). */

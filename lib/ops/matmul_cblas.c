@@ -14,6 +14,7 @@
 #include "matmul.h"
 
 bool kiln__matmul_cblas_no_native = false;
+bool kiln__matmul_cblas_always_map = false;
 
 #ifdef KILN_HAVE_CBLAS
 
@@ -168,20 +169,58 @@ static kiln_status map(const kiln__matmul_problem *p, const kiln_tensor *t, cl_b
     return KILN_OK;
 }
 
-/* The GEMM on mapped pointers. With a native kernel everything is enqueued (map, GEMM, unmap)
- * and the host does not wait. The buffers are mapped rather than passed as the native kernel's
- * memory objects because PoCL does not keep mem_list in order (it sorts the buffers), so the
- * host pointers could land in the wrong slots. Without native kernels: blocking maps, the GEMM
- * on this thread, unmaps. */
+/* The host memory behind t's buffer when kiln allocated it (memory.c's host-backed buffers on
+ * CPU devices: CL_MEM_USE_HOST_PTR) and the device is known to run such buffers in place; else
+ * NULL (the operand is mapped). */
+static void *in_place_ptr(const kiln__matmul_problem *p, const kiln_tensor *t)
+{
+    void *host = NULL;
+    if (kiln__matmul_cblas_always_map || !t->storage->pooled ||
+        kiln__cl.GetMemObjectInfo(t->storage->mem, CL_MEM_HOST_PTR, sizeof host, &host, NULL) !=
+            CL_SUCCESS)
+        return NULL;
+    return atomic_load(&p->dev->cblas_in_place) == 1 ? host : NULL;
+}
+
+/* Learn from a map whether the device runs kiln's host-backed buffers in place: it does when
+ * mapping one returned the buffer's own host pointer. Once it is known, a native GEMM on such
+ * buffers needs no map and unmap around it (issue 27: they were 30 of the 48 OpenCL commands of
+ * a small training step). */
+static void learn_in_place(const kiln__matmul_problem *p, const kiln_tensor *t, void *mapped)
+{
+    void *host = NULL;
+    if (atomic_load(&p->dev->cblas_in_place) != 0 || !t->storage->pooled ||
+        kiln__cl.GetMemObjectInfo(t->storage->mem, CL_MEM_HOST_PTR, sizeof host, &host, NULL) !=
+            CL_SUCCESS ||
+        !host)
+        return;
+    int unknown = 0;
+    atomic_compare_exchange_strong(&p->dev->cblas_in_place, &unknown, host == mapped ? 1 : -1);
+}
+
+/* The GEMM on host pointers: kiln's own buffers where the device runs them in place (queue order
+ * alone keeps the GEMM after the work that writes them and before the work that reads C), others
+ * mapped. With a native kernel everything is enqueued (maps, GEMM, unmaps) and the host does not
+ * wait. The buffers are not passed as the native kernel's memory objects because PoCL does not
+ * keep mem_list in order (it sorts the buffers), so the host pointers could land in the wrong
+ * slots. Without native kernels: blocking maps, the GEMM on this thread, unmaps. */
 static kiln_status cblas_run(const kiln__matmul_problem *p)
 {
     bool native = !kiln__matmul_cblas_no_native && has_native_kernels(p->dev);
     const kiln_tensor *ts[3] = {p->a, p->b, p->c};
     const cl_map_flags flags[3] = {CL_MAP_READ, CL_MAP_READ, CL_MAP_WRITE};
     void *ptrs[3] = {NULL, NULL, NULL};
+    bool mapped[3] = {false, false, false};
     kiln_status s = KILN_OK;
-    for (int i = 0; i < 3 && s == KILN_OK; i++)
+    for (int i = 0; i < 3 && s == KILN_OK; i++) {
+        if (native && (ptrs[i] = in_place_ptr(p, ts[i])) != NULL)
+            continue;
         s = map(p, ts[i], native ? CL_FALSE : CL_TRUE, flags[i], &ptrs[i]);
+        if (s == KILN_OK) {
+            mapped[i] = true;
+            learn_in_place(p, ts[i], ptrs[i]);
+        }
+    }
     if (s == KILN_OK) {
         cblas_job job = {
             .a = ptrs[0],
@@ -214,7 +253,7 @@ static kiln_status cblas_run(const kiln__matmul_problem *p)
         }
     }
     for (int i = 0; i < 3; i++) {
-        if (!ptrs[i])
+        if (!mapped[i])
             continue;
         cl_int err = kiln__cl.EnqueueUnmapMemObject(kiln__queue(p->dev), ts[i]->storage->mem,
                                                     ptrs[i], 0, NULL, NULL);

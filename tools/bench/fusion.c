@@ -3,7 +3,8 @@
  *            kernel launched through raw OpenCL, and against one kernel per op (the _out forms,
  *            which is what KILN_FUSION=0 runs);
  *   relu(a*b+c) on 16 Mi f32 (--quick: 1 Mi) against an OpenMP C loop over host memory, GB/s;
- *   100 dependent ops on 1024 f32, per op, against a plain C loop doing the same arithmetic;
+ *   100 dependent ops on 1024 f32, per op, against a plain C loop doing the same arithmetic,
+ *            PyTorch and numpy; and the host's cost of one deferred op (the first 50 alone);
  *   sum(relu(a*b+c)) over axis 0 of [4096, 1024] f32 (--quick: [512, 1024]; c a broadcast row):
  *            the chain pending at the reduction ("pending": folded into its loads on GPUs,
  *            evaluated first on CPU devices), evaluated then reduced ("eval"), and
@@ -315,14 +316,16 @@ typedef struct dependent_samples {
     double k[64];
 } dependent_samples;
 
-static int torch_dependent_row(void *user, long n, long ops, long unused, double us,
+static int torch_dependent_row(void *user, long n, long ops, long numpy, double us,
                                const char *version, int threads)
 {
     dependent_samples *d = user;
-    (void)unused;
     char baseline[64], name[96];
     double base[64];
-    snprintf(baseline, sizeof baseline, "PyTorch %s, %d thr", version, threads);
+    if (numpy)
+        snprintf(baseline, sizeof baseline, "numpy (PyTorch's Python)");
+    else
+        snprintf(baseline, sizeof baseline, "PyTorch %s, %d thr", version, threads);
     snprintf(name, sizeof name, "%ld dependent ops f32 %ld, per op", ops, n);
     for (int i = 0; i < d->samples; i++)
         base[i] = us;
@@ -332,17 +335,19 @@ static int torch_dependent_row(void *user, long n, long ops, long unused, double
     return 0;
 }
 
-/* 100 dependent ops (alternately * 1.0001 and + 0.001) on 1024 f32, read back. */
+/* 100 dependent ops (alternately * 1.0001 and + 0.001) on 1024 f32, read back. The first
+ * DEFERRED ops (fewer than fusion.c's MAX_DEPTH, so that nothing is launched yet) are also timed
+ * alone: the host's cost of a deferred op (issue 27: goal <= 0.5 us). */
 static int bench_dependent(bench_ctx *ctx)
 {
-    enum { N = 1024, OPS = 100 };
+    enum { N = 1024, OPS = 100, DEFERRED = 50 };
     int samples = ctx->repeats > 64 ? 64 : ctx->repeats;
     kiln_tensor *x = filled(ctx, N, 0.001f, 0.0f);
     float host[N], got[N];
-    double k[64], base[64];
+    double k[64], base[64], deferred[64];
     kiln_status s = x ? KILN_OK : KILN_ERR_OUT_OF_MEMORY;
     for (int i = -1; i < samples && s == KILN_OK; i++) { /* i = -1: warm-up */
-        double t = bench_now();
+        double t = bench_now(), t_deferred = t;
         kiln_tensor *y = kiln_tensor_retain(x);
         for (int op = 0; op < OPS && s == KILN_OK; op++) {
             kiln_tensor *n = NULL;
@@ -350,7 +355,11 @@ static int bench_dependent(bench_ctx *ctx)
                        : kiln_binary_scalar(KILN_BINARY_MUL, y, 1.0001, &n);
             kiln_tensor_release(y);
             y = n;
+            if (op == DEFERRED - 1)
+                t_deferred = bench_now();
         }
+        if (i >= 0)
+            deferred[i] = (t_deferred - t) * 1e6 / DEFERRED;
         if (s == KILN_OK)
             s = kiln_tensor_read(y, got, sizeof got);
         kiln_tensor_release(y);
@@ -374,6 +383,9 @@ static int bench_dependent(bench_ctx *ctx)
     bench_result res;
     bench_result_set(&res, "100 dependent ops f32 1024, per op", "us", false, "plain C loop", k,
                      base, samples);
+    bench_report(ctx, &res);
+    bench_result_set(&res, "deferred op f32 1024 (host), per op", "us", false, NULL, deferred, NULL,
+                     samples);
     bench_report(ctx, &res);
     dependent_samples ds = {ctx, samples, {0}};
     memcpy(ds.k, k, sizeof k);

@@ -8,7 +8,8 @@
                                                   one line "train BATCH HIDDEN 0 <median ms>" per size
   torch_ref.py fusion REPEATS N OPS               OPS dependent ops (alternately * 1.0001 and
                                                   + 0.001) on N f32, read back: one line
-                                                  "fusion N OPS 0 <median us per op>"
+                                                  "fusion N OPS 0 <median us per op>", then
+                                                  the same in numpy: "fusion N OPS 1 <us>"
   torch_ref.py conv REPEATS N C H W O K STRIDE PAD GROUPS ...  conv2d f32 per case (the
                                                   inputs kiln-bench uses), at 1 and 2 threads:
                                                   "conv CASE THREADS 0 <median ms>" (forward) and
@@ -24,12 +25,15 @@
                                                   torch.no_grad) and "rnn CASE THREADS 1 <median
                                                   ms>" (forward, y.sum().backward() to every
                                                   parameter)
+  torch_ref.py safetensors REPEATS PATH          safetensors.torch.load_file(PATH) with one byte
+                                                  of every page read: "safetensors 0 0 0 <median s>"
 First line: "torch <version> <threads>". Exit status 3 without torch (the caller notes a skip).
 """
 import sys
 import time
 
 try:
+    import numpy
     import torch
 except ImportError:
     print("no torch", file=sys.stderr)
@@ -112,6 +116,18 @@ def bench_fusion(repeats, n, ops):
         if r:
             times.append((time.perf_counter() - t0) * 1e6 / ops)
     print(f"fusion {n} {ops} 0 {median(times):.6g}", flush=True)
+    # numpy, the host library a C programmer's small-array code is compared with (issue 27)
+    xn = x.numpy()
+    add, mul = numpy.float32(0.001), numpy.float32(1.0001)
+    times = []
+    for r in range(repeats + 1):
+        t0 = time.perf_counter()
+        y = xn
+        for op in range(ops):
+            y = y + add if op % 2 else y * mul
+        if r:
+            times.append((time.perf_counter() - t0) * 1e6 / ops)
+    print(f"fusion {n} {ops} 1 {median(times):.6g}", flush=True)
 
 
 def timed(repeats, fn, inner=1):
@@ -193,10 +209,32 @@ def bench_rnn(repeats, cases):
             print(f"rnn {idx} {threads} 1 {both:.6g}", flush=True)
 
 
+def bench_safetensors(repeats, path):
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        print("no safetensors module", file=sys.stderr)
+        return
+    times = []
+    for r in range(repeats + 1):  # the first is a warm-up, as in kiln-bench
+        t0 = time.perf_counter()
+        total = 0.0
+        for t in load_file(path).values():
+            flat = t.reshape(-1).view(torch.uint8)
+            total += float(flat[::4096].sum())  # one byte of every page
+        if r:
+            times.append(time.perf_counter() - t0)
+    print(f"safetensors 0 0 0 {median(times):.6g}", flush=True)
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
+    if argv[1] == "safetensors" and len(argv) == 4:
+        print(f"torch {torch.__version__} {torch.get_num_threads()}", flush=True)
+        bench_safetensors(int(argv[2]), argv[3])
+        return 0
     what, repeats, rest = argv[1], int(argv[2]), [int(a) for a in argv[3:]]
     print(f"torch {torch.__version__} {torch.get_num_threads()}", flush=True)
     if what == "reduce" and len(rest) % 3 == 0 and all(a in (0, 1, 2) for a in rest[2::3]):
