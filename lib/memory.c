@@ -250,11 +250,40 @@ static cl_mem create_host_backed(kiln_device *dev, size_t capacity, cl_int *err,
  * writing one byte is enough; a GPU that shares host memory gets the whole buffer filled, since
  * the operating system commits each page at its first write. The work goes to the device's
  * private queue: waiting on it does not wait for the device queue's work. */
+bool kiln__mem_host_backed(const kiln_device *dev)
+{
+    return dev->info.unified_memory && dev->info.type == KILN_DEVICE_CPU &&
+           !kiln__device_is_oclgrind(dev);
+}
+
+static void *host_ptr_of(cl_mem mem)
+{
+    void *host = NULL;
+    if (kiln__cl.GetMemObjectInfo(mem, CL_MEM_HOST_PTR, sizeof host, &host, NULL) != CL_SUCCESS)
+        return NULL;
+    return host;
+}
+
+void kiln__mem_learn_in_place(kiln_device *dev, cl_mem mem, const void *mapped)
+{
+    if (atomic_load(&dev->host_in_place) != 0 || !kiln__mem_host_backed(dev))
+        return;
+    void *host = host_ptr_of(mem);
+    if (!host)
+        return;
+    int unknown = 0;
+    atomic_compare_exchange_strong(&dev->host_in_place, &unknown, host == mapped ? 1 : -1);
+}
+
+void *kiln__mem_in_place(kiln_device *dev, cl_mem mem)
+{
+    return atomic_load(&dev->host_in_place) == 1 ? host_ptr_of(mem) : NULL;
+}
+
 static cl_mem create_real(kiln_device *dev, size_t capacity, cl_int *err, const char **clfn)
 {
     static const unsigned char zero = 0;
-    if (dev->info.unified_memory && dev->info.type == KILN_DEVICE_CPU &&
-        !kiln__device_is_oclgrind(dev))
+    if (kiln__mem_host_backed(dev))
         return create_host_backed(dev, capacity, err, clfn);
     cl_command_queue q;
     *clfn = "clCreateCommandQueue";

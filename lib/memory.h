@@ -18,6 +18,20 @@ void kiln__mem_free(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity)
  * next allocation creates a new pool, reading KILN_MEMORY_LIMIT again. */
 void kiln__mem_pool_free(kiln_device *dev);
 
+/* Whether dev's buffers from kiln__mem_alloc are host memory kiln allocated
+ * (CL_MEM_USE_HOST_PTR): CPU devices that share the host's memory, Oclgrind aside. */
+bool kiln__mem_host_backed(const kiln_device *dev);
+
+/* Learn, from a map of a kiln__mem_alloc buffer of a host-backed device that returned `mapped`,
+ * whether the device runs such buffers in place (the map gave the buffer's own host memory).
+ * Once it is known to, kiln__mem_in_place gives that memory, for copies and host GEMMs that
+ * need no map: in queue order, the host and the device then see the same bytes. */
+void kiln__mem_learn_in_place(kiln_device *dev, cl_mem mem, const void *mapped);
+
+/* The host memory of a kiln__mem_alloc buffer where dev is known to run it in place; else NULL
+ * (not known yet, not host-backed, or a query failed: map it instead). */
+void *kiln__mem_in_place(kiln_device *dev, cl_mem mem);
+
 /* Parse a size like "1048576", "64M", "2G", "512KiB" (K/M/G/T are powers of 1024) into bytes;
  * *ok is false (and 0 returned) for anything else, or on overflow. */
 uint64_t kiln__parse_size(const char *s, bool *ok);

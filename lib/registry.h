@@ -52,9 +52,9 @@ struct kiln_device {
     atomic_bool clblast_failed;
     char clblast_reason[256];
     struct kiln__staging *staging; /* staging.c's pinned buffers (devices without unified memory) */
-    /* ops/matmul_cblas.c's: whether the driver runs kiln's host-backed buffers in place (a map
+    /* memory.c's: whether the driver runs kiln's host-backed buffers in place (a map of one
      * returned the buffer's own host pointer): 0 not known yet, 1 yes, -1 no */
-    atomic_int cblas_in_place;
+    atomic_int host_in_place;
     /* tensor.c's: tensor headers alive on the device, and the bytes of their storages (memory
      * shared by views counted once), for kiln_live_objects_get and the report at exit */
     atomic_int_fast64_t live_tensors, live_bytes;

@@ -446,6 +446,49 @@ static kiln_status check_io(const kiln_tensor *t, const void *ptr, size_t nbytes
     return KILN_OK;
 }
 
+bool kiln__tensor_write_enqueued = false;
+
+/* A write into one of kiln's own buffers on a host-backed CPU device. Where the device runs them
+ * in place (memory.c learns it from a map), the queue's work is waited for and the bytes copied
+ * straight into the buffer's memory: a blocking clEnqueueWriteBuffer waits for the same work,
+ * and then costs a command a driver thread must wake for (issue 27: the two batch uploads were a
+ * tenth of a small training step). Otherwise a blocking map, a copy and an unmap, which teaches
+ * memory.c what the device does. */
+static kiln_status write_host_backed(const kiln_tensor *t, const void *src, size_t nbytes,
+                                     const char *op)
+{
+    kiln_device *dev = t->dev;
+    cl_mem mem = t->storage->mem;
+    cl_command_queue q = kiln__queue(dev);
+    void *host = kiln__mem_in_place(dev, mem);
+    if (host) {
+        cl_int err = kiln__cl.Finish(q);
+        if (err != CL_SUCCESS)
+            return kiln__queue_fail(err, op, "clFinish", dev);
+        memcpy(host, src, nbytes);
+        return KILN_OK;
+    }
+    cl_int err = CL_SUCCESS;
+    void *p = kiln__cl.EnqueueMapBuffer(q, mem, CL_TRUE, CL_MAP_WRITE_INVALIDATE_REGION, 0, nbytes,
+                                        0, NULL, NULL, &err);
+    if (!p || err != CL_SUCCESS)
+        return kiln__queue_fail(err != CL_SUCCESS ? err : CL_INVALID_VALUE, op,
+                                "clEnqueueMapBuffer", dev);
+    memcpy(p, src, nbytes);
+    kiln__mem_learn_in_place(dev, mem, p);
+    err = kiln__cl.EnqueueUnmapMemObject(q, mem, p, 0, NULL, NULL);
+    return err == CL_SUCCESS ? KILN_OK : kiln__queue_fail(err, op, "clEnqueueUnmapMemObject", dev);
+}
+
+/* A blocking copy of nbytes from host src into t, after the work queued before it (src may be
+ * reused at once). */
+static kiln_status write_from(const kiln_tensor *t, const void *src, size_t nbytes, const char *op)
+{
+    if (t->storage->pooled && !kiln__tensor_write_enqueued && kiln__mem_host_backed(t->dev))
+        return write_host_backed(t, src, nbytes, op);
+    return kiln__staging_write(t->dev, t->storage->mem, 0, nbytes, src, op);
+}
+
 /* A blocking copy between the tensor and host memory (ptr, nbytes): read into ptr, or write from
  * it (src may be reused at once). Through pinned staging buffers on a device without unified
  * memory (staging.c). A read also reports, under report_op's name, a bad label or index a kernel
@@ -459,7 +502,7 @@ static kiln_status host_copy(const kiln_tensor *t, void *ptr, size_t nbytes, boo
         return s;
     cl_mem mem = t->storage->mem;
     if (write)
-        return kiln__staging_write(t->dev, mem, 0, nbytes, ptr, op);
+        return write_from(t, ptr, nbytes, op);
     kiln__error_probe probe;
     kiln__queue_error_probe(t->dev, &probe);
     s = kiln__staging_read(t->dev, mem, 0, nbytes, ptr, op);
@@ -505,7 +548,7 @@ kiln_status kiln_tensor_from_host(kiln_device *dev, kiln_dtype dtype, int ndim,
         *out = s == KILN_OK ? t : NULL;
         return s;
     }
-    s = kiln__staging_write(dev, t->storage->mem, 0, nbytes, data, op);
+    s = write_from(t, data, nbytes, op);
     if (s != KILN_OK) {
         kiln_tensor_release(t);
         return s;

@@ -113,6 +113,11 @@ char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
 kiln_status kiln__tensor_new_pending(kiln_device *dev, kiln_dtype dtype, int ndim,
                                      const int64_t *shape, const char *op, kiln_tensor **out);
 
+/* Test only: writes into kiln's own buffers on host-backed CPU devices go through
+ * clEnqueueWriteBuffer as on other devices, not straight into the memory (tensor.c,
+ * write_host_backed). */
+extern bool kiln__tensor_write_enqueued;
+
 /* A tensor over mem, a buffer in dev's context of at least the shape's bytes (what
  * kiln_tensor_from_cl_mem checks, with op in messages). It takes over the caller's reference to
  * mem on success; on failure the caller keeps it. */

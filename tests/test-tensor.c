@@ -27,6 +27,18 @@ static void setup_device(void)
     dev0 = test_device();
 }
 
+/* The staging cases count clEnqueueWriteBuffer calls: every write makes one. */
+static void setup_enqueued_writes(void)
+{
+    setup_device();
+    kiln__tensor_write_enqueued = true;
+}
+
+static void teardown_enqueued_writes(void)
+{
+    kiln__tensor_write_enqueued = false;
+}
+
 /* Deterministic pseudo-random bytes (xorshift), independent of kiln. */
 static void fill_bytes(void *p, size_t n, uint32_t seed)
 {
@@ -1112,6 +1124,99 @@ START_TEST(test_over_max_alloc)
 }
 END_TEST
 
+static int inplace_writes, inplace_maps;
+static cl_int CL_API_CALL counting_write(cl_command_queue q, cl_mem m, cl_bool b, size_t o,
+                                         size_t n, const void *p, cl_uint ne, const cl_event *w,
+                                         cl_event *e)
+{
+    inplace_writes++;
+    return real.EnqueueWriteBuffer(q, m, b, o, n, p, ne, w, e);
+}
+
+static void *CL_API_CALL counting_map(cl_command_queue q, cl_mem m, cl_bool b, cl_map_flags f,
+                                      size_t o, size_t n, cl_uint ne, const cl_event *w,
+                                      cl_event *e, cl_int *err)
+{
+    inplace_maps++;
+    return real.EnqueueMapBuffer(q, m, b, f, o, n, ne, w, e, err);
+}
+
+static cl_int CL_API_CALL failing_finish(cl_command_queue q)
+{
+    (void)q;
+    return CL_OUT_OF_HOST_MEMORY;
+}
+
+static void *CL_API_CALL failing_inplace_map(cl_command_queue q, cl_mem m, cl_bool b,
+                                             cl_map_flags f, size_t o, size_t n, cl_uint ne,
+                                             const cl_event *w, cl_event *e, cl_int *err)
+{
+    (void)q, (void)m, (void)b, (void)f, (void)o, (void)n, (void)ne, (void)w, (void)e;
+    *err = CL_OUT_OF_HOST_MEMORY;
+    return NULL;
+}
+
+/* Issue 27: on a CPU device that runs kiln's buffers in place, a write copies straight into the
+ * buffer's memory after the queue's work (no clEnqueueWriteBuffer; the first write maps, which
+ * teaches kiln that the device runs them in place); a kernel enqueued before the write still
+ * reads the old values; a failed wait or map is a clear status and leaves the tensor as it was. */
+START_TEST(test_in_place_writes)
+{
+    if (!kiln__mem_host_backed(dev0)) {
+        test_skip("in_place_writes: %s is not a host-backed CPU device", kiln_device_spec(dev0));
+        return;
+    }
+    enum { N = 1000 };
+    float a[N], b[N], got[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (float)i;
+        b[i] = (float)(N - i) * 0.5f;
+    }
+    atomic_store(&dev0->host_in_place, 0); /* not known: the first write learns it */
+    kiln_tensor *t = NULL, *u = NULL;
+    ck_assert_int_eq(kiln_tensor_empty(dev0, KILN_F32, 1, (int64_t[]){N}, &t), KILN_OK);
+    real = kiln__cl;
+    inplace_writes = inplace_maps = 0;
+    kiln__cl.EnqueueWriteBuffer = counting_write;
+    kiln__cl.EnqueueMapBuffer = counting_map;
+    ck_assert_int_eq(kiln_tensor_write(t, a, sizeof a), KILN_OK);
+    ck_assert_int_eq(atomic_load(&dev0->host_in_place), 1); /* PoCL's CPU devices do */
+    ck_assert_int_eq(kiln_binary_scalar(KILN_BINARY_ADD, t, 1.0, &u), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_eval(u), KILN_OK); /* enqueued, not waited for */
+    ck_assert_int_eq(kiln_tensor_write(t, b, sizeof b), KILN_OK);
+    kiln__cl_reset();
+    ck_assert_int_eq(inplace_writes, 0);
+    ck_assert_int_eq(inplace_maps, 1);
+    ck_assert_int_eq(kiln_tensor_read(u, got, sizeof got), KILN_OK);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq(got[i], a[i] + 1.0f);
+    ck_assert_int_eq(kiln_tensor_read(t, got, sizeof got), KILN_OK);
+    ck_assert_mem_eq(got, b, sizeof b);
+    /* a failed wait: the status names the call, the tensor keeps its values */
+    kiln__cl.Finish = failing_finish;
+    kiln_status s = kiln_tensor_write(t, a, sizeof a);
+    kiln__cl_reset();
+    ck_assert_int_ne(s, KILN_OK);
+    ck_assert_str_contains(kiln_last_error(), "kiln_tensor_write: clFinish");
+    ck_assert_int_eq(kiln_tensor_read(t, got, sizeof got), KILN_OK);
+    ck_assert_mem_eq(got, b, sizeof b);
+    /* a failed map while it is not known yet: the same */
+    atomic_store(&dev0->host_in_place, 0);
+    kiln__cl.EnqueueMapBuffer = failing_inplace_map;
+    kiln_tensor *v = (kiln_tensor *)1;
+    s = kiln_tensor_from_host(dev0, KILN_F32, 1, (int64_t[]){N}, a, &v);
+    kiln__cl_reset();
+    ck_assert_int_ne(s, KILN_OK);
+    ck_assert_str_contains(kiln_last_error(), "kiln_tensor_from_host: clEnqueueMapBuffer");
+    ck_assert_ptr_null(v);
+    ck_assert_int_eq(atomic_load(&dev0->host_in_place), 0);
+    ck_assert_int_eq(kiln_tensor_read(t, got, sizeof got), KILN_OK);
+    ck_assert_mem_eq(got, b, sizeof b);
+    kiln_tensor_release(t);
+    kiln_tensor_release(u);
+}
+END_TEST
+
 START_TEST(test_fault_injection)
 {
     const int64_t shape[1] = {12345};
@@ -1691,6 +1796,7 @@ Suite *tensor_suite(void)
     tcase_add_test(tc, test_allocation_committed);
     tcase_add_test(tc, test_address_space_limit);
     tcase_add_test(tc, test_fault_injection);
+    tcase_add_test(tc, test_in_place_writes);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("cross_device");
@@ -1702,7 +1808,7 @@ Suite *tensor_suite(void)
 
     /* last: on Oclgrind, buffers written in chunks are best not reused by kernels (memory.c) */
     tc = tcase_create("staging");
-    tcase_add_unchecked_fixture(tc, setup_device, NULL);
+    tcase_add_unchecked_fixture(tc, setup_enqueued_writes, teardown_enqueued_writes);
     tcase_add_test(tc, test_staged_round_trips);
     tcase_add_test(tc, test_staged_offsets);
     tcase_add_test(tc, test_staged_faults);

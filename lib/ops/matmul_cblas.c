@@ -7,6 +7,7 @@
 #include "../alloc.h"
 #include "../clcall.h"
 #include "../halfconv.h"
+#include "../memory.h"
 #include "../queue.h"
 #include "../registry.h"
 #include "../status.h"
@@ -174,36 +175,19 @@ static kiln_status map(const kiln__matmul_problem *p, const kiln_tensor *t, cl_b
  * NULL (the operand is mapped). */
 static void *in_place_ptr(const kiln__matmul_problem *p, const kiln_tensor *t)
 {
-    void *host = NULL;
-    if (kiln__matmul_cblas_always_map || !t->storage->pooled ||
-        kiln__cl.GetMemObjectInfo(t->storage->mem, CL_MEM_HOST_PTR, sizeof host, &host, NULL) !=
-            CL_SUCCESS)
+    if (kiln__matmul_cblas_always_map || !t->storage->pooled)
         return NULL;
-    return atomic_load(&p->dev->cblas_in_place) == 1 ? host : NULL;
-}
-
-/* Learn from a map whether the device runs kiln's host-backed buffers in place: it does when
- * mapping one returned the buffer's own host pointer. Once it is known, a native GEMM on such
- * buffers needs no map and unmap around it (issue 27: they were 30 of the 48 OpenCL commands of
- * a small training step). */
-static void learn_in_place(const kiln__matmul_problem *p, const kiln_tensor *t, void *mapped)
-{
-    void *host = NULL;
-    if (atomic_load(&p->dev->cblas_in_place) != 0 || !t->storage->pooled ||
-        kiln__cl.GetMemObjectInfo(t->storage->mem, CL_MEM_HOST_PTR, sizeof host, &host, NULL) !=
-            CL_SUCCESS ||
-        !host)
-        return;
-    int unknown = 0;
-    atomic_compare_exchange_strong(&p->dev->cblas_in_place, &unknown, host == mapped ? 1 : -1);
+    return kiln__mem_in_place(p->dev, t->storage->mem);
 }
 
 /* The GEMM on host pointers: kiln's own buffers where the device runs them in place (queue order
- * alone keeps the GEMM after the work that writes them and before the work that reads C), others
- * mapped. With a native kernel everything is enqueued (maps, GEMM, unmaps) and the host does not
- * wait. The buffers are not passed as the native kernel's memory objects because PoCL does not
- * keep mem_list in order (it sorts the buffers), so the host pointers could land in the wrong
- * slots. Without native kernels: blocking maps, the GEMM on this thread, unmaps. */
+ * alone keeps the GEMM after the work that writes them and before the work that reads C; issue
+ * 27: their maps and unmaps were 30 of the 51 OpenCL commands of a small training step), others
+ * mapped (a map of kiln's own teaches memory.c whether the device runs them in place). With a
+ * native kernel everything is enqueued (maps, GEMM, unmaps) and the host does not wait. The buffers
+ * are not passed as the native kernel's memory objects because PoCL does not keep mem_list in order
+ * (it sorts the buffers), so the host pointers could land in the wrong slots. Without native
+ * kernels: blocking maps, the GEMM on this thread, unmaps. */
 static kiln_status cblas_run(const kiln__matmul_problem *p)
 {
     bool native = !kiln__matmul_cblas_no_native && has_native_kernels(p->dev);
@@ -218,7 +202,8 @@ static kiln_status cblas_run(const kiln__matmul_problem *p)
         s = map(p, ts[i], native ? CL_FALSE : CL_TRUE, flags[i], &ptrs[i]);
         if (s == KILN_OK) {
             mapped[i] = true;
-            learn_in_place(p, ts[i], ptrs[i]);
+            if (ts[i]->storage->pooled)
+                kiln__mem_learn_in_place(p->dev, ts[i]->storage->mem, ptrs[i]);
         }
     }
     if (s == KILN_OK) {

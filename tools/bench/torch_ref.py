@@ -5,7 +5,9 @@
                                                   of [ROWS, COLS] f32, at 1 and 2 threads:
                                                   "reduce CASE THREADS 0 <median GB/s>"
   torch_ref.py train REPEATS STEPS BATCH HIDDEN ...  the example MLP's step (16 features, Adam):
-                                                  one line "train BATCH HIDDEN 0 <median ms>" per size
+                                                  one line "train BATCH HIDDEN 0 <median ms>" per size,
+                                                  then examples/classify.c's step (2-64-3, CE,
+                                                  Adam): "train 64 64 1 <median ms>"
   torch_ref.py fusion REPEATS N OPS               OPS dependent ops (alternately * 1.0001 and
                                                   + 0.001) on N f32, read back: one line
                                                   "fusion N OPS 0 <median us per op>", then
@@ -102,6 +104,41 @@ def bench_train(repeats, steps, sizes):
                 step()
             times.append((time.perf_counter() - t0) / steps * 1e3)
         print(f"train {batch} {hidden} 0 {median(times):.6g}", flush=True)
+    bench_classifier(repeats, steps * 2)
+
+
+def bench_classifier(repeats, steps):
+    """examples/classify.c's step: Linear(2, 64), ReLU, Linear(64, 3), cross-entropy, Adam
+    (lr 0.01), batch 64 of 3000 points, the loss read each step."""
+    g = torch.Generator().manual_seed(1)
+    n, batch = 3000, 64
+    x_all = torch.rand(n, 2, generator=g) * 2 - 1
+    y_all = torch.randint(0, 3, (n,), generator=g)
+    torch.manual_seed(42)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    batches = n // batch
+
+    def step(b):
+        i = b % batches * batch
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x_all[i:i + batch]), y_all[i:i + batch])
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    b = 0
+    for _ in range(2):  # warm-up, as kiln-bench does
+        step(b)
+        b += 1
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(b)
+            b += 1
+        times.append((time.perf_counter() - t0) / steps * 1e3)
+    print(f"train {batch} 64 1 {median(times):.6g}", flush=True)
 
 
 def bench_fusion(repeats, n, ops):
