@@ -69,6 +69,19 @@ typedef int (*bench_torch_row)(void *user, long a, long b, long c, double value,
 int bench_torch(bench_ctx *ctx, const char *section, const char *args, bench_torch_row row,
                 void *user);
 
+/* A long-lived torch_ref.py ("serve"), for PyTorch and numpy samples taken between kiln's,
+ * round by round, so that both see the same machine (issue 27). bench_worker_start returns NULL,
+ * with a note saying why, where Python or torch is missing. bench_worker_ask sends one request
+ * ("fusion 1 1024 100": what torch_ref.py takes after its command, at `threads` torch threads)
+ * and gives `row` each line of the answer (threads as the version's thread count); it returns the
+ * rows `row` accepted, or -1 when the worker failed (it is then stopped: later asks return -1). */
+typedef struct bench_worker bench_worker;
+bench_worker *bench_worker_start(bench_ctx *ctx, const char *section);
+int bench_worker_ask(bench_worker *w, int threads, const char *request, bench_torch_row row,
+                     void *user);
+const char *bench_worker_version(const bench_worker *w);
+void bench_worker_stop(bench_worker *w);
+
 /* Sections, each in its own file. */
 int bench_transfer(bench_ctx *ctx);
 int bench_startup(bench_ctx *ctx);

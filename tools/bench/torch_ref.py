@@ -5,9 +5,9 @@
                                                   of [ROWS, COLS] f32, at 1 and 2 threads:
                                                   "reduce CASE THREADS 0 <median GB/s>"
   torch_ref.py train REPEATS STEPS BATCH HIDDEN ...  the example MLP's step (16 features, Adam):
-                                                  one line "train BATCH HIDDEN 0 <median ms>" per size,
-                                                  then examples/classify.c's step (2-64-3, CE,
-                                                  Adam): "train 64 64 1 <median ms>"
+                                                  one line "train BATCH HIDDEN 0 <median ms>" per size
+  torch_ref.py classifier REPEATS STEPS           examples/classify.c's step (2-64-3, CE, Adam,
+                                                  batch 64): "classifier 64 64 0 <median ms>"
   torch_ref.py fusion REPEATS N OPS               OPS dependent ops (alternately * 1.0001 and
                                                   + 0.001) on N f32, read back: one line
                                                   "fusion N OPS 0 <median us per op>", then
@@ -29,6 +29,12 @@
                                                   parameter)
   torch_ref.py safetensors REPEATS PATH          safetensors.torch.load_file(PATH) with one byte
                                                   of every page read: "safetensors 0 0 0 <median s>"
+  torch_ref.py serve                              a worker for kiln-bench's interleaved rows: after
+                                                  the first line, reads requests "THREADS WHAT
+                                                  REPEATS ARGS..." (WHAT and its arguments as
+                                                  above) from stdin, runs each with torch at
+                                                  THREADS threads, answers with its lines, then
+                                                  "end"
 First line: "torch <version> <threads>". Exit status 3 without torch (the caller notes a skip).
 """
 import sys
@@ -104,7 +110,6 @@ def bench_train(repeats, steps, sizes):
                 step()
             times.append((time.perf_counter() - t0) / steps * 1e3)
         print(f"train {batch} {hidden} 0 {median(times):.6g}", flush=True)
-    bench_classifier(repeats, steps * 2)
 
 
 def bench_classifier(repeats, steps):
@@ -138,7 +143,7 @@ def bench_classifier(repeats, steps):
             step(b)
             b += 1
         times.append((time.perf_counter() - t0) / steps * 1e3)
-    print(f"train {batch} 64 1 {median(times):.6g}", flush=True)
+    print(f"classifier {batch} 64 0 {median(times):.6g}", flush=True)
 
 
 def bench_fusion(repeats, n, ops):
@@ -264,7 +269,20 @@ def bench_safetensors(repeats, path):
     print(f"safetensors 0 0 0 {median(times):.6g}", flush=True)
 
 
+def serve():
+    print(f"torch {torch.__version__} {torch.get_num_threads()}", flush=True)
+    for line in sys.stdin:
+        parts = line.split()
+        if len(parts) >= 3:
+            torch.set_num_threads(int(parts[0]))
+            run(parts[1], int(parts[2]), [int(a) for a in parts[3:]])
+        print("end", flush=True)
+    return 0
+
+
 def main(argv):
+    if len(argv) == 2 and argv[1] == "serve":
+        return serve()
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
@@ -272,8 +290,11 @@ def main(argv):
         print(f"torch {torch.__version__} {torch.get_num_threads()}", flush=True)
         bench_safetensors(int(argv[2]), argv[3])
         return 0
-    what, repeats, rest = argv[1], int(argv[2]), [int(a) for a in argv[3:]]
     print(f"torch {torch.__version__} {torch.get_num_threads()}", flush=True)
+    return run(argv[1], int(argv[2]), [int(a) for a in argv[3:]])
+
+
+def run(what, repeats, rest):
     if what == "reduce" and len(rest) % 3 == 0 and all(a in (0, 1, 2) for a in rest[2::3]):
         bench_reduce(repeats, [tuple(rest[k:k + 3]) for k in range(0, len(rest), 3)])
     elif what == "train" and len(rest) >= 1 and (len(rest) - 1) % 2 == 0:
@@ -286,6 +307,8 @@ def main(argv):
         bench_cnnstep(repeats, rest[0], rest[1])
     elif what == "fusion" and len(rest) == 2:
         bench_fusion(repeats, rest[0], rest[1])
+    elif what == "classifier" and len(rest) == 1:
+        bench_classifier(repeats, rest[0])
     else:
         print(__doc__, file=sys.stderr)
         return 2

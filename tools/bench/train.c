@@ -305,18 +305,32 @@ done:
     return rc;
 }
 
+static int classifier_sample(void *user, long a, long b, long c, double ms, const char *version,
+                             int threads)
+{
+    (void)a, (void)b, (void)c, (void)version, (void)threads;
+    *(double *)user = ms;
+    return 0;
+}
+
 /* The step of examples/classify.c (classifier.c): 2-64-3, cross-entropy, Adam, batch 64, the
- * loss read each step (kiln_tensor_item: where a bad label is reported, issue 22 item 2); t gets
- * the ms per step of each repeat, for PyTorch's row of the same step (torch_ref.py). */
-static int bench_classify(bench_ctx *ctx, double *t)
+ * loss read each step (kiln_tensor_item: where a bad label is reported, issue 22 item 2); beside
+ * PyTorch's same step (torch_ref.py's worker), sampled between kiln's repeats. */
+static int bench_classify(bench_ctx *ctx)
 {
     int steps = ctx->quick ? 10 : 50;
     classifier *c = calloc(1, sizeof *c);
-    kiln_status s = c && t ? classifier_init(c, ctx->dev) : KILN_ERR_OUT_OF_MEMORY;
+    double *t = calloc((size_t)ctx->repeats, sizeof(double));
+    double *pt = calloc((size_t)ctx->repeats, sizeof(double));
+    kiln_status s = c && t && pt ? classifier_init(c, ctx->dev) : KILN_ERR_OUT_OF_MEMORY;
     double sum = 0, l = 0;
     int b = 0;
     for (int i = 0; i < 2 && s == KILN_OK; i++) /* warm-up: builds */
         s = classifier_step(c, b++, &l);
+    bench_worker *w = s == KILN_OK ? bench_worker_start(ctx, "train (classifier step)") : NULL;
+    bool peer = w != NULL;
+    char request[64];
+    snprintf(request, sizeof request, "classifier 1 %d", steps);
     for (int r = 0; r < ctx->repeats && s == KILN_OK; r++) {
         double t0 = bench_now();
         for (int i = 0; i < steps && s == KILN_OK; i++) {
@@ -324,24 +338,35 @@ static int bench_classify(bench_ctx *ctx, double *t)
             sum += l;
         }
         t[r] = (bench_now() - t0) / steps * 1e3;
+        peer = peer && bench_worker_ask(w, 1, request, classifier_sample, &pt[r]) == 1;
     }
+    char baseline[64];
+    if (w)
+        snprintf(baseline, sizeof baseline, "PyTorch %.40s, 1 thr", bench_worker_version(w));
+    bench_worker_stop(w);
     int rc = 0;
     if (s != KILN_OK) {
         rc = bench_fail("classifier step", s);
     } else {
         bench_result res;
-        bench_result_set(&res, "classifier step batch 64, 2-64-3, CE", "ms", false, NULL, t, NULL,
-                         ctx->repeats);
+        if (peer)
+            bench_result_set(&res, "classifier step batch 64, 2-64-3, CE", "ms", false, baseline, t,
+                             pt, ctx->repeats);
+        else
+            bench_result_set(&res, "classifier step batch 64, 2-64-3, CE", "ms", false, NULL, t,
+                             NULL, ctx->repeats);
         bench_report(ctx, &res);
         bench_note(ctx,
                    "train: the classifier step (examples/classify.c's, loss read each step; mean "
-                   "loss %.3g): PyTorch's row below runs the same model, optimizer and batch "
-                   "size on data already in memory (kiln uploads each batch)",
+                   "loss %.3g); PyTorch runs the same model, optimizer and batch size on data "
+                   "already in memory (kiln uploads each batch)",
                    sum / (double)(steps * ctx->repeats));
     }
     if (c)
         classifier_free(c);
     free(c);
+    free(t);
+    free(pt);
     return rc;
 }
 
@@ -349,28 +374,15 @@ typedef struct torch_rows {
     bench_ctx *ctx;
     train_case *cases;
     int ncases;
-    double *classify; /* the classifier step's samples (ctx->repeats); NULL when it failed */
 } torch_rows;
 
-static int torch_row(void *user, long batch, long hidden, long classify, double ms,
+static int torch_row(void *user, long batch, long hidden, long unused, double ms,
                      const char *version, int threads)
 {
     torch_rows *t = user;
     static char baseline[64];
+    (void)unused;
     snprintf(baseline, sizeof baseline, "PyTorch %s, %d thr", version, threads);
-    if (classify) {
-        if (!t->classify)
-            return 1;
-        int n = t->ctx->repeats < 64 ? t->ctx->repeats : 64;
-        double base[64];
-        for (int j = 0; j < n; j++)
-            base[j] = ms;
-        bench_result r;
-        bench_result_set(&r, "classifier step batch 64, 2-64-3, CE", "ms", false, baseline,
-                         t->classify, base, n);
-        bench_report(t->ctx, &r);
-        return 0;
-    }
     for (int i = 0; i < t->ncases; i++) {
         train_case *c = &t->cases[i];
         if (c->batch != batch || c->hidden != hidden)
@@ -400,9 +412,7 @@ int bench_train(bench_ctx *ctx)
         rc |= r;
     }
     bench_progress(ctx, "train: classifier step");
-    double *classify = calloc((size_t)ctx->repeats, sizeof(double));
-    int crc = classify ? bench_classify(ctx, classify) : 1;
-    rc |= crc;
+    rc |= bench_classify(ctx);
     bench_note(ctx, "train: baseline is the same forward, backward and Adam step in plain C%s",
 #ifdef KILN_HAVE_CBLAS
                " with cblas_sgemm for the products"
@@ -430,10 +440,8 @@ int bench_train(bench_ctx *ctx)
             len += snprintf(note + len, sizeof note - (size_t)len, " %d/%d %.3g;", cases[i].batch,
                             cases[i].hidden, cases[i].autograd_ratio);
         bench_note(ctx, "%s", note);
-        torch_rows t = {
-            .ctx = ctx, .cases = cases, .ncases = ncases, .classify = crc ? NULL : classify};
+        torch_rows t = {.ctx = ctx, .cases = cases, .ncases = ncases};
         bench_torch(ctx, "train", args, torch_row, &t);
     }
-    free(classify);
     return rc;
 }
