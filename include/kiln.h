@@ -285,15 +285,18 @@ KILN_API kiln_status kiln_device_set_memory_limit(kiln_device *dev, uint64_t byt
 typedef struct kiln_tensor kiln_tensor;
 
 /* The dtypes: X(NAME, value, name, bytes, OpenCL C storage type, OpenCL C compute type,
- * floating, signed). f16 is storage only: ops load it as float and compute in f32. Adding a
- * dtype starts with a line here (see CONTRIBUTING.md). */
+ * floating, signed). f16 (IEEE binary16) and bf16 (bfloat16: f32's exponent, 8 significant
+ * bits) are storage only: ops load them as float and compute in f32. bf16 has no OpenCL C type;
+ * kernels hold its 16 bits in a ushort and convert with shifts (round to nearest even on
+ * store). Adding a dtype starts with a line here (see CONTRIBUTING.md). */
 #define KILN_DTYPE_MAP(X)                                                                          \
     X(F32, 0, f32, 4, float, float, 1, 1)                                                          \
     X(F64, 1, f64, 8, double, double, 1, 1)                                                        \
     X(F16, 2, f16, 2, half, float, 1, 1)                                                           \
     X(I32, 3, i32, 4, int, int, 0, 1)                                                              \
     X(I64, 4, i64, 8, long, long, 0, 1)                                                            \
-    X(U8, 5, u8, 1, uchar, uchar, 0, 0)
+    X(U8, 5, u8, 1, uchar, uchar, 0, 0)                                                            \
+    X(BF16, 6, bf16, 2, ushort, float, 1, 1)
 
 typedef enum kiln_dtype {
 #define KILN__DTYPE_ENUM(NAME, num, name, size, cl, clc, fl, sg) KILN_##NAME = num,

@@ -53,10 +53,13 @@ static bool in_list(const char *word, const char *const *list, size_t n)
 }
 
 /* The dtype whose OpenCL storage type is name, or whose integer type of the other signedness
- * is; -1 if none. */
+ * is; -1 if none. bf16 is stored in a ushort, which stays a plain 2-byte element (f16 or bf16
+ * tensors may be passed), so it names no dtype here. */
 static signed char dtype_of_cl_name(const char *name)
 {
     for (int d = 0; d < KILN_DTYPE_COUNT; d++) {
+        if (kiln__dtype_is_bf16((kiln_dtype)d))
+            continue;
         if (strcmp(name, kiln__dtype_cl_type((kiln_dtype)d)) == 0)
             return (signed char)d;
         const char *u = kiln__dtype_cl_unsigned_type((kiln_dtype)d); /* "uint" for i32 */

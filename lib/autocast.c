@@ -25,10 +25,10 @@ kiln_status kiln_autocast_begin(kiln_device_type type, kiln_dtype dtype)
                            "%s: device type 0x%x; use KILN_DEVICE_GPU, KILN_DEVICE_CPU, "
                            "KILN_DEVICE_ACCELERATOR or a combination (KILN_DEVICE_ALL)",
                            op, (unsigned)type);
-    if (dtype != KILN_F16 && dtype != KILN_F32)
+    if (dtype != KILN_F16 && dtype != KILN_BF16 && dtype != KILN_F32)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                           "%s: dtype %s; autocast runs in KILN_F16 (KILN_F32 turns it off "
-                           "inside the region)",
+                           "%s: dtype %s; autocast runs in KILN_F16 or KILN_BF16 (KILN_F32 turns "
+                           "it off inside the region)",
                            op, kiln__dtype_valid(dtype) ? kiln_dtype_name(dtype) : "unknown");
     if (depth == MAX_DEPTH)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,

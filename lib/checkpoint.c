@@ -175,7 +175,7 @@ static kiln_status parse_entry(const char *op, const char *key, json_t *v, const
     if (!dtype_of(json_string_value(dt), &e->dtype))
         return kiln__error(KILN_ERR_UNSUPPORTED,
                            "%s: %s: tensor \"%s\" has dtype %s, which kiln does not have "
-                           "(F16, F32, F64, I32, I64 and U8 load)",
+                           "(F16, BF16, F32, F64, I32, I64 and U8 load)",
                            op, what, name, shown(json_string_value(dt), dts, sizeof dts));
     size_t nd = json_array_size(sh);
     if (nd > KILN_MAX_DIMS)

@@ -93,6 +93,23 @@ bool kiln__dtype_is_half(kiln_dtype dtype)
     return kiln__dtype_valid(dtype) && strcmp(dtypes[dtype].cl, "half") == 0;
 }
 
+bool kiln__dtype_is_bf16(kiln_dtype dtype)
+{
+    /* the one floating dtype that OpenCL C holds in an integer type */
+    return kiln__dtype_valid(dtype) && dtypes[dtype].floating &&
+           strcmp(dtypes[dtype].cl, "ushort") == 0;
+}
+
+bool kiln__dtype_is_narrow(kiln_dtype dtype)
+{
+    return kiln__dtype_is_half(dtype) || kiln__dtype_is_bf16(dtype);
+}
+
+const char *kiln__dtype_narrow_macro(kiln_dtype dtype)
+{
+    return kiln__dtype_is_half(dtype) ? "HALF" : kiln__dtype_is_bf16(dtype) ? "BF16" : NULL;
+}
+
 bool kiln__dtype_needs_fp64(kiln_dtype dtype)
 {
     return kiln__dtype_valid(dtype) && strcmp(dtypes[dtype].clc, "double") == 0;
@@ -135,10 +152,11 @@ bool kiln__dtype_scalar_fits(kiln_dtype dtype, double v)
 char *kiln__dtype_defines(char *buf, size_t size, const char *slot, kiln_dtype dtype)
 {
     size_t used = strnlen(buf, size);
-    bool half = kiln__dtype_is_half(dtype);
-    snprintf(buf + used, size - used, "%s-DKILN_%s=%s -DKILN_%sC=%s%s%s%s", used ? " " : "", slot,
-             kiln__dtype_cl_type(dtype), slot, kiln__dtype_cl_compute_type(dtype),
-             half ? " -DKILN_" : "", half ? slot : "", half ? "_HALF=1" : "");
+    const char *narrow = kiln__dtype_narrow_macro(dtype);
+    snprintf(buf + used, size - used, "%s-DKILN_%s=%s -DKILN_%sC=%s%s%s%s%s%s", used ? " " : "",
+             slot, kiln__dtype_cl_type(dtype), slot, kiln__dtype_cl_compute_type(dtype),
+             narrow ? " -DKILN_" : "", narrow ? slot : "", narrow ? "_" : "", narrow ? narrow : "",
+             narrow ? "=1" : "");
     return buf;
 }
 
@@ -154,7 +172,7 @@ kiln__host_value kiln__dtype_load(kiln_dtype dtype, const void *buf, int64_t i)
         if (d->size == 2) {
             uint16_t h;
             memcpy(&h, p, 2);
-            r.f = kiln__f16_to_f32(h);
+            r.f = kiln__dtype_is_bf16(dtype) ? kiln__bf16_to_f32(h) : kiln__f16_to_f32(h);
         } else if (d->size == 4) {
             float f;
             memcpy(&f, p, 4);
@@ -197,7 +215,11 @@ void kiln__dtype_store(kiln_dtype dtype, void *buf, int64_t i, kiln__host_value 
         return;
     unsigned char *p = (unsigned char *)buf + (size_t)i * d->size;
     if (d->floating) {
-        if (d->size == 2) {
+        if (d->size == 2 && kiln__dtype_is_bf16(dtype)) {
+            /* a double in one rounding, an integer through f32: as kiln_cast's kernels */
+            uint16_t h = v.floating ? kiln__f64_to_bf16(v.f) : kiln__f32_to_bf16((float)v.i);
+            memcpy(p, &h, 2);
+        } else if (d->size == 2) {
             /* through f32, as kiln_cast's kernels convert (f16 computes in f32) */
             uint16_t h = kiln__f32_to_f16(v.floating ? (float)v.f : (float)v.i);
             memcpy(p, &h, 2);

@@ -31,6 +31,16 @@ bool kiln__dtype_is_signed(kiln_dtype dtype); /* the table's `signed` column */
 /* Stored as OpenCL `half` (accessed with vload_half/vstore_half, computed in float). */
 bool kiln__dtype_is_half(kiln_dtype dtype);
 
+/* Stored as bfloat16 bits in an OpenCL ushort (converted with shifts, computed in float). */
+bool kiln__dtype_is_bf16(kiln_dtype dtype);
+
+/* A 16-bit float (f16 or bf16): stored narrower than it computes (f32). */
+bool kiln__dtype_is_narrow(kiln_dtype dtype);
+
+/* prelude.cl's macro family for a narrow dtype's storage ("HALF": KILN_HALF_LOAD, ...; "BF16":
+ * KILN_BF16_LOAD, ...), NULL for the others. */
+const char *kiln__dtype_narrow_macro(kiln_dtype dtype);
+
 /* Computing in dtype needs cl_khr_fp64 (its compute type is double). */
 bool kiln__dtype_needs_fp64(kiln_dtype dtype);
 
@@ -48,7 +58,8 @@ const char *kiln__dtype_cl_uint(size_t bytes);
 bool kiln__dtype_scalar_fits(kiln_dtype dtype, double v);
 
 /* Append to buf the -D options that select dtype for prelude.cl's slot `slot` ("T", "U" or
- * "O"): "-DKILN_T=float -DKILN_TC=float" (+ " -DKILN_T_HALF=1" for half storage). Returns
+ * "O"): "-DKILN_T=float -DKILN_TC=float" (+ " -DKILN_T_HALF=1" for f16 storage, " -DKILN_T_BF16=1"
+ * for bf16). Returns
  * buf. */
 char *kiln__dtype_defines(char *buf, size_t size, const char *slot, kiln_dtype dtype);
 

@@ -1,9 +1,11 @@
-/* halfconv.c - host conversions between binary16 and f32 (see halfconv.h). The rounding trick
+/* halfconv.c - host conversions between the 16-bit floats (binary16, bfloat16) and f32 (see
+ * halfconv.h). The rounding trick
  * is the well-known one (as in Fabian Giesen's float_to_half_fast3_rtne): normals by integer
  * arithmetic on the bits with the round-to-even carry, subnormals by one float addition that
  * lets the FPU round. */
 #include "halfconv.h"
 
+#include <math.h>
 #include <string.h>
 
 static uint32_t bits_of(float f)
@@ -61,4 +63,44 @@ void kiln__f32_to_f16_n(const float *in, uint16_t *out, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         out[i] = kiln__f32_to_f16(in[i]);
+}
+
+float kiln__bf16_to_f32(uint16_t h)
+{
+    return float_of((uint32_t)h << 16);
+}
+
+uint16_t kiln__f32_to_bf16(float f)
+{
+    uint32_t x = bits_of(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: quiet, sign and the payload's top bits kept */
+        return (uint16_t)((x >> 16) | 0x40u);
+    /* round the 16 dropped bits to nearest even: add just under half, plus the odd bit */
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+uint16_t kiln__f64_to_bf16(double d)
+{
+    if (isnan(d))
+        return kiln__f32_to_bf16((float)d);
+    /* float toward zero, the last bit set when anything was dropped (round to odd): f32 keeps
+     * 16 more bits than bf16, so rounding that to nearest even rounds as the double would */
+    float f = (float)d;
+    if (fabs((double)f) > fabs(d)) /* (float) rounded away from zero: step back toward it */
+        f = nextafterf(f, 0.0f);
+    if ((double)f != d)
+        f = float_of(bits_of(f) | 1u);
+    return kiln__f32_to_bf16(f);
+}
+
+void kiln__bf16_to_f32_n(const uint16_t *in, float *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = kiln__bf16_to_f32(in[i]);
+}
+
+void kiln__f32_to_bf16_n(const float *in, uint16_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = kiln__f32_to_bf16(in[i]);
 }

@@ -19,4 +19,19 @@ uint16_t kiln__f32_to_f16(float f);
 void kiln__f16_to_f32_n(const uint16_t *in, float *out, size_t n);
 void kiln__f32_to_f16_n(const float *in, uint16_t *out, size_t n);
 
+/* bfloat16 bits -> f32: exact (the bits are f32's top half). */
+float kiln__bf16_to_f32(uint16_t h);
+
+/* f32 -> bfloat16 bits, rounded to nearest even (a carry into the exponent is right: the
+ * largest finite values round up to infinity); NaN stays a quiet NaN with its sign and the
+ * payload's top bits. The same integer arithmetic as prelude.cl's kiln_f2bf. */
+uint16_t kiln__f32_to_bf16(float f);
+
+/* f64 -> bfloat16 in one rounding (to float toward zero with a sticky last bit, then to
+ * nearest even), as the kernels store a double into bf16. */
+uint16_t kiln__f64_to_bf16(double d);
+
+void kiln__bf16_to_f32_n(const uint16_t *in, float *out, size_t n);
+void kiln__f32_to_bf16_n(const float *in, uint16_t *out, size_t n);
+
 #endif

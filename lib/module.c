@@ -104,7 +104,7 @@ static kiln_status check_create(const char *op, kiln_device *dev, kiln_dtype dty
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", op, (int)dtype);
     if (!kiln__dtype_is_float(dtype))
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
-                           "%s: dtype is %s; parameters must be floating (f32, f64, f16)", op,
+                           "%s: dtype is %s; parameters must be floating (f32, f64, f16, bf16)", op,
                            kiln_dtype_name(dtype));
     return KILN_OK;
 }
@@ -1012,7 +1012,7 @@ kiln_status kiln_module_to_dtype(kiln_module *m, kiln_dtype dtype)
         s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", op, (int)dtype);
     if (s == KILN_OK && !kiln__dtype_is_float(dtype))
         s = kiln__error(KILN_ERR_DTYPE_MISMATCH,
-                        "%s: dtype is %s; parameters must be floating (f32, f64, f16)", op,
+                        "%s: dtype is %s; parameters must be floating (f32, f64, f16, bf16)", op,
                         kiln_dtype_name(dtype));
     return s == KILN_OK ? convert_params(m, op, to_dtype, &dtype) : s;
 }

@@ -80,6 +80,7 @@ static MPI_Datatype mpi_type(kiln_dtype dt, mode m)
     case KILN_U8:
         return MPI_UINT8_T;
     case KILN_F16:
+    case KILN_BF16:
         return m == MODE_BROADCAST ? MPI_UINT16_T : MPI_DATATYPE_NULL;
     }
     return MPI_DATATYPE_NULL;
@@ -95,6 +96,7 @@ static size_t dtype_size(kiln_dtype dt)
     case KILN_I32:
         return 4;
     case KILN_F16:
+    case KILN_BF16:
         return 2;
     case KILN_U8:
         return 1;
@@ -164,7 +166,7 @@ static kiln_status check_args(job *j, kiln_tensor *const *ts)
             return kiln_set_last_error(KILN_ERR_UNSUPPORTED,
                                        "%s: tensor %d is %s; MPI has no such type to reduce "
                                        "(cast it to F32)",
-                                       j->op, i, dt == KILN_F16 ? "F16" : "of an unknown dtype");
+                                       j->op, i, kiln_dtype_name(dt));
         if (j->mode == MODE_ALLREDUCE && j->rop == KILN_MPI_MEAN && dt != KILN_F32 &&
             dt != KILN_F64)
             return kiln_set_last_error(KILN_ERR_UNSUPPORTED,

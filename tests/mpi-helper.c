@@ -44,7 +44,7 @@ static double value(int k, int64_t i, int r)
 
 static kiln_tensor *make(kiln_dtype dt, int64_t n, int k, int r)
 {
-    size_t es = dt == KILN_F64 || dt == KILN_I64 ? 8 : dt == KILN_U8 ? 1 : dt == KILN_F16 ? 2 : 4;
+    size_t es = dt == KILN_F64 || dt == KILN_I64 ? 8 : dt == KILN_U8 ? 1 : dt == KILN_F16 || dt == KILN_BF16 ? 2 : 4;
     unsigned char *buf = malloc(es * (size_t)(n ? n : 1));
     for (int64_t i = 0; i < n; i++) {
         double v = value(k, i, r);
@@ -66,6 +66,9 @@ static kiln_tensor *make(kiln_dtype dt, int64_t n, int k, int r)
             break;
         case KILN_F16:
             ((uint16_t *)buf)[i] = (uint16_t)(0x3c00 + (int)v); /* 1.0 and up */
+            break;
+        case KILN_BF16:
+            ((uint16_t *)buf)[i] = (uint16_t)(0x3f80 + (int)v); /* 1.0 and up */
             break;
         }
     }
@@ -103,8 +106,9 @@ static void verify(kiln_tensor *t, kiln_dtype dt, int64_t n, int k, bool mean, i
                    : dt == KILN_I32 ? ((int32_t *)got)[i]
                    : dt == KILN_I64 ? (double)((int64_t *)got)[i]
                    : dt == KILN_U8  ? ((uint8_t *)got)[i]
-                                    : (double)(((uint16_t *)got)[i] - 0x3c00);
-        if (dt == KILN_F16)
+                   : dt == KILN_F16 ? (double)(((uint16_t *)got)[i] - 0x3c00)
+                                    : (double)(((uint16_t *)got)[i] - 0x3f80);
+        if (dt == KILN_F16 || dt == KILN_BF16)
             want = value(k, i, from);
         double tol = dt == KILN_F32 ? 1e-6 * fabs(want) : 0;
         if (fabs(g - want) > tol) {
@@ -145,12 +149,13 @@ static void test_values(void)
             kiln_tensor_release(ts[i]);
         }
     }
-    /* Broadcast from the last rank, F16 included. */
-    const kiln_dtype bdts[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_U8, KILN_F16};
-    kiln_tensor *bs[6 * 3];
+    /* Broadcast from the last rank, F16 and BF16 included. */
+    const kiln_dtype bdts[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_U8, KILN_F16, KILN_BF16};
+    enum { NBD = sizeof bdts / sizeof bdts[0] };
+    kiln_tensor *bs[NBD * 3];
     int nb = 0;
     for (int s = 1; s < 6; s += 2)
-        for (int d = 0; d < 6; d++) {
+        for (int d = 0; d < NBD; d++) {
             bs[nb] = make(bdts[d], ns[s], nb, rank);
             nb++;
         }
@@ -158,7 +163,7 @@ static void test_values(void)
     kiln_status st = kiln_mpi_broadcast(MPI_COMM_WORLD, bs, nb, root);
     EXPECT(st == KILN_OK, "broadcast: %s", kiln_status_string(st));
     for (int i = 0; i < nb; i++) {
-        verify(bs[i], bdts[i % 6], kiln_tensor_numel(bs[i]), i, false, root);
+        verify(bs[i], bdts[i % NBD], kiln_tensor_numel(bs[i]), i, false, root);
         kiln_tensor_release(bs[i]);
     }
 
@@ -247,7 +252,11 @@ static void test_errors(void)
     s = kiln_mpi_allreduce(MPI_COMM_WORLD, &t, 1, (kiln_mpi_op)7);
     EXPECT(s == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "unknown op"), "op");
     s = kiln_mpi_allreduce(MPI_COMM_WORLD, &h, 1, KILN_MPI_SUM);
-    EXPECT(s == KILN_ERR_UNSUPPORTED && strstr(kiln_last_error(), "F16"), "f16");
+    EXPECT(s == KILN_ERR_UNSUPPORTED && strstr(kiln_last_error(), "is f16"), "f16");
+    kiln_tensor *b = make(KILN_BF16, 4, 0, rank);
+    s = kiln_mpi_allreduce(MPI_COMM_WORLD, &b, 1, KILN_MPI_SUM);
+    EXPECT(s == KILN_ERR_UNSUPPORTED && strstr(kiln_last_error(), "is bf16"), "bf16");
+    kiln_tensor_release(b);
     s = kiln_mpi_broadcast(MPI_COMM_WORLD, &t, 1, size);
     EXPECT(s == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "root"), "root");
     /* Only rank 0 passes a bad argument: the others learn of it and fail too, no hang. */

@@ -285,8 +285,8 @@ START_TEST(test_malformed)
     expect_bad("[1,2]", z, 0, INV, "not a JSON object");
     expect_bad("{\"a\":1}", z, 0, INV, "not an object");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", z, 8, INV, "data_offsets");
-    expect_bad("{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}", z, 4,
-               KILN_ERR_UNSUPPORTED, "BF16");
+    expect_bad("{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", z, 2,
+               KILN_ERR_UNSUPPORTED, "F8_E4M3");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", z, 8, INV,
                "not a size");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
@@ -607,8 +607,8 @@ START_TEST(test_params_load_strict)
     kiln_params_free(p);
 
     /* another dtype: refused unless converted; converted as a C cast would, checked per element */
-    const kiln_dtype dts[3] = {KILN_F32, KILN_F16, KILN_I32};
-    for (int k = 0; k < 3; k++) {
+    const kiln_dtype dts[4] = {KILN_F32, KILN_F16, KILN_I32, KILN_BF16};
+    for (int k = 0; k < 4; k++) {
         p = list_of(dev, 3, (const char *[]){"w", "b", "extra"}, dts[k], 7, t);
         ASSERT_FAILS(kiln_params_load(p, file), KILN_ERR_DTYPE_MISMATCH, "is f64 in");
         ASSERT_ERROR_HAS("KILN_LOAD_CONVERT_DTYPE");
@@ -620,6 +620,8 @@ START_TEST(test_params_load_strict)
                 ck_assert(((float *)h)[i] == (float)wv[i]);
             else if (dts[k] == KILN_F16)
                 ck_assert_uint_eq(((uint16_t *)h)[i], float_to_half((float)wv[i]));
+            else if (dts[k] == KILN_BF16) /* one rounding from f64 */
+                ck_assert_uint_eq(((uint16_t *)h)[i], double_to_bf16(wv[i]));
             else {
                 double tr = trunc(wv[i]);
                 int32_t want = tr > INT32_MAX ? INT32_MAX : (int32_t)tr;

@@ -21,15 +21,15 @@ static void setup(void)
 /* Value, and what each dtype stores for it (f16 bits checked separately below). */
 typedef struct fcase {
     double value;
-    double want[KILN_DTYPE_COUNT]; /* f32 f64 f16 i32 i64 u8 */
+    double want[KILN_DTYPE_COUNT]; /* f32 f64 f16 i32 i64 u8 bf16 */
 } fcase;
 
 static const fcase fcases[] = {
-    {1.0, {1, 1, 1, 1, 1, 1}},
-    {-2.5, {-2.5, -2.5, -2.5, -2, -2, -1}}, /* u8 case skipped: out of range */
-    {3.9, {3.9f, 3.9, 3.900390625, 3, 3, 3}},
-    {0.1, {0.1f, 0.1, 0.0999755859375, 0, 0, 0}},
-    {200.0, {200, 200, 200, 200, 200, 200}},
+    {1.0, {1, 1, 1, 1, 1, 1, 1}},
+    {-2.5, {-2.5, -2.5, -2.5, -2, -2, -1, -2.5}}, /* u8 case skipped: out of range */
+    {3.9, {3.9f, 3.9, 3.900390625, 3, 3, 3, 3.90625}},
+    {0.1, {0.1f, 0.1, 0.0999755859375, 0, 0, 0, 0.10009765625}},
+    {200.0, {200, 200, 200, 200, 200, 200, 200}},
 };
 
 /* full/fill on every device and dtype: floats convert to nearest, integers truncate toward

@@ -15,7 +15,7 @@
 
 static bool is_float(kiln_dtype dt)
 {
-    return dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16;
+    return dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16 || dt == KILN_BF16;
 }
 
 /* The value v as the dtype stores it (what a host array of that dtype would hold). */
@@ -28,6 +28,8 @@ static double to_dtype(kiln_dtype dt, double v)
         return v;
     case KILN_F16:
         return half_to_float(float_to_half((float)v));
+    case KILN_BF16:
+        return bf16_to_double(double_to_bf16(v));
     case KILN_I32:
         return (int32_t)(uint32_t)(int64_t)v;
     case KILN_I64:
@@ -51,7 +53,7 @@ static double *values(kiln_dtype dt, int64_t n, double lo, double hi, uint32_t s
     return v;
 }
 
-/* Unit in the last place of x in the compute precision of dt (f16 computes in f32). */
+/* Unit in the last place of x in the compute precision of dt (f16 and bf16 compute in f32). */
 static double ulp_of(kiln_dtype dt, double x)
 {
     int e;
@@ -59,8 +61,8 @@ static double ulp_of(kiln_dtype dt, double x)
     return ldexp(1.0, e - (dt == KILN_F64 ? 53 : 24));
 }
 
-/* |got - ref| <= ulps * ulp(ref) + abs_eps * eps * scale (+ half an f16 ulp for the final
- * rounding of f16 storage). NaN matches NaN, infinities match exactly. */
+/* |got - ref| <= ulps * ulp(ref) + abs_eps * eps * scale (+ half an f16 or bf16 ulp for the
+ * final rounding of narrow storage). NaN matches NaN, infinities match exactly. */
 static bool close_to(kiln_dtype dt, double got, double ref, double ulps, double abs_eps,
                      double scale)
 {
@@ -72,6 +74,8 @@ static bool close_to(kiln_dtype dt, double got, double ref, double ulps, double 
     double tol = ulps * ulp_of(dt, ref) + abs_eps * eps * scale;
     if (dt == KILN_F16)
         tol += ldexp(ulp_of(KILN_F32, ref), 13) * 0.5 + 3e-8;
+    if (dt == KILN_BF16)
+        tol += ldexp(ulp_of(KILN_F32, ref), 16) * 0.5;
     return fabs(got - ref) <= tol;
 }
 
@@ -757,6 +761,111 @@ START_TEST(test_cast_f16_rounding)
 }
 END_TEST
 
+/* f32 -> bf16 and bf16 -> f32 on the device, eager and fused after an add of 0, against
+ * testutil's binary-search rounding: the f32 values around every midpoint between neighbouring
+ * bf16 values (ties to even; every 97th under Oclgrind), the overflow edge, subnormals,
+ * infinities and NaN; f64 -> bf16 in one rounding (values just off a midpoint, which a trip
+ * through the nearest f32 would make a tie) where the device has fp64; every bf16 value (every
+ * 97th) back to f32 exactly. */
+START_TEST(test_cast_bf16_rounding)
+{
+    int step = n_small < 1000 ? 97 : 1;
+    int64_t cap = 2 * 5 * (0x7f80 / step + 1) + 16, n = 0;
+    float *v = malloc((size_t)cap * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (uint32_t h = 0; h < 0x7f80; h += (uint32_t)step) {
+        float lo = (float)bf16_to_double((uint16_t)h);
+        uint32_t bits;
+        memcpy(&bits, &lo, sizeof bits);
+        bits += 0x8000u; /* the midpoint to the next bf16, exact in f32 */
+        for (int d = -2; d <= 2; d++) {
+            uint32_t b = bits + (uint32_t)d;
+            float f;
+            memcpy(&f, &b, sizeof f);
+            v[n++] = f;
+            v[n++] = -f;
+        }
+    }
+    static const float edges[] = {FLT_MAX,   0x1.fefffep127f, 0x1.ff0000p127f, 0x1p-133f,
+                                  0x1p-134f, 0x1.8p-134f,     0x1p-149f,       0.0f,
+                                  -0.0f,     INFINITY,        -INFINITY,       NAN};
+    for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
+        v[n++] = edges[i];
+    if (n % 2 == 0)
+        v[n++] = 1.0f;
+    kiln_tensor *x = NULL, *h = NULL, *back = NULL, *x0 = NULL;
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_F32, 1, &n, v, &x), KILN_OK);
+    uint16_t *got = malloc((size_t)n * sizeof *got);
+    ck_assert_ptr_nonnull(got);
+    for (int fused = 0; fused < 2; fused++) {
+        if (fused)
+            ck_assert_int_eq(kiln_binary_scalar(KILN_BINARY_ADD, x, 0.0, &x0), KILN_OK);
+        ck_assert_int_eq(kiln_cast(fused ? x0 : x, KILN_BF16, &h), KILN_OK);
+        ck_assert_int_eq(kiln_tensor_read(h, got, (size_t)n * sizeof *got), KILN_OK);
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t want = double_to_bf16(fused ? v[i] + 0.0f : v[i]); /* -0 + 0 is +0 */
+            ck_assert_msg(got[i] == want || (isnan(v[i]) && (got[i] & 0x7fff) > 0x7f80),
+                          "f32 %a -> bf16 0x%04x, expected 0x%04x%s", (double)v[i], got[i], want,
+                          fused ? " (fused after + 0)" : "");
+        }
+        kiln_tensor_release(h);
+        h = NULL;
+    }
+    kiln_tensor_release(x0);
+    x0 = NULL;
+    if (has_fp64(dev)) {
+        int64_t nd = 0;
+        double *dv = malloc((size_t)(0x7f80 / step + 1) * 3 * sizeof *dv);
+        ck_assert_ptr_nonnull(dv);
+        for (uint32_t b = 0; b < 0x7f7f; b += (uint32_t)step) {
+            double lo = bf16_to_double((uint16_t)b), hi = bf16_to_double((uint16_t)(b + 1));
+            double mid = (lo + hi) / 2, off = (hi - lo) * 0x1p-30;
+            dv[nd++] = mid + off;
+            dv[nd++] = -(mid - off);
+            dv[nd++] = mid;
+        }
+        kiln_tensor *xd = NULL;
+        ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_F64, 1, &nd, dv, &xd), KILN_OK);
+        for (int fused = 0; fused < 2; fused++) {
+            if (fused)
+                ck_assert_int_eq(kiln_binary_scalar(KILN_BINARY_MUL, xd, 1.0, &x0), KILN_OK);
+            ck_assert_int_eq(kiln_cast(fused ? x0 : xd, KILN_BF16, &h), KILN_OK);
+            ck_assert_int_eq(kiln_tensor_read(h, got, (size_t)nd * sizeof *got), KILN_OK);
+            for (int64_t i = 0; i < nd; i++)
+                ck_assert_msg(got[i] == double_to_bf16(dv[i]),
+                              "f64 %a -> bf16 0x%04x, expected 0x%04x%s", dv[i], got[i],
+                              double_to_bf16(dv[i]), fused ? " (fused after * 1)" : "");
+            kiln_tensor_release(h);
+            kiln_tensor_release(x0);
+            h = x0 = NULL;
+        }
+        kiln_tensor_release(xd);
+        free(dv);
+    }
+    /* every bf16 value (every step-th) to f32 */
+    int64_t nh = 0;
+    for (uint32_t b = 0; b <= 0xffff; b += (uint32_t)step)
+        got[nh++] = (uint16_t)b;
+    nh -= nh % 2 == 0; /* odd */
+    ck_assert_int_eq(kiln_tensor_from_host(dev, KILN_BF16, 1, &nh, got, &h), KILN_OK);
+    ck_assert_int_eq(kiln_cast(h, KILN_F32, &back), KILN_OK);
+    float *f = malloc((size_t)nh * sizeof *f);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(kiln_tensor_read(back, f, (size_t)nh * sizeof *f), KILN_OK);
+    for (int64_t i = 0; i < nh; i++) {
+        double want = bf16_to_double(got[i]);
+        ck_assert_msg((double)f[i] == want || (isnan(want) && isnan(f[i])),
+                      "bf16 0x%04x -> f32 %a, expected %a", got[i], (double)f[i], want);
+    }
+    free(f);
+    free(got);
+    free(v);
+    kiln_tensor_release(x);
+    kiln_tensor_release(h);
+    kiln_tensor_release(back);
+}
+END_TEST
+
 /* ---- _out and _i64 forms ------------------------------------------------------------------ */
 
 typedef kiln_status (*binary_out_fn)(const kiln_tensor *, const kiln_tensor *, kiln_tensor *);
@@ -1200,6 +1309,7 @@ Suite *elementwise_suite(void)
     tcase_add_test(tc, test_unary_edges);
     tcase_add_test(tc, test_cast_all_pairs);
     tcase_add_test(tc, test_cast_f16_rounding);
+    tcase_add_test(tc, test_cast_bf16_rounding);
     tcase_add_test(tc, test_binary_out_forms);
     tcase_add_test(tc, test_binary_scalar_i64);
     tcase_add_test(tc, test_other_out_forms);

@@ -575,7 +575,7 @@ START_TEST(test_bad_inputs)
                  "[2, 3] (transposed)", "[3, 5]");
     expect_error(kiln_matmul(v, good, &out), KILN_ERR_SHAPE_MISMATCH, "[3]", "2 dimensions");
     expect_error(kiln_matmul(a, d, &out), KILN_ERR_DTYPE_MISMATCH, "f32", "f64");
-    expect_error(kiln_matmul(ia, i32, &out), KILN_ERR_UNSUPPORTED, "i32", "f32, f64 or f16");
+    expect_error(kiln_matmul(ia, i32, &out), KILN_ERR_UNSUPPORTED, "i32", "f32, f64, f16 or bf16");
     expect_error(kiln_matmul(ha, d, &out), KILN_ERR_DTYPE_MISMATCH, "f16", "f64");
     expect_error(kiln_matmul(ba, bb, &out), KILN_ERR_SHAPE_MISMATCH, "[2, 2, 3]", "batch");
     expect_error(kiln_matmul_trans(a, good, 8u, &out), KILN_ERR_INVALID_ARGUMENT, "flags", NULL);

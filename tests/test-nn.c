@@ -693,7 +693,7 @@ START_TEST(test_conv2d_errors)
     ASSERT_FAILS(kiln_conv2d(h, w, NULL, NULL, &o), KILN_ERR_DTYPE_MISMATCH,
                  "kiln_conv2d: x is f16, weight f32");
     ASSERT_FAILS(kiln_conv2d(xd, xd, NULL, NULL, &o), KILN_ERR_DTYPE_MISMATCH,
-                 "kiln_conv2d: x is i32; convolution takes f32, f64 or f16");
+                 "kiln_conv2d: x is i32; convolution takes f32, f64, f16 or bf16");
     ASSERT_FAILS(kiln_conv2d(x, xd, NULL, NULL, &o), KILN_ERR_DTYPE_MISMATCH,
                  "kiln_conv2d: x is f32, weight i32");
     ASSERT_FAILS(kiln_conv2d(x, b, NULL, NULL, &o), KILN_ERR_SHAPE_MISMATCH,

@@ -23,22 +23,23 @@ static void teardown(void)
     teardown_devices();
 }
 
-/* torch.result_type(a, b) for kiln's dtypes, indexed by kiln_dtype (F32, F64, F16, I32, I64,
- * U8 order checked below). */
+/* torch.result_type(a, b) for kiln's dtypes (rows and columns in the order below). */
 static kiln_dtype expected(kiln_dtype a, kiln_dtype b)
 {
-    static const kiln_dtype order[6] = {KILN_U8, KILN_I32, KILN_I64, KILN_F16, KILN_F32, KILN_F64};
-    static const int table[6][6] = {
-        /*          u8 i32 i64 f16 f32 f64 */
-        /* u8  */ {0, 1, 2, 3, 4, 5},
-        /* i32 */ {1, 1, 2, 3, 4, 5},
-        /* i64 */ {2, 2, 2, 3, 4, 5},
-        /* f16 */ {3, 3, 3, 3, 4, 5},
-        /* f32 */ {4, 4, 4, 4, 4, 5},
-        /* f64 */ {5, 5, 5, 5, 5, 5},
+    static const kiln_dtype order[7] = {KILN_U8,   KILN_I32, KILN_I64, KILN_F16,
+                                        KILN_BF16, KILN_F32, KILN_F64};
+    static const int table[7][7] = {
+        /*          u8 i32 i64 f16 bf16 f32 f64 */
+        /* u8   */ {0, 1, 2, 3, 4, 5, 6},
+        /* i32  */ {1, 1, 2, 3, 4, 5, 6},
+        /* i64  */ {2, 2, 2, 3, 4, 5, 6},
+        /* f16  */ {3, 3, 3, 3, 5, 5, 6},
+        /* bf16 */ {4, 4, 4, 5, 4, 5, 6},
+        /* f32  */ {5, 5, 5, 5, 5, 5, 6},
+        /* f64  */ {6, 6, 6, 6, 6, 6, 6},
     };
     int ia = 0, ib = 0;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         if (order[i] == a)
             ia = i;
         if (order[i] == b)
@@ -49,7 +50,7 @@ static kiln_dtype expected(kiln_dtype a, kiln_dtype b)
 
 static bool is_float(kiln_dtype d)
 {
-    return d == KILN_F16 || d == KILN_F32 || d == KILN_F64;
+    return d == KILN_F16 || d == KILN_BF16 || d == KILN_F32 || d == KILN_F64;
 }
 
 /* v rounded (floats) or wrapped (integers) into dtype d, as the device stores it. */
@@ -58,6 +59,8 @@ static double into(kiln_dtype d, double v)
     switch (d) {
     case KILN_F16:
         return half_to_float(float_to_half((float)v));
+    case KILN_BF16:
+        return bf16_to_double(double_to_bf16(v));
     case KILN_F32:
         return (float)v;
     case KILN_F64:
@@ -113,7 +116,7 @@ static bool close_enough(kiln_dtype d, double got, double ref)
 {
     if (!is_float(d))
         return got == ref;
-    double tol = d == KILN_F16 ? 2e-3 : d == KILN_F32 ? 1e-6 : 1e-13;
+    double tol = d == KILN_F16 ? 2e-3 : d == KILN_BF16 ? 8e-3 : d == KILN_F32 ? 1e-6 : 1e-13;
     return fabs(got - ref) <= tol * fmax(1.0, fabs(ref));
 }
 

@@ -157,8 +157,9 @@ END_TEST
 
 START_TEST(test_dtype_sizes)
 {
-    static const size_t sizes[KILN_DTYPE_COUNT] = {4, 8, 2, 4, 8, 1};
-    static const char *const names[KILN_DTYPE_COUNT] = {"f32", "f64", "f16", "i32", "i64", "u8"};
+    static const size_t sizes[KILN_DTYPE_COUNT] = {4, 8, 2, 4, 8, 1, 2};
+    static const char *const names[KILN_DTYPE_COUNT] = {"f32", "f64", "f16", "i32",
+                                                        "i64", "u8",  "bf16"};
     for (int d = 0; d < KILN_DTYPE_COUNT; d++) {
         ck_assert_uint_eq(kiln_dtype_size((kiln_dtype)d), sizes[d]);
         ck_assert_str_eq(kiln_dtype_name((kiln_dtype)d), names[d]);

@@ -92,8 +92,8 @@ bool has_fp64(const kiln_device *dev)
     return info.fp64;
 }
 
-const kiln_dtype all_dtypes[KILN_DTYPE_COUNT] = {KILN_F32, KILN_F64, KILN_F16,
-                                                 KILN_I32, KILN_I64, KILN_U8};
+const kiln_dtype all_dtypes[KILN_DTYPE_COUNT] = {KILN_F32, KILN_F64, KILN_F16, KILN_I32,
+                                                 KILN_I64, KILN_U8,  KILN_BF16};
 
 int64_t numel_of(int ndim, const int64_t *shape)
 {
@@ -110,6 +110,42 @@ float half_to_float(uint16_t h)
               : e == 31 ? (m ? NAN : INFINITY)
                         : ldexpf((float)(m | 0x400), e - 25);
     return (h & 0x8000) ? -v : v;
+}
+
+/* bfloat16 from its fields (sign, 8 exponent bits, 7 fraction bits), not by a shift. */
+double bf16_to_double(uint16_t h)
+{
+    int e = (h >> 7) & 0xff, m = h & 0x7f;
+    double v = e == 0 ? ldexp(m, -133) : e == 255 ? (m ? NAN : INFINITY) : ldexp(m | 0x80, e - 134);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* The value of positive bf16 pattern p for rounding: the first pattern past the largest finite
+ * one stands for 2^128, where the values would go on (so overflow rounds as IEEE says). */
+static double bf16_step_value(uint16_t p)
+{
+    return p == 0x7f80 ? ldexp(1.0, 128) : bf16_to_double(p);
+}
+
+uint16_t double_to_bf16(double a)
+{
+    if (isnan(a))
+        return signbit(a) ? 0xffc0 : 0x7fc0;
+    uint16_t sign = signbit(a) ? 0x8000 : 0;
+    a = fabs(a);
+    if (a >= ldexp(1.0, 128) - ldexp(1.0, 128 - 9)) /* halfway from the largest finite up */
+        return sign | 0x7f80;
+    uint16_t lo = 0, hi = 0x7f80;
+    while (hi - lo > 1) { /* largest bf16 <= a */
+        uint16_t mid = (uint16_t)((lo + hi) / 2);
+        if (bf16_step_value(mid) <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    double dl = a - bf16_step_value(lo), dh = bf16_step_value((uint16_t)(lo + 1)) - a;
+    uint16_t r = dl < dh || (dl == dh && !(lo & 1)) ? lo : (uint16_t)(lo + 1);
+    return sign | r;
 }
 
 /* Round to nearest even by brute force over the representable neighbours. */
@@ -146,6 +182,9 @@ void store_value(kiln_dtype dt, void *buf, int64_t i, double v)
     case KILN_F16:
         ((uint16_t *)buf)[i] = float_to_half((float)v);
         break;
+    case KILN_BF16:
+        ((uint16_t *)buf)[i] = double_to_bf16(v);
+        break;
     case KILN_I32:
         ((int32_t *)buf)[i] = (int32_t)v;
         break;
@@ -167,6 +206,8 @@ double load_value(kiln_dtype dt, const void *buf, int64_t i)
         return ((const double *)buf)[i];
     case KILN_F16:
         return half_to_float(((const uint16_t *)buf)[i]);
+    case KILN_BF16:
+        return bf16_to_double(((const uint16_t *)buf)[i]);
     case KILN_I32:
         return ((const int32_t *)buf)[i];
     case KILN_I64:
@@ -233,6 +274,7 @@ void fill_values(kiln_dtype dt, double *v, int64_t n)
             v[i] = 2 * u - 1;
             break;
         case KILN_F16:
+        case KILN_BF16:
             v[i] = floor(u * 129) / 16 - 4;
             break; /* k/16 in [-4, 4] */
         case KILN_U8:

@@ -92,6 +92,13 @@ float half_to_float(uint16_t h);
 /* float -> IEEE binary16 bits, rounded to nearest even; overflow gives infinity. */
 uint16_t float_to_half(float f);
 
+/* bfloat16 bits -> double (exact), from the fields. */
+double bf16_to_double(uint16_t h);
+
+/* double -> bfloat16 bits, rounded once to nearest even by search over the neighbours (a
+ * reference independent of the library's bit tricks); overflow gives infinity, NaN 0x7fc0. */
+uint16_t double_to_bf16(double a);
+
 /* Store v as element i of a host array of dtype dt (floats round, integers truncate). */
 void store_value(kiln_dtype dt, void *buf, int64_t i, double v);
 
@@ -117,7 +124,7 @@ void *read_host(const kiln_tensor *t);
 double rnd(void);
 
 /* n random values exactly representable in dt (a reference then sees what the device sees):
- * f32/f64 in [-1, 1), f16 multiples of 1/16 in [-4, 4], u8 in [0, 255], other integers in
+ * f32/f64 in [-1, 1), f16 and bf16 multiples of 1/16 in [-4, 4], u8 in [0, 255], other integers in
  * [-1000, 1000] (ties are likely). */
 void fill_values(kiln_dtype dt, double *v, int64_t n);
 

@@ -11,7 +11,8 @@ the same lines as the C enums. From KILN_DTYPE_MAP it also writes, per dtype <na
                                  double needs KILN_HAS_FP64), else nothing; one argument (wrap
                                  commas in parentheses): NVIDIA's OpenCL C compiler rejects
                                  variadic macros
-  KILN_STORE_AS_<name>(p, i, v)  store v at p[i] (KILN_HALF_STORE_ANY for half storage)
+  KILN_STORE_AS_<name>(p, i, v)  store v at p[i] (KILN_HALF_STORE_ANY for half storage,
+                                 KILN_BF16_STORE_ANY for bf16)
 
 A line `TABLE(DEF) // @kernels PREFIX` of a source, TABLE one of the tables above, becomes one
 line per entry X(NAME, num, name, ...) of TABLE: `DEF(NAME, num, name, ...)` inside
@@ -63,6 +64,8 @@ def dtype_helpers(block):
             out.append(f'#define KILN_IF_{name}(x) x')
         if cl == 'half':
             out.append(f'#define KILN_STORE_AS_{name}(p, i, v) KILN_HALF_STORE_ANY((v), (i), (p))')
+        elif m.group(7) == '1' and cl == 'ushort':  # bf16: floating bits in an integer type
+            out.append(f'#define KILN_STORE_AS_{name}(p, i, v) KILN_BF16_STORE_ANY((v), (i), (p))')
         else:
             out.append(f'#define KILN_STORE_AS_{name}(p, i, v) ((p)[(i)] = (v))')
     return out

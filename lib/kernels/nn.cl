@@ -84,7 +84,7 @@ KILN_CE_KERNEL(kiln_cross_entropy_i32, int)
 KILN_CE_KERNEL(kiln_cross_entropy_i64, long)
 #endif
 
-#ifndef KILN_T_HALF
+#ifndef KILN_T_NARROW
 /* ---- CPUs, contiguous rows: the same steps in vectors of 8, lanes merged at the end (PoCL
  * vectorizes exp across work-items only in a kernel without loops; a row loop needs vectors). */
 #define KILN_NN_PASTE_(a, b) a##b

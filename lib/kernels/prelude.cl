@@ -6,6 +6,8 @@
  * kiln__dtype_defines):
  *   KILN_T / KILN_TC   storage and compute type of slot T (also U and O), with
  *   KILN_T_HALF        set when T is stored as f16 (computed in float via vload/vstore_half)
+ *   KILN_T_BF16        set when T is stored as bf16 (ushort bits, computed in float)
+ *   KILN_T_NARROW      set by this file when either is
  *   LOAD_T(p, i), STORE_T(p, i, v)   element access for the slot (LOAD_U/STORE_U, LOAD_O/...)
  * and KILN_HAS_FP64 / KILN_HAS_FP16 from the device's capabilities. OpenCL C 1.2 only. */
 #ifdef KILN_HAS_FP64
@@ -73,10 +75,43 @@ float kiln_f64_to_f32_odd(double x)
 #define KILN_HALF_STORE_ANY(v, i, p) KILN_HALF_STORE((float)(v), (i), (p))
 #endif
 
+/* bf16 storage: the top 16 bits of an f32, held in a ushort (OpenCL C has no bfloat16 type).
+ * Loads shift; stores round to nearest even with integer arithmetic (lib/halfconv.c's
+ * kiln__f32_to_bf16, the same steps); NaN stays a quiet NaN. The same code on every device:
+ * no extension, and PoCL vectorizes it. */
+ushort kiln_f2bf(float f)
+{
+    uint x = as_uint(f);
+    ushort r = (ushort)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+    return (x & 0x7fffffffu) > 0x7f800000u ? (ushort)((x >> 16) | 0x40u) : r;
+}
+#define KILN_BF16_LOAD(i, p) as_float((uint)((const global ushort *)(p))[(i)] << 16)
+#define KILN_BF16_STORE(v, i, p) (((global ushort *)(p))[(i)] = kiln_f2bf(v))
+#define KILN_BF16_ROUND(v) as_float((uint)kiln_f2bf(v) << 16)
+#ifdef KILN_HAS_FP64
+#define KILN_BF16_STORE_ANY(v, i, p)                                                              \
+    KILN_BF16_STORE(sizeof(v) == 8 ? kiln_f64_to_f32_odd(v) : (float)(v), (i), (p))
+#else
+#define KILN_BF16_STORE_ANY(v, i, p) KILN_BF16_STORE((float)(v), (i), (p))
+#endif
+
+#if defined(KILN_T_HALF) || defined(KILN_T_BF16)
+#define KILN_T_NARROW 1
+#endif
+#if defined(KILN_U_HALF) || defined(KILN_U_BF16)
+#define KILN_U_NARROW 1
+#endif
+#if defined(KILN_O_HALF) || defined(KILN_O_BF16)
+#define KILN_O_NARROW 1
+#endif
+
 #ifdef KILN_T
 #ifdef KILN_T_HALF
 #define LOAD_T(p, i) KILN_HALF_LOAD((i), (p))
 #define STORE_T(p, i, v) KILN_HALF_STORE((float)(v), (i), (p))
+#elif defined(KILN_T_BF16)
+#define LOAD_T(p, i) KILN_BF16_LOAD((i), (p))
+#define STORE_T(p, i, v) KILN_BF16_STORE((float)(v), (i), (p))
 #else
 #define LOAD_T(p, i) ((KILN_TC)(p)[(i)])
 #define STORE_T(p, i, v) ((p)[(i)] = (KILN_T)(v))
@@ -87,6 +122,9 @@ float kiln_f64_to_f32_odd(double x)
 #ifdef KILN_U_HALF
 #define LOAD_U(p, i) KILN_HALF_LOAD((i), (p))
 #define STORE_U(p, i, v) KILN_HALF_STORE((float)(v), (i), (p))
+#elif defined(KILN_U_BF16)
+#define LOAD_U(p, i) KILN_BF16_LOAD((i), (p))
+#define STORE_U(p, i, v) KILN_BF16_STORE((float)(v), (i), (p))
 #else
 #define LOAD_U(p, i) ((KILN_UC)(p)[(i)])
 #define STORE_U(p, i, v) ((p)[(i)] = (KILN_U)(v))
@@ -97,6 +135,9 @@ float kiln_f64_to_f32_odd(double x)
 #ifdef KILN_O_HALF
 #define LOAD_O(p, i) KILN_HALF_LOAD((i), (p))
 #define STORE_O(p, i, v) KILN_HALF_STORE((float)(v), (i), (p))
+#elif defined(KILN_O_BF16)
+#define LOAD_O(p, i) KILN_BF16_LOAD((i), (p))
+#define STORE_O(p, i, v) KILN_BF16_STORE((float)(v), (i), (p))
 #else
 #define LOAD_O(p, i) ((KILN_OC)(p)[(i)])
 #define STORE_O(p, i, v) ((p)[(i)] = (KILN_O)(v))

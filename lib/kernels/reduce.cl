@@ -35,6 +35,8 @@
  * store is defined here. */
 #ifdef KILN_O_HALF
 #define STORE_O(p, i, v) KILN_HALF_STORE((float)(v), (i), (p))
+#elif defined(KILN_O_BF16)
+#define STORE_O(p, i, v) KILN_BF16_STORE((float)(v), (i), (p))
 #else
 #define STORE_O(p, i, v) ((p)[(i)] = (KILN_O)(v))
 #endif
@@ -251,6 +253,8 @@ kernel void kiln_reduce_wg(KILN_X_PARAMS, global KILN_ACC *ps, global KILN_ACC *
               KILN_HALF_LOAD((i) + 2, (p)), KILN_HALF_LOAD((i) + 3, (p)),                       \
               KILN_HALF_LOAD((i) + 4, (p)), KILN_HALF_LOAD((i) + 5, (p)),                       \
               KILN_HALF_LOAD((i) + 6, (p)), KILN_HALF_LOAD((i) + 7, (p))))
+#elif defined(KILN_T_BF16) /* the eight bit patterns shifted into the top halves at once */
+#define KILN_LOADV(p, i) as_float8(convert_uint8(vload8(0, (p) + (i))) << 16)
 #else
 #define KILN_LOADV(p, i) KILN_PASTE(convert_, KILN_ACCV)(vload8(0, (p) + (i)))
 #endif

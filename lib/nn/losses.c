@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "dtype.h"
 #include "ops/amp.h"
 #include "ops/common.h"
 #include "status.h"
@@ -94,7 +95,7 @@ static kiln_status check_probabilities(const char *op, const kiln_tensor *p)
     if (s != KILN_OK || !on || p->numel == 0)
         return s;
     kiln_tensor *f = NULL;
-    if (p->dtype == KILN_F16) { /* read as f32 */
+    if (kiln__dtype_is_narrow(p->dtype)) { /* read as f32 */
         bool grad = kiln_set_grad_enabled(false);
         s = kiln_cast(p, KILN_F32, &f);
         kiln_set_grad_enabled(grad);

@@ -113,7 +113,7 @@ static kiln_status check_param(const char *op, const kiln_params *params, int i)
     if (t->dtype != KILN_F32 && t->dtype != KILN_F64)
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
                            "%s: parameter '%s' is %s; optimizers update f32 or f64 tensors (for "
-                           "f16 training keep the model in f32 and run its forward under "
+                           "f16/bf16 training keep the model in f32 and run its forward under "
                            "kiln_autocast_begin, with a kiln_grad_scaler)",
                            op, name, kiln_dtype_name(t->dtype));
     s = kiln__check_dtype_on(t->dev, t->dtype, op);

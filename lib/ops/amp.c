@@ -27,7 +27,7 @@ kiln_status kiln__amp_cast(const char *op, kiln__amp_policy policy, int n, const
         kiln_dtype from = in[i]->dtype, to;
         if (policy == KILN__AMP_LOWER && from == KILN_F32)
             to = lower;
-        else if (policy == KILN__AMP_F32 && kiln__dtype_is_half(from))
+        else if (policy == KILN__AMP_F32 && kiln__dtype_is_narrow(from))
             to = KILN_F32;
         else
             continue; /* f64, integers and the target dtype stay (PyTorch's eligibility) */

@@ -137,7 +137,7 @@ static kiln_status check(const char *op, const kiln_tensor *x, const kiln_tensor
     char a[160], b[160];
     if (!kiln__dtype_is_float(x->dtype))
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
-                           "%s: x is %s; convolution takes f32, f64 or f16", op,
+                           "%s: x is %s; convolution takes f32, f64, f16 or bf16", op,
                            kiln_dtype_name(x->dtype));
     if (w->dtype != x->dtype || (bias && bias->dtype != x->dtype))
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
@@ -296,7 +296,7 @@ static kiln_status pool_check(const char *op, const kiln_tensor *x, const kiln_p
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: params is NULL; give the kernel size",
                            op);
     if (!kiln__dtype_is_float(x->dtype))
-        return kiln__error(KILN_ERR_UNSUPPORTED, "%s: x is %s; pooling takes f32, f64 or f16", op,
+        return kiln__error(KILN_ERR_UNSUPPORTED, "%s: x is %s; pooling takes f32, f64, f16 or bf16", op,
                            kiln_dtype_name(x->dtype));
     char a[160];
     if (x->ndim != 4)

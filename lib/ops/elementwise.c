@@ -120,13 +120,13 @@ kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tens
             return amp;
         }
     }
-    kiln_tensor *tmp = NULL; /* a promoted operand (promote.c) */
+    kiln_tensor *tmp[2] = {NULL, NULL}; /* promoted operands (promote.c) */
     kiln_status s = check_out_ptr("kiln_binary", out);
-    s = s != KILN_OK ? s : kiln__promote_pair("kiln_binary", &a, &b, &tmp);
+    s = s != KILN_OK ? s : kiln__promote_pair("kiln_binary", &a, &b, tmp);
     s = s != KILN_OK ? s : binary("kiln_binary", op, a, b, NULL, out);
     s = kiln__ag_record(s, "kiln_binary", KILN__AG_BINARY, &(kiln__ag_args){.op = (int)op}, 2,
                         (const kiln_tensor *[]){a, b}, out);
-    kiln_tensor_release(tmp);
+    kiln__promote_release(tmp);
     return s;
 }
 
@@ -135,10 +135,10 @@ kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_
 {
     if (!out)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "kiln_binary_out: out is NULL");
-    kiln_tensor *tmp;
-    kiln_status s = kiln__promote_pair("kiln_binary_out", &a, &b, &tmp);
+    kiln_tensor *tmp[2];
+    kiln_status s = kiln__promote_pair("kiln_binary_out", &a, &b, tmp);
     s = s != KILN_OK ? s : binary("kiln_binary_out", op, a, b, out, NULL);
-    kiln_tensor_release(tmp);
+    kiln__promote_release(tmp);
     return s;
 }
 
@@ -152,22 +152,22 @@ static kiln_status check_given(const char *fn, const kiln_tensor *given)
 #define KILN__BINARY_WRAPPER(fn, OP)                                                               \
     kiln_status fn(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out)                  \
     {                                                                                              \
-        kiln_tensor *tmp = NULL;                                                                   \
+        kiln_tensor *tmp[2] = {NULL, NULL};                                                        \
         kiln_status s = check_out_ptr(#fn, out);                                                   \
-        s = s != KILN_OK ? s : kiln__promote_pair(#fn, &a, &b, &tmp);                              \
+        s = s != KILN_OK ? s : kiln__promote_pair(#fn, &a, &b, tmp);                               \
         s = s != KILN_OK ? s : binary(#fn, OP, a, b, NULL, out);                                   \
         s = kiln__ag_record(s, #fn, KILN__AG_BINARY, &(kiln__ag_args){.op = OP}, 2,                \
                             (const kiln_tensor *[]){a, b}, out);                                   \
-        kiln_tensor_release(tmp);                                                                  \
+        kiln__promote_release(tmp);                                                                \
         return s;                                                                                  \
     }                                                                                              \
     kiln_status fn##_out(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor *out)             \
     {                                                                                              \
-        kiln_tensor *tmp = NULL;                                                                   \
+        kiln_tensor *tmp[2] = {NULL, NULL};                                                        \
         kiln_status s = check_given(#fn "_out", out);                                              \
-        s = s != KILN_OK ? s : kiln__promote_pair(#fn "_out", &a, &b, &tmp);                       \
+        s = s != KILN_OK ? s : kiln__promote_pair(#fn "_out", &a, &b, tmp);                        \
         s = s != KILN_OK ? s : binary(#fn "_out", OP, a, b, out, NULL);                            \
-        kiln_tensor_release(tmp);                                                                  \
+        kiln__promote_release(tmp);                                                                \
         return s;                                                                                  \
     }
 KILN__BINARY_WRAPPER(kiln_add, KILN_BINARY_ADD)

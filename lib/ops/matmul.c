@@ -191,7 +191,7 @@ static kiln_status check_operands(const char *op, const kiln_tensor *a, const ki
                            kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
     if (!kiln__dtype_is_float(a->dtype))
         return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "%s: dtype %s is not supported; matmul takes f32, f64 or f16 (cast "
+                           "%s: dtype %s is not supported; matmul takes f32, f64, f16 or bf16 (cast "
                            "integers with kiln_cast())",
                            op, kiln_dtype_name(a->dtype));
     return kiln__check_dtype_on(a->dev, a->dtype, op);
@@ -265,15 +265,15 @@ static kiln_status compute(const char *op, kiln__matmul_problem *p)
     if (s != KILN_OK)
         return s;
     p->forced = force && *force;
-    if (p->dtype == KILN_F16 && path == &kiln__matmul_clblast) {
-        /* CLBlast's HGEMM needs cl_khr_fp16 and accumulates in half; kiln's f16 products
-         * accumulate in f32, which its own kernel does on every device. */
+    if (kiln__dtype_is_narrow(p->dtype) && path == &kiln__matmul_clblast) {
+        /* CLBlast's HGEMM needs cl_khr_fp16 and accumulates in half, and CLBlast has no bf16;
+         * kiln's 16-bit products accumulate in f32, which its own kernel does on every device. */
         if (p->forced)
             return kiln__error(KILN_ERR_UNSUPPORTED,
-                               "%s: KILN_MATMUL=clblast cannot multiply f16 on %s (%s): CLBlast's "
-                               "HGEMM accumulates in half precision and kiln's f16 products "
-                               "accumulate in f32; unset KILN_MATMUL or use builtin",
-                               op, dev->info.spec, dev->info.name);
+                               "%s: KILN_MATMUL=clblast cannot multiply %s on %s (%s): CLBlast has "
+                               "no bf16 GEMM, its HGEMM accumulates in half precision, and kiln's "
+                               "16-bit products accumulate in f32; unset KILN_MATMUL or use builtin",
+                               op, kiln_dtype_name(p->dtype), dev->info.spec, dev->info.name);
         path = &kiln__matmul_builtin;
     }
     log_choice(dev, path, p->forced);

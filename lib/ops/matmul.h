@@ -14,7 +14,7 @@
  * ([N, K] when trans_b), C is [M, N], all row-major. */
 typedef struct kiln__matmul_problem {
     kiln_device *dev;
-    kiln_dtype dtype; /* KILN_F32, KILN_F64 or KILN_F16 (never on the clblast path) */
+    kiln_dtype dtype; /* KILN_F32, KILN_F64, KILN_F16 or KILN_BF16 (16-bit: never clblast) */
     const kiln_tensor *a, *b;
     kiln_tensor *c;
     bool trans_a, trans_b;

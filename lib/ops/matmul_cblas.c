@@ -22,7 +22,8 @@ bool kiln__matmul_cblas_always_map = false;
 #include <cblas.h>
 #include <pthread.h>
 
-/* What the GEMM needs: host pointers to the mapped buffers, dims and batch strides. For f16,
+/* What the GEMM needs: host pointers to the mapped buffers, dims and batch strides. For f16 and
+ * bf16,
  * scratch holds f32 copies of A, B and C (na, nb and nc elements, allocated by the enqueuing
  * thread so that running out of memory is an error there; freed by gemm). */
 typedef struct cblas_job {
@@ -69,26 +70,28 @@ enum { SMALL_GEMM_MACS = 1 << 22 };
 
 static void gemm_f32_or_f64(const cblas_job *j);
 
-/* f16: OpenBLAS has no half GEMM, so A and B are converted to f32, multiplied with f32
- * accumulation, and the product rounded to f16 once (as the built-in kernel computes). */
+/* f16 and bf16: OpenBLAS (as Debian builds it) has no 16-bit GEMM, so A and B are converted to
+ * f32, multiplied with f32 accumulation, and the product rounded once (as the built-in kernel
+ * computes). */
 static void gemm_half(const cblas_job *j)
 {
     float *a = j->scratch, *b = a + j->na, *c = b + j->nb;
-    kiln__f16_to_f32_n(j->a, a, j->na);
-    kiln__f16_to_f32_n(j->b, b, j->nb);
+    bool bf16 = j->dtype == KILN_BF16;
+    (bf16 ? kiln__bf16_to_f32_n : kiln__f16_to_f32_n)(j->a, a, j->na);
+    (bf16 ? kiln__bf16_to_f32_n : kiln__f16_to_f32_n)(j->b, b, j->nb);
     cblas_job f = *j;
     f.a = a;
     f.b = b;
     f.c = c;
     f.dtype = KILN_F32;
     gemm_f32_or_f64(&f);
-    kiln__f32_to_f16_n(c, j->c, j->nc);
+    (bf16 ? kiln__f32_to_bf16_n : kiln__f32_to_f16_n)(c, j->c, j->nc);
     free(j->scratch);
 }
 
 static void gemm(const cblas_job *j)
 {
-    if (j->dtype == KILN_F16)
+    if (j->dtype == KILN_F16 || j->dtype == KILN_BF16)
         gemm_half(j);
     else
         gemm_f32_or_f64(j);
@@ -127,7 +130,7 @@ static void gemm_f32_or_f64(const cblas_job *j)
     free(bt);
 }
 
-/* f32 copies of A, B and C for an f16 product (see cblas_job); sets na, nb, nc. */
+/* f32 copies of A, B and C for an f16 or bf16 product (see cblas_job); sets na, nb, nc. */
 static kiln_status half_scratch(const kiln__matmul_problem *p, cblas_job *job)
 {
     job->na = p->a->nbytes / 2;
@@ -136,9 +139,9 @@ static kiln_status half_scratch(const kiln__matmul_problem *p, cblas_job *job)
     job->scratch = kiln__malloc((job->na + job->nb + job->nc) * sizeof(float));
     if (!job->scratch)
         return kiln__error(KILN_ERR_OUT_OF_MEMORY,
-                           "kiln_matmul: out of host memory for the f32 copies of an f16 product "
+                           "kiln_matmul: out of host memory for the f32 copies of an %s product "
                            "(%zu elements)",
-                           job->na + job->nb + job->nc);
+                           kiln_dtype_name(p->dtype), job->na + job->nb + job->nc);
     return KILN_OK;
 }
 
@@ -222,7 +225,7 @@ static kiln_status cblas_run(const kiln__matmul_problem *p)
             .stride_b = p->stride_b,
             .stride_c = p->stride_c,
         };
-        if (p->dtype == KILN_F16)
+        if (p->dtype == KILN_F16 || p->dtype == KILN_BF16)
             s = half_scratch(p, &job);
         if (s != KILN_OK) {
             /* nothing enqueued past the maps */

@@ -41,13 +41,13 @@ static kiln_status launch2(kiln_device *dev, kiln__kernel *k, const char *op, si
     return kiln__kernel_launch(dev, k, op, 2, global, local, nargs, args);
 }
 
-/* f32 or f64 (and f16 when allowed), computable on the tensor's device. */
+/* f32 or f64 (and f16, bf16 when allowed), computable on the tensor's device. */
 static kiln_status check_float(const kiln_tensor *t, const char *op, const char *arg,
                                bool allow_f16)
 {
-    if (!kiln__dtype_is_float(t->dtype) || (!allow_f16 && kiln__dtype_is_half(t->dtype)))
+    if (!kiln__dtype_is_float(t->dtype) || (!allow_f16 && kiln__dtype_is_narrow(t->dtype)))
         return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: %s is %s; %s takes f32%s or f64", op, arg,
-                           kiln_dtype_name(t->dtype), op, allow_f16 ? ", f16" : "");
+                           kiln_dtype_name(t->dtype), op, allow_f16 ? ", f16, bf16" : "");
     return kiln__check_dtype_on(t->dev, t->dtype, op);
 }
 
@@ -92,7 +92,7 @@ static kiln_status check_given(const char *op, const char *name, const kiln_tens
  * launched with kiln__cpu_loop_ndrange. */
 static bool rows8(const kiln_device *dev, kiln_dtype dtype, int64_t inner)
 {
-    return dev->info.type == KILN_DEVICE_CPU && inner == 1 && !kiln__dtype_is_half(dtype);
+    return dev->info.type == KILN_DEVICE_CPU && inner == 1 && !kiln__dtype_is_narrow(dtype);
 }
 
 static kiln_status softmax(const kiln_tensor *x, int axis, kiln_tensor *given, kiln_tensor **out,

@@ -139,7 +139,7 @@ static void list_jobs(const kiln_device *dev, jobs *js)
                                           "kiln_cross_entropy8_i64"};
         for (int i = 0; i < COUNT(nn); i++)
             add(js, "nn", defs, nn[i]);
-        if (dt != KILN_F16) /* the vector kernels are not built for half storage */
+        if (!kiln__dtype_is_narrow(dt)) /* the vector kernels are not built for f16/bf16 */
             for (int i = 0; i < COUNT(nn8); i++)
                 add(js, "nn", defs, nn8[i]);
     }

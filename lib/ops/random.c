@@ -16,8 +16,8 @@ static kiln_status check_params(const char *op, kiln_dtype dtype, double a, doub
 {
     if (kiln__dtype_valid(dtype) && !kiln__dtype_is_float(dtype))
         return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "%s: dtype %s is not supported; random numbers come in f32, f64 or "
-                           "f16 (cast the result with kiln_cast)",
+                           "%s: dtype %s is not supported; random numbers come in f32, f64, "
+                           "f16 or bf16 (cast the result with kiln_cast)",
                            op, kiln_dtype_name(dtype));
     if (!isfinite(a) || !isfinite(b) || fabs(a) > 3.0e38 || fabs(b) > 3.0e38)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
