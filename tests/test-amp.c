@@ -63,19 +63,21 @@ static void assert_same(const kiln_tensor *got, const kiln_tensor *want, const c
     free(b);
 }
 
-/* Each op under autocast against the same op on inputs cast by hand, outside any region. */
+/* Each op under autocast against the same op on inputs cast by hand, outside any region; with
+ * lo and with KILN_BF16 (the loop's index). */
 START_TEST(test_policy)
 {
+    const kiln_dtype lo = _i ? KILN_BF16 : KILN_F16;
     const int64_t s45[2] = {4, 5}, s53[2] = {5, 3}, s35[2] = {3, 5}, s3 = 3, sx[4] = {2, 3, 6, 6},
                   sw[4] = {4, 3, 3, 3}, s4 = 4;
     kiln_tensor *a = rand_t(KILN_F32, 2, s45, 1), *b = rand_t(KILN_F32, 2, s53, 2);
     kiln_tensor *w = rand_t(KILN_F32, 2, s35, 3), *bias = rand_t(KILN_F32, 1, &s3, 4);
     kiln_tensor *x = rand_t(KILN_F32, 4, sx, 5), *cw = rand_t(KILN_F32, 4, sw, 6);
-    kiln_tensor *cb = rand_t(KILN_F32, 1, &s4, 7), *h = rand_t(KILN_F16, 2, s45, 8);
+    kiln_tensor *cb = rand_t(KILN_F32, 1, &s4, 7), *h = rand_t(lo, 2, s45, 8);
     kiln_tensor *hf = cast(h, KILN_F32);
-    kiln_tensor *ha = cast(a, KILN_F16), *hb = cast(b, KILN_F16), *hw = cast(w, KILN_F16);
-    kiln_tensor *hbias = cast(bias, KILN_F16), *hx = cast(x, KILN_F16), *hcw = cast(cw, KILN_F16);
-    kiln_tensor *hcb = cast(cb, KILN_F16);
+    kiln_tensor *ha = cast(a, lo), *hb = cast(b, lo), *hw = cast(w, lo);
+    kiln_tensor *hbias = cast(bias, lo), *hx = cast(x, lo), *hcw = cast(cw, lo);
+    kiln_tensor *hcb = cast(cb, lo);
     int64_t lv[4] = {0, 2, 4, 1};
     kiln_tensor *labels = NULL;
     ASSERT_OK(kiln_tensor_from_host(dev, KILN_I64, 1, &s4, lv, &labels));
@@ -90,8 +92,8 @@ START_TEST(test_policy)
     for (int pass = 0; pass < 2; pass++) {
         kiln_tensor **r = pass ? got : want;
         if (pass)
-            ASSERT_OK(kiln_autocast_begin(dev_type, KILN_F16));
-        ck_assert_int_eq(kiln_autocast_dtype(dev), pass ? KILN_F16 : KILN_F32);
+            ASSERT_OK(kiln_autocast_begin(dev_type, lo));
+        ck_assert_int_eq(kiln_autocast_dtype(dev), pass ? lo : KILN_F32);
         ASSERT_OK(kiln_matmul(pass ? a : ha, pass ? b : hb, &r[0]));
         ASSERT_OK(kiln_matmul_trans(pass ? a : ha, pass ? w : hw, KILN_MATMUL_TRANS_B, &r[1]));
         ASSERT_OK(kiln_linear(pass ? a : ha, pass ? w : hw, pass ? bias : hbias, &r[2]));
@@ -114,10 +116,10 @@ START_TEST(test_policy)
         if (pass)
             ASSERT_OK(kiln_autocast_end());
     }
-    static const kiln_dtype expect[N] = {KILN_F16, KILN_F16, KILN_F16, KILN_F16, KILN_F32,
-                                         KILN_F32, KILN_F32, KILN_F32, KILN_F16, KILN_F16,
-                                         KILN_F32, KILN_F32, KILN_F32, KILN_F32, KILN_F16,
-                                         KILN_F32, KILN_F32, KILN_F32, KILN_F16};
+    const kiln_dtype expect[N] = {lo, lo, lo, lo, KILN_F32,
+                                         KILN_F32, KILN_F32, KILN_F32, lo, lo,
+                                         KILN_F32, KILN_F32, KILN_F32, KILN_F32, lo,
+                                         KILN_F32, KILN_F32, KILN_F32, lo};
     for (int i = 0; i < N; i++) {
         ck_assert_msg(kiln_tensor_dtype(got[i]) == expect[i], "%s under autocast gave %s", names[i],
                       kiln_dtype_name(kiln_tensor_dtype(got[i])));
@@ -268,11 +270,12 @@ START_TEST(test_gradients)
 }
 END_TEST
 
-/* A 2-32-3 MLP on three separable blobs, trained with Adam for the same steps in f32 and under
- * autocast with the gradient scaler (f32 master weights): both classify >= 95% of the points,
- * within 3 points of each other. */
-static double train(bool amp, int steps)
+/* A 2-32-3 MLP on three separable blobs, trained with Adam for the same steps in f32, under f16
+ * autocast with the gradient scaler and under bf16 autocast (f32 master weights): each
+ * classifies >= 95% of the points, within 3 points of f32. lo: the autocast dtype, KILN_F32 off. */
+static double train(kiln_dtype lo, int steps)
 {
+    bool amp = lo != KILN_F32;
     enum { B = 96 };
     double xv[B * 2];
     int64_t lv[B];
@@ -297,13 +300,15 @@ static double train(bool amp, int steps)
     kiln_optimizer *opt = NULL;
     ASSERT_OK(kiln_adam_create(ps, 0.02, 0.9, 0.999, 1e-8, 0, &opt));
     kiln_grad_scaler *scaler = NULL;
-    ASSERT_OK(kiln_grad_scaler_create(&(kiln_grad_scaler_options){.disabled = !amp}, &scaler));
+    /* bf16 has f32's range: no scaling, as PyTorch's recipes (a disabled scaler passes through) */
+    ASSERT_OK(kiln_grad_scaler_create(
+        &(kiln_grad_scaler_options){.disabled = lo != KILN_F16}, &scaler));
     for (int step = 0; step < steps; step++) {
         kiln_tensor *logits = NULL, *loss = NULL, *scaled = NULL;
         if (amp)
-            ASSERT_OK(kiln_autocast_begin(dev_type, KILN_F16));
+            ASSERT_OK(kiln_autocast_begin(dev_type, lo));
         ASSERT_OK(kiln_module_forward(model, x, &logits));
-        ck_assert_int_eq(kiln_tensor_dtype(logits), amp ? KILN_F16 : KILN_F32);
+        ck_assert_int_eq(kiln_tensor_dtype(logits), lo);
         ASSERT_OK(kiln_cross_entropy(logits, labels, &loss, NULL));
         ck_assert_int_eq(kiln_tensor_dtype(loss), KILN_F32);
         if (amp)
@@ -347,11 +352,13 @@ START_TEST(test_training)
         return;
     }
     int steps = 150;
-    double f32 = train(false, steps), amp = train(true, steps);
-    printf("amp: 2-32-3 MLP, %d Adam steps: accuracy %.3f in f32, %.3f under autocast + scaler\n",
-           steps, f32, amp);
-    ck_assert_msg(f32 >= 0.95 && amp >= 0.95 && fabs(f32 - amp) <= 0.03,
-                  "accuracy %.3f (f32) and %.3f (autocast)", f32, amp);
+    double f32 = train(KILN_F32, steps), amp = train(KILN_F16, steps), bf = train(KILN_BF16, steps);
+    printf("amp: 2-32-3 MLP, %d Adam steps: accuracy %.3f in f32, %.3f under f16 autocast + "
+           "scaler, %.3f under bf16 autocast\n",
+           steps, f32, amp, bf);
+    ck_assert_msg(f32 >= 0.95 && amp >= 0.95 && bf >= 0.95 && fabs(f32 - amp) <= 0.03 &&
+                      fabs(f32 - bf) <= 0.03,
+                  "accuracy %.3f (f32), %.3f (f16 autocast), %.3f (bf16 autocast)", f32, amp, bf);
 }
 END_TEST
 
@@ -361,7 +368,7 @@ Suite *amp_suite(void)
     TCase *tc = tcase_create("amp");
     tcase_add_unchecked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_policy);
+    tcase_add_loop_test(tc, test_policy, 0, 2);
     tcase_add_test(tc, test_regions);
     tcase_add_test(tc, test_per_thread);
     tcase_add_test(tc, test_gradients);

@@ -151,7 +151,8 @@ static int64_t numel(const operand *o)
  * roundoff bound K*u) or 1e-13 (f64). Inputs are in [-1, 1), so max|a| * max|b| <= 1. f16: the
  * inputs are rounded to f16 first (the reference multiplies those), the sum is accumulated in
  * f32 (the f32 bound) and rounded to f16 once: + |ref| * 2^-11 (half an f16 ulp) + 2^-25 (the
- * subnormal step's half). Accumulating in f16 would break the bound at these K. */
+ * subnormal step's half). Accumulating in f16 would break the bound at these K. bf16 the same
+ * with half a bf16 ulp: + |ref| * 2^-8 (bf16 has f32's exponent range: no subnormal term). */
 static void check_product(kiln_device *dev, const char *path, kiln_dtype dt, operand oa, operand ob,
                           unsigned flags)
 {
@@ -167,12 +168,12 @@ static void check_product(kiln_device *dev, const char *path, kiln_dtype dt, ope
         a[i] = next_value(&state);
     for (int64_t i = 0; i < cb; i++)
         b[i] = next_value(&state);
-    if (dt == KILN_F16) { /* the values the tensors will hold */
+    if (dt == KILN_F16 || dt == KILN_BF16) { /* the values the tensors will hold */
         for (int64_t i = 0; i < ca + cb; i++) {
             double *v = i < ca ? &a[i] : &b[i - ca];
             uint16_t h;
-            kiln__dtype_store(KILN_F16, &h, 0, (kiln__host_value){.floating = true, .f = *v});
-            *v = kiln__dtype_load(KILN_F16, &h, 0).f;
+            kiln__dtype_store(dt, &h, 0, (kiln__host_value){.floating = true, .f = *v});
+            *v = kiln__dtype_load(dt, &h, 0).f;
         }
     }
     int64_t batch, m, n,
@@ -195,6 +196,8 @@ static void check_product(kiln_device *dev, const char *path, kiln_dtype dt, ope
         double tol = (double)k * eps + eps;
         if (dt == KILN_F16)
             tol += fabs(ref[i]) * 0x1p-11 + 0x1p-25;
+        if (dt == KILN_BF16)
+            tol += fabs(ref[i]) * 0x1p-8;
         double g = kiln__dtype_load(dt, got, (int64_t)i).f;
         ck_assert_msg(fabs(g - ref[i]) <= tol,
                       "%s on %s, %s, m=%lld n=%lld k=%lld batch=%lld flags=%u: c[%zu] = %.9g, "
@@ -299,33 +302,38 @@ START_TEST(test_f64)
 }
 END_TEST
 
-/* f16 storage, computed in f32: every path that takes it (cblas converts to f32 for OpenBLAS,
- * builtin reads through vload_half), plain, transposed and batched; CLBlast forced on f16 is
- * refused with the reason, and the automatic choice takes the built-in kernel on GPUs. */
-START_TEST(test_f16)
+/* f16 and bf16 storage, computed in f32: every path that takes them (cblas converts to f32 for
+ * OpenBLAS, builtin reads through vload_half or a shift), plain, transposed and batched; CLBlast
+ * forced on them is refused with the reason, and the automatic choice takes the built-in kernel
+ * on GPUs. */
+START_TEST(test_narrow)
 {
+    static const kiln_dtype narrow[2] = {KILN_F16, KILN_BF16};
+    for (int t = 0; t < 2; t++)
     for (int d = 0; d < ndevs; d++) {
+        kiln_dtype dt = narrow[t];
         bool sim = simulated(devs[d]);
         int64_t m = sim ? 9 : 93, n = sim ? 7 : 61, k = sim ? 11 : 257;
         for (int p = 1; p < 3; p++) {
             if (!path_runs(devs[d], path_names[p]))
                 continue;
-            check_product(devs[d], path_names[p], KILN_F16, mat(m, k), mat(k, n), 0);
-            check_product(devs[d], path_names[p], KILN_F16, mat(k, m), mat(n, k),
+            check_product(devs[d], path_names[p], dt, mat(m, k), mat(k, n), 0);
+            check_product(devs[d], path_names[p], dt, mat(k, m), mat(n, k),
                           KILN_MATMUL_TRANS_A | KILN_MATMUL_TRANS_B);
-            check_product(devs[d], path_names[p], KILN_F16, (operand){3, {2, m, k}},
+            check_product(devs[d], path_names[p], dt, (operand){3, {2, m, k}},
                           (operand){3, {2, k, n}}, 0);
-            check_product(devs[d], path_names[p], KILN_F16, (operand){3, {3, m, k}}, mat(k, n), 0);
+            check_product(devs[d], path_names[p], dt, (operand){3, {3, m, k}}, mat(k, n), 0);
         }
-        check_product(devs[d], NULL, KILN_F16, mat(m, k), mat(k, n), 0);
+        check_product(devs[d], NULL, dt, mat(m, k), mat(k, n), 0);
         const kiln__matmul_path *cl;
         if (kiln__matmul_select(devs[d], "clblast", "t", &cl) == KILN_OK) {
             setenv("KILN_MATMUL", "clblast", 1);
             kiln_tensor *a = NULL, *c = NULL;
-            ck_assert_int_eq(kiln_ones(devs[d], KILN_F16, 2, (int64_t[]){2, 2}, &a), KILN_OK);
+            ck_assert_int_eq(kiln_ones(devs[d], dt, 2, (int64_t[]){2, 2}, &a), KILN_OK);
             ck_assert_int_eq(kiln_matmul(a, a, &c), KILN_ERR_UNSUPPORTED);
             ck_assert_ptr_null(c);
             ck_assert_str_contains(kiln_last_error(), "kiln_matmul: KILN_MATMUL=clblast");
+            ck_assert_str_contains(kiln_last_error(), kiln_dtype_name(dt));
             ck_assert_str_contains(kiln_last_error(), "accumulate in f32");
             unsetenv("KILN_MATMUL");
             kiln_tensor_release(a);
@@ -348,6 +356,7 @@ START_TEST(test_default_and_fallback)
         check_product(devs[d], "cblas", KILN_F32, mat(s, s + 3), mat(s + 3, s - 2), 0);
         check_product(devs[d], "cblas", KILN_F64, (operand){3, {2, s, 5}}, mat(5, 4), 0);
         check_product(devs[d], "cblas", KILN_F16, (operand){3, {2, s, 5}}, mat(5, 4), 0);
+        check_product(devs[d], "cblas", KILN_BF16, (operand){3, {2, s, 5}}, mat(5, 4), 0);
         kiln__matmul_cblas_no_native = false;
     }
 }
@@ -1033,7 +1042,7 @@ Suite *matmul_suite(void)
     tcase_add_test(paths, test_transposes);
     tcase_add_test(paths, test_batches);
     tcase_add_test(paths, test_f64);
-    tcase_add_test(paths, test_f16);
+    tcase_add_test(paths, test_narrow);
     tcase_add_test(paths, test_default_and_fallback);
     tcase_add_test(paths, test_queue_order);
     tcase_add_test(paths, test_empty);

@@ -9,6 +9,10 @@
  *   torch-helper SPEC load IN OUT: a model with other weights (seed 77), IN loaded into its
  *     state (not strict: IN also holds "x"), evaluation mode: writes "y" = the model(IN's x) and
  *     "num_batches_tracked" to OUT.
+ *   torch-helper SPEC bf16 IN OUT: bf16 against PyTorch's: IN holds "x" (f32), "h" (bf16, every
+ *     bit pattern), "a" [m, k], "b" [k, n], "w" [o, k] and "bias" [o] (bf16); writes "x_bf16" =
+ *     cast(x), "h" as loaded, "h_f32" = cast(h), "ab" = a @ b, "lin" = linear(a, w, bias) and
+ *     "sum" = a summed over axis 1, all but h_f32 in bf16.
  * Exit 0, or 1 with kiln's message. */
 #include <stdio.h>
 #include <string.h>
@@ -51,11 +55,54 @@ static kiln_status model(kiln_device *dev, uint64_t seed, kiln_module **out)
     return s;
 }
 
+static kiln_tensor *named(kiln_checkpoint *ck, const char *name)
+{
+    for (int i = 0; i < kiln_checkpoint_count(ck); i++)
+        if (strcmp(kiln_checkpoint_name(ck, i), name) == 0)
+            return kiln_checkpoint_tensor(ck, i);
+    fprintf(stderr, "torch-helper: the file holds no \"%s\"\n", name);
+    return NULL;
+}
+
+static int bf16_ops(kiln_device *dev, const char *in, const char *out)
+{
+    kiln_checkpoint *ck;
+    TRY(kiln_load(in, dev, &ck));
+    kiln_tensor *x = named(ck, "x"), *h = named(ck, "h"), *a = named(ck, "a"), *b = named(ck, "b");
+    kiln_tensor *w = named(ck, "w"), *bias = named(ck, "bias");
+    if (!x || !h || !a || !b || !w || !bias)
+        return 1;
+    kiln_tensor *r[5] = {0};
+    TRY(kiln_cast(x, KILN_BF16, &r[0]));
+    TRY(kiln_cast(h, KILN_F32, &r[1]));
+    TRY(kiln_matmul(a, b, &r[2]));
+    TRY(kiln_linear(a, w, bias, &r[3]));
+    TRY(kiln_reduce(KILN_REDUCE_SUM, a, 1, false, &r[4]));
+    const char *names[5] = {"x_bf16", "h_f32", "ab", "lin", "sum"};
+    kiln_params *ps;
+    TRY(kiln_params_create(&ps));
+    TRY(kiln_params_add(ps, "h", h));
+    for (int i = 0; i < 5; i++)
+        TRY(kiln_params_add(ps, names[i], r[i]));
+    TRY(kiln_params_save(ps, out));
+    kiln_params_free(ps);
+    for (int i = 0; i < 5; i++)
+        kiln_tensor_release(r[i]);
+    kiln_checkpoint_free(ck);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 5 && strcmp(argv[2], "bf16") == 0) {
+        kiln_device *dev;
+        TRY(kiln_device_get(argv[1], &dev));
+        return bf16_ops(dev, argv[3], argv[4]);
+    }
     bool save = argc == 4 && strcmp(argv[2], "save") == 0;
     if (!save && !(argc == 5 && strcmp(argv[2], "load") == 0)) {
-        fprintf(stderr, "usage: torch-helper SPEC save OUT | torch-helper SPEC load IN OUT\n");
+        fprintf(stderr, "usage: torch-helper SPEC save OUT | torch-helper SPEC load IN OUT | "
+                        "torch-helper SPEC bf16 IN OUT\n");
         return 2;
     }
     kiln_device *dev;
