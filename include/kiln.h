@@ -468,7 +468,7 @@ KILN_API kiln_status kiln_save(const char *path, const kiln_named_tensor *tensor
 typedef struct kiln_checkpoint kiln_checkpoint;
 
 /* Load every tensor of a safetensors file onto dev. The whole header is checked before any
- * device allocation: JSON, dtypes kiln has (F16, F32, F64, I32, I64, U8; others are
+ * device allocation: JSON, dtypes kiln has (F16, BF16, F32, F64, I32, I64, U8; others are
  * KILN_ERR_UNSUPPORTED), shapes of at most KILN_MAX_DIMS dimensions, offsets that hold exactly
  * each tensor's bytes and tile the data without gap or overlap; a file that fails gets
  * KILN_ERR_INVALID_ARGUMENT with the reason, a missing or unreadable one KILN_ERR_IO. A scalar
@@ -629,8 +629,8 @@ KILN_API const char *kiln_cache_dir(void);
  * ---------------------------------------------------------------------------------------- */
 
 /* Creation. The value converts to the dtype as kiln_cast does: floats round to nearest (f16
- * to nearest even), integers truncate toward zero; a value outside an integer dtype's range
- * (or NaN) is KILN_ERR_INVALID_ARGUMENT. kiln_fill overwrites t asynchronously. */
+ * and bf16 to nearest even), integers truncate toward zero; a value outside an integer dtype's
+ * range (or NaN) is KILN_ERR_INVALID_ARGUMENT. kiln_fill overwrites t asynchronously. */
 KILN_API kiln_status kiln_fill(kiln_tensor *t, double value);
 KILN_API kiln_status kiln_full(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                                double value, kiln_tensor **out);
@@ -680,7 +680,7 @@ KILN_API void kiln_manual_seed(uint64_t seed);
  * work-group size. Numbers are made in f32 with exactly rounded operations only: uniform =
  * low + (high - low) * (bits >> 8) * 2^-24, kept below high; normal = Box-Muller on the first
  * two words, sqrt(-2 ln u1) cos(2 pi u2), with log/sqrt/cos computed by kiln (error < 1e-6).
- * f64 and f16 tensors hold these f32 numbers converted (f16 may round up to high).
+ * f64, f16 and bf16 tensors hold these f32 numbers converted (f16 and bf16 may round up to high).
  * Floating dtypes only (else KILN_ERR_UNSUPPORTED). */
 KILN_API kiln_status kiln_rand_uniform(kiln_device *dev, kiln_dtype dtype, int ndim,
                                        const int64_t *shape, uint64_t seed, double low, double high,
@@ -700,7 +700,7 @@ KILN_API kiln_status kiln_rand_normal_out(uint64_t seed, double mean, double std
  * KILN_U8 mask. All broadcast as NumPy does (dimensions align from the right; size-1
  * axes stretch; else KILN_ERR_SHAPE_MISMATCH naming both shapes). Both inputs must have one
  * dtype (else KILN_ERR_DTYPE_MISMATCH; cast first); the result has it too, and comparisons
- * give KILN_U8 masks (0/1). f16 computes in f32. Integers (i32, i64, u8) wrap on overflow;
+ * give KILN_U8 masks (0/1). f16 and bf16 compute in f32. Integers (i32, i64, u8) wrap on overflow;
  * integer division truncates toward zero, x / 0 gives 0 and MIN / -1 gives MIN. POW needs a
  * floating dtype (KILN_ERR_UNSUPPORTED on integers). MINIMUM/MAXIMUM propagate NaN. ATAN2 is
  * atan2(a, b), the angle of the point (b, a) in (-pi, pi] (torch.atan2). */
@@ -739,15 +739,17 @@ enum {
  * since each element is read before it is written by the same work-item.
  *
  * dtype promotion (PyTorch's rules for kiln's dtypes): operands of different dtypes compute in
- * the promoted dtype, floating beating integer and, within a category, the wider winning:
+ * the promoted dtype, floating beating integer and, within a category, the wider winning; f16
+ * with bf16 gives f32 (neither holds the other's values):
  *
- *           u8   i32  i64  f16  f32  f64
- *     u8    u8   i32  i64  f16  f32  f64
- *     i32   i32  i32  i64  f16  f32  f64
- *     i64   i64  i64  i64  f16  f32  f64
- *     f16   f16  f16  f16  f16  f32  f64
- *     f32   f32  f32  f32  f32  f32  f64
- *     f64   f64  f64  f64  f64  f64  f64
+ *           u8   i32  i64  f16  bf16 f32  f64
+ *     u8    u8   i32  i64  f16  bf16 f32  f64
+ *     i32   i32  i32  i64  f16  bf16 f32  f64
+ *     i64   i64  i64  i64  f16  bf16 f32  f64
+ *     f16   f16  f16  f16  f16  f32  f32  f64
+ *     bf16  bf16 bf16 bf16 f32  bf16 f32  f64
+ *     f32   f32  f32  f32  f32  f32  f32  f64
+ *     f64   f64  f64  f64  f64  f64  f64  f64
  *
  * The result has the promoted dtype, except comparisons (EQ ... GE), which give u8; an _out
  * form's out must have that dtype (else KILN_ERR_DTYPE_MISMATCH). The other operand is cast
@@ -762,8 +764,8 @@ KILN_API kiln_status kiln_binary(kiln_binary_op op, const kiln_tensor *a, const 
                                  kiln_tensor **out);
 KILN_API kiln_status kiln_binary_out(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                                      kiln_tensor *out);
-/* a op scalar; the scalar converts to a's compute type (f32 for f16; for an integer tensor an
- * integer-valued scalar that does not fit is KILN_ERR_INVALID_ARGUMENT, and any other makes the
+/* a op scalar; the scalar converts to a's compute type (f32 for f16 and bf16; for an integer tensor
+ * an integer-valued scalar that does not fit is KILN_ERR_INVALID_ARGUMENT, and any other makes the
  * op compute in f32, see above). The _i64 forms take an
  * exact 64-bit integer scalar (rounded to nearest for floating dtypes). */
 KILN_API kiln_status kiln_binary_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
@@ -874,7 +876,7 @@ KILN_API kiln_status kiln_logsumexp(const kiln_tensor *x, int axis, bool keepdim
 /* Matrix product of the last two dimensions, batched over the leading ones (a batch of 1
  * broadcasts). a: [..., M, K] (or [..., K, M] with KILN_MATMUL_TRANS_A), b: [..., K, N]
  * (or [..., N, K] with KILN_MATMUL_TRANS_B); out: [..., M, N]. f32, f64 (needs fp64 on the
- * device) and f16 (stored in 16 bits, accumulated in f32, the product rounded to f16 once);
+ * device), f16 and bf16 (stored in 16 bits, accumulated in f32, the product rounded once);
  * integers are KILN_ERR_UNSUPPORTED (cast them). Operands need >= 2 dims; a
  * batch of 1 (or none) broadcasts, other batch shapes must be equal (KILN_ERR_SHAPE_MISMATCH
  * naming both shapes). M or N of 0 gives an empty result, K of 0 zeros. Everything is checked
@@ -920,7 +922,8 @@ KILN_API kiln_status kiln_transpose(const kiln_tensor *x, kiln_tensor **out);
 KILN_API kiln_status kiln_transpose_out(const kiln_tensor *x, kiln_tensor *out);
 /* kiln_cast: any dtype pair (f64 on both sides needs fp64). Float -> integer truncates toward
  * zero and saturates to the target range, NaN gives 0; integer -> integer wraps (two's
- * complement); anything -> float rounds to nearest (f16: nearest even). */
+ * complement); anything -> float rounds to nearest (f16 and bf16: nearest even, from f64 in one
+ * rounding). */
 KILN_API kiln_status kiln_cast(const kiln_tensor *x, kiln_dtype dtype, kiln_tensor **out);
 /* kiln_cast_out converts into out's dtype (out has x's shape). */
 KILN_API kiln_status kiln_cast_out(const kiln_tensor *x, kiln_tensor *out);
@@ -964,10 +967,10 @@ KILN_API kiln_status kiln_one_hot_out(const kiln_tensor *labels, int64_t classes
 /* 2-D convolution as torch.nn.functional.conv2d: x [N, C, H, W], weight [O, C/groups, KH, KW]
  * (PyTorch's layout, so state_dicts load both ways), bias [O] or NULL; out [N, O, OH, OW] with
  * OH = (H + 2 padding[0] - dilation[0] (KH - 1) - 1) / stride[0] + 1 (OW likewise). params NULL,
- * or a member 0, means the default: stride 1, padding 0, dilation 1, groups 1. f32, f64 and f16
- * (f16 sums accumulate in f32, as kiln_matmul's). Computed as im2col and one matmul over the groups
- * (on CPU devices OpenBLAS); differentiable in x, weight and bias. Channels not divisible by
- * groups, a weight of the wrong shape or a kernel larger than the padded input:
+ * or a member 0, means the default: stride 1, padding 0, dilation 1, groups 1. f32, f64, f16 and
+ * bf16 (16-bit sums accumulate in f32, as kiln_matmul's). Computed as im2col and one matmul over
+ * the groups (on CPU devices OpenBLAS); differentiable in x, weight and bias. Channels not
+ * divisible by groups, a weight of the wrong shape or a kernel larger than the padded input:
  * KILN_ERR_SHAPE_MISMATCH. */
 typedef struct kiln_conv2d_params {
     int stride[2];   /* (height, width); 0: 1 */
@@ -986,8 +989,8 @@ KILN_API kiln_status kiln_conv2d_out(const kiln_tensor *x, const kiln_tensor *we
                                      const kiln_tensor *bias, const kiln_conv2d_params *params,
                                      kiln_tensor *out);
 
-/* Pooling over x [N, C, H, W] (f32, f64, f16) as torch.nn.functional's: a window of kernel[0] x
- * kernel[1], moved by stride (0: the kernel size), padding at most half the kernel on each side;
+/* Pooling over x [N, C, H, W] (f32, f64, f16, bf16) as torch.nn.functional's: a window of kernel[0]
+ * x kernel[1], moved by stride (0: the kernel size), padding at most half the kernel on each side;
  * out [N, C, OH, OW] with OH = (H + 2 padding[0] - kernel[0]) / stride[0] + 1 (floor).
  * kiln_max_pool2d: the window's maximum (NaN propagates), *indices (optional, NULL to skip; i64,
  * out's shape) the flat h W + w of each maximum in its plane, as return_indices=True gives.
@@ -1012,9 +1015,9 @@ KILN_API kiln_status kiln_avg_pool2d_out(const kiln_tensor *x, const kiln_pool2d
 KILN_API kiln_status kiln_adaptive_avg_pool2d_out(const kiln_tensor *x, int64_t oh, int64_t ow,
                                                   kiln_tensor *out);
 
-/* Neural-network helpers (f32, f64; softmax also f16). softmax/log_softmax are max-subtracted
- * (stable); their _out forms need an out of x's shape and dtype that shares no memory with x
- * (KILN_ERR_INVALID_ARGUMENT). */
+/* Neural-network helpers (f32, f64; softmax also f16 and bf16). softmax/log_softmax are
+ * max-subtracted (stable); their _out forms need an out of x's shape and dtype that shares no
+ * memory with x (KILN_ERR_INVALID_ARGUMENT). */
 KILN_API kiln_status kiln_softmax(const kiln_tensor *x, int axis, kiln_tensor **out);
 KILN_API kiln_status kiln_softmax_out(const kiln_tensor *x, int axis, kiln_tensor *out);
 KILN_API kiln_status kiln_log_softmax(const kiln_tensor *x, int axis, kiln_tensor **out);
@@ -1144,8 +1147,9 @@ KILN_API bool kiln_set_grad_enabled(bool enabled);
 KILN_API bool kiln_grad_enabled(void);
 
 /* Autocast (PyTorch's torch.autocast), for the calling thread: between kiln_autocast_begin(type,
- * KILN_F16) and kiln_autocast_end(), ops on tensors of devices of `type` (KILN_DEVICE_GPU,
- * _CPU, _ACCELERATOR or a combination) follow PyTorch's policy:
+ * KILN_F16 or KILN_BF16) and kiln_autocast_end(), ops on tensors of devices of `type`
+ * (KILN_DEVICE_GPU, _CPU, _ACCELERATOR or a combination) follow PyTorch's policy (written here
+ * for f16; bf16 the same):
  *   in f16 (f32 inputs cast, f64 and integers left alone): kiln_matmul, kiln_matmul_trans,
  *     kiln_linear, kiln_conv2d;
  *   in f32 (f16 inputs cast): kiln_softmax, kiln_log_softmax, kiln_logsumexp, kiln_reduce SUM,
@@ -1159,8 +1163,9 @@ KILN_API bool kiln_grad_enabled(void);
  * the forward's dtypes), and the _out forms write their out's dtype as always. Regions nest
  * (at most 32 deep); the innermost naming a device's type decides, and KILN_F32 turns autocast
  * off inside a region. Other dtypes or types: KILN_ERR_INVALID_ARGUMENT; _end without a
- * region: KILN_ERR_STATE. kiln_autocast_dtype: the dtype the f16 ops run in on dev now (KILN_F16
- * or KILN_F32 when no region applies; KILN_F32 for NULL). Pair with kiln_grad_scaler. */
+ * region: KILN_ERR_STATE. kiln_autocast_dtype: the dtype the f16 ops run in on dev now (KILN_F16,
+ * KILN_BF16, or KILN_F32 when no region applies; KILN_F32 for NULL). Pair f16 with
+ * kiln_grad_scaler; bf16 has f32's exponent range and trains without one (as in PyTorch). */
 KILN_API kiln_status kiln_autocast_begin(kiln_device_type type, kiln_dtype dtype);
 KILN_API kiln_status kiln_autocast_end(void);
 KILN_API kiln_dtype kiln_autocast_dtype(const kiln_device *dev);
@@ -1469,9 +1474,10 @@ typedef enum kiln_init {
     KILN_INIT_XAVIER = 2,  /* U(-sqrt(6/(in+out)), sqrt(6/(in+out))) (Glorot uniform), bias 0 */
 } kiln_init;
 
-/* weight [out, in] (seed), bias [out] when bias is true; forward is kiln_linear. f32, f64 or f16
- * (f16: stored in 16 bits, the product accumulated in f32 as kiln_matmul's, the bias added
- * after it is rounded to f16). Layer norm and embedding take f16 too. */
+/* weight [out, in] (seed), bias [out] when bias is true; forward is kiln_linear. f32, f64, f16
+ * or bf16 (stored in 16 bits, the product accumulated in f32 as kiln_matmul's, the bias added
+ * after it is rounded to 16 bits: two roundings, where PyTorch's CPU bf16 linear rounds once).
+ * Layer norm and embedding take f16 and bf16 too. */
 KILN_API kiln_status kiln_linear_create(kiln_device *dev, kiln_dtype dtype, int64_t in, int64_t out,
                                         bool bias, kiln_init init, uint64_t seed, kiln_module **m);
 /* weight ones [dim], bias zeros [dim]; forward is kiln_layer_norm over the last axis. */
@@ -1491,7 +1497,7 @@ KILN_API kiln_status kiln_activation_create(kiln_unary_op op, kiln_module **m);
  * kh, kw] and bias [out] drawn U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in/groups kh kw, as
  * PyTorch's defaults (the bias with seed mixed); forward is kiln_conv2d with params (NULL: stride
  * 1, no padding, dilation 1, groups 1; negative members, or in or out not divisible by groups,
- * are KILN_ERR_INVALID_ARGUMENT). f32, f64 or f16 (as kiln_conv2d). */
+ * are KILN_ERR_INVALID_ARGUMENT). f32, f64, f16 or bf16 (as kiln_conv2d). */
 KILN_API kiln_status kiln_conv2d_create(kiln_device *dev, kiln_dtype dtype, int64_t in, int64_t out,
                                         int kh, int kw, const kiln_conv2d_params *params, bool bias,
                                         uint64_t seed, kiln_module **m);
@@ -1575,12 +1581,13 @@ KILN_API kiln_status kiln_module_state(const kiln_module *m, const char *prefix,
 /* PyTorch's model.to(device) and model.to(dtype): every parameter (and buffer; to_dtype leaves
  * integer buffers as they are) of m and of the modules inside it becomes a copy on dev
  * (kiln_tensor_to), or converted to dtype (kiln_cast: floating dtypes only, else
- * KILN_ERR_DTYPE_MISMATCH; f16 for a model holding a recurrent layer is KILN_ERR_UNSUPPORTED: its
- * gate kernels compute f32 and f64 only), a new leaf requiring grad without a gradient. Parameters
- * already there (or of that dtype) stay as they are. All copies are made before any is swapped in:
- * a failure (out of memory, no fp64 on the device) leaves m unchanged. The old tensors are released
- * by m: a kiln_params list or an optimizer made before still holds them, so call kiln_module_params
- * and create the optimizer after moving the model (as PyTorch advises). */
+ * KILN_ERR_DTYPE_MISMATCH; f16 or bf16 for a model holding a recurrent layer is
+ * KILN_ERR_UNSUPPORTED: its gate kernels compute f32 and f64 only), a new leaf requiring grad
+ * without a gradient. Parameters already there (or of that dtype) stay as they are. All copies are
+ * made before any is swapped in: a failure (out of memory, no fp64 on the device) leaves m
+ * unchanged. The old tensors are released by m: a kiln_params list or an optimizer made before
+ * still holds them, so call kiln_module_params and create the optimizer after moving the model (as
+ * PyTorch advises). */
 KILN_API kiln_status kiln_module_to(kiln_module *m, kiln_device *dev);
 KILN_API kiln_status kiln_module_to_dtype(kiln_module *m, kiln_dtype dtype);
 /* model.train() / model.eval(): training mode for m and every module inside it (dropout and batch

@@ -111,10 +111,11 @@ kiln_status kiln_tensor_set_requires_grad(kiln_tensor *t, bool requires_grad)
     if (s != KILN_OK)
         return s;
     if (requires_grad && !kiln__dtype_is_float(t->dtype))
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH,
-                           "%s: tensor is %s; only floating tensors (f32, f64, f16, bf16) can require "
-                           "gradients; cast it with kiln_cast() first",
-                           op, kiln_dtype_name(t->dtype));
+        return kiln__error(
+            KILN_ERR_DTYPE_MISMATCH,
+            "%s: tensor is %s; only floating tensors (f32, f64, f16, bf16) can require "
+            "gradients; cast it with kiln_cast() first",
+            op, kiln_dtype_name(t->dtype));
     if (t->node && !requires_grad)
         return kiln__error(KILN_ERR_STATE,
                            "%s: tensor is the result of %s, recorded for autograd; only leaves "

@@ -448,7 +448,9 @@ static void dtype_block(sbuf *b, kiln_dtype d, const wants *w)
     each_name(text, len, &undef, false, NULL);
     sb_addn(b, text, len);
     bool narrow = kiln__dtype_is_narrow(d);
-    const char *open = kiln__dtype_is_half(d) ? "kiln_rh((float)(" : narrow ? "kiln_rb((float)(" : "(",
+    const char *open = kiln__dtype_is_half(d) ? "kiln_rh((float)("
+                       : narrow               ? "kiln_rb((float)("
+                                              : "(",
                *close = narrow ? "))" : ")";
     for (int op = 0; op < 32; op++) {
         const char *name = kiln__binary_name((kiln_binary_op)op);

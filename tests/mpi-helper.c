@@ -44,7 +44,10 @@ static double value(int k, int64_t i, int r)
 
 static kiln_tensor *make(kiln_dtype dt, int64_t n, int k, int r)
 {
-    size_t es = dt == KILN_F64 || dt == KILN_I64 ? 8 : dt == KILN_U8 ? 1 : dt == KILN_F16 || dt == KILN_BF16 ? 2 : 4;
+    size_t es = dt == KILN_F64 || dt == KILN_I64    ? 8
+                : dt == KILN_U8                     ? 1
+                : dt == KILN_F16 || dt == KILN_BF16 ? 2
+                                                    : 4;
     unsigned char *buf = malloc(es * (size_t)(n ? n : 1));
     for (int64_t i = 0; i < n; i++) {
         double v = value(k, i, r);
@@ -150,7 +153,8 @@ static void test_values(void)
         }
     }
     /* Broadcast from the last rank, F16 and BF16 included. */
-    const kiln_dtype bdts[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_U8, KILN_F16, KILN_BF16};
+    const kiln_dtype bdts[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64,
+                               KILN_U8,  KILN_F16, KILN_BF16};
     enum { NBD = sizeof bdts / sizeof bdts[0] };
     kiln_tensor *bs[NBD * 3];
     int nb = 0;

@@ -116,10 +116,9 @@ START_TEST(test_policy)
         if (pass)
             ASSERT_OK(kiln_autocast_end());
     }
-    const kiln_dtype expect[N] = {lo, lo, lo, lo, KILN_F32,
-                                         KILN_F32, KILN_F32, KILN_F32, lo, lo,
-                                         KILN_F32, KILN_F32, KILN_F32, KILN_F32, lo,
-                                         KILN_F32, KILN_F32, KILN_F32, lo};
+    const kiln_dtype expect[N] = {
+        lo,       lo,       lo,       lo,       KILN_F32, KILN_F32, KILN_F32, KILN_F32, lo, lo,
+        KILN_F32, KILN_F32, KILN_F32, KILN_F32, lo,       KILN_F32, KILN_F32, KILN_F32, lo};
     for (int i = 0; i < N; i++) {
         ck_assert_msg(kiln_tensor_dtype(got[i]) == expect[i], "%s under autocast gave %s", names[i],
                       kiln_dtype_name(kiln_tensor_dtype(got[i])));
@@ -301,8 +300,8 @@ static double train(kiln_dtype lo, int steps)
     ASSERT_OK(kiln_adam_create(ps, 0.02, 0.9, 0.999, 1e-8, 0, &opt));
     kiln_grad_scaler *scaler = NULL;
     /* bf16 has f32's range: no scaling, as PyTorch's recipes (a disabled scaler passes through) */
-    ASSERT_OK(kiln_grad_scaler_create(
-        &(kiln_grad_scaler_options){.disabled = lo != KILN_F16}, &scaler));
+    ASSERT_OK(
+        kiln_grad_scaler_create(&(kiln_grad_scaler_options){.disabled = lo != KILN_F16}, &scaler));
     for (int step = 0; step < steps; step++) {
         kiln_tensor *logits = NULL, *loss = NULL, *scaled = NULL;
         if (amp)

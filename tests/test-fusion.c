@@ -51,7 +51,7 @@ static bool usable(kiln_dtype dt)
 
 static bool is_float(kiln_dtype dt)
 {
-    return dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16;
+    return dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16 || dt == KILN_BF16;
 }
 
 /* A case: builds its result from inputs (all pending-capable calls). */

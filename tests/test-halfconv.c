@@ -168,7 +168,7 @@ START_TEST(bf16_rounding)
                 check_to_bf16(float_of((uint32_t)((int32_t)mid + d)));
         }
     }
-    const float edges[] = {FLT_MAX,   0x1.fefffep127f, 0x1.ff0000p127f, INFINITY, 0x1p-126f,
+    const float edges[] = {FLT_MAX,   0x1.fefffep127f, 0x1.ff0000p127f, INFINITY,  0x1p-126f,
                            0x1p-133f, 0x1p-134f,       0x1.8p-134f,     0x1p-149f, 0.0f,
                            NAN};
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
@@ -197,12 +197,12 @@ START_TEST(f64_to_bf16_single_rounding)
                           want);
         }
     }
-    const double edges[] = {1e300, -1e300, 0x1.ff7fffffffffp127, 0x1.ff8p127, 1e-300, -1e-300,
-                            0x1p-134,  0x1.0000000001p-134, INFINITY, -INFINITY, 0.0, -0.0};
+    const double edges[] = {1e300,   -1e300,   0x1.ff7fffffffffp127, 0x1.ff8p127, 1e-300,
+                            -1e-300, 0x1p-134, 0x1.0000000001p-134,  INFINITY,    -INFINITY,
+                            0.0,     -0.0};
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
         uint16_t got = kiln__f64_to_bf16(edges[i]), want = double_to_bf16(edges[i]);
-        ck_assert_msg(got == want, "f64 %a: got bf16 0x%04x, expected 0x%04x", edges[i], got,
-                      want);
+        ck_assert_msg(got == want, "f64 %a: got bf16 0x%04x, expected 0x%04x", edges[i], got, want);
     }
     ck_assert_uint_eq(kiln__f64_to_bf16(NAN) & 0x7fc0u, 0x7fc0u);
 }

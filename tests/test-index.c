@@ -308,7 +308,7 @@ START_TEST(test_clamp)
             continue;
         double x[64], ref[64];
         fill_values(dt, x, 64);
-        bool fl = dt == KILN_F16 || dt == KILN_F32 || dt == KILN_F64;
+        bool fl = dt == KILN_F16 || dt == KILN_BF16 || dt == KILN_F32 || dt == KILN_F64;
         if (fl)
             x[5] = NAN;
         double lo = dt == KILN_U8 ? 10 : (fl ? -0.5 : -100),

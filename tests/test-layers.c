@@ -99,43 +99,47 @@ START_TEST(test_linear_forward)
 }
 END_TEST
 
-/* |got - want| <= 2^-23 K mag + 2^-11 (mag + |want|) + 2^-20 for f16 results of sums of K
- * products accumulated in f32, mag = sum|terms| (+ |bias|): the f32 bound, then two roundings to
- * f16, of the product (|product| <= mag) and of the sum with the bias, and a subnormal step. */
-static void assert_close_f16(const double *got, const double *want, const double *mag, int64_t n,
-                             int k, const char *what)
+/* |got - want| <= 2^-23 K mag + h (mag + |want|) + 2^-20 for f16 (h = 2^-11) or bf16 (h = 2^-8)
+ * results of sums of K products accumulated in f32, mag = sum|terms| (+ |bias|): the f32 bound,
+ * then two roundings to 16 bits (half an ulp each: h), of the product (|product| <= mag) and of
+ * the sum with the bias, and a subnormal step. */
+static void assert_close_narrow(kiln_dtype dt, const double *got, const double *want,
+                                const double *mag, int64_t n, int k, const char *what)
 {
+    double h = dt == KILN_BF16 ? 0x1p-8 : 0x1p-11;
     for (int64_t i = 0; i < n; i++) {
-        double tol = 0x1p-23 * k * mag[i] + 0x1p-11 * (mag[i] + fabs(want[i])) + 0x1p-20;
+        double tol = 0x1p-23 * k * mag[i] + h * (mag[i] + fabs(want[i])) + 0x1p-20;
         ck_assert_msg(fabs(got[i] - want[i]) <= tol, "%s [%lld]: got %.9g, want %.9g (tol %.3g)",
                       what, (long long)i, got[i], want[i], tol);
     }
 }
 
-/* An f16 linear layer (issue 25), made by kiln_linear_create, forward and backward against C
- * loops over the values its tensors hold: y = x W^T + b for x [6, 20], W [7, 20]; with y's
- * gradient g, dx = g W, dW = g^T x, db = the column sums of g. All in f16 storage, f32 sums. */
+/* An f16 (loop index 0) or bf16 (1) linear layer (issue 25), made by kiln_linear_create, forward
+ * and backward against C loops over the values its tensors hold: y = x W^T + b for x [6, 20],
+ * W [7, 20]; with y's gradient g, dx = g W, dW = g^T x, db = the column sums of g. All in 16-bit
+ * storage, f32 sums. */
 START_TEST(test_linear_f16)
 {
+    const kiln_dtype dt = _i ? KILN_BF16 : KILN_F16;
     enum { R = 6, IN = 20, OUT = 7 };
     const int64_t xs[2] = {R, IN}, gs[2] = {R, OUT};
     kiln_module *m = NULL;
-    ASSERT_OK(kiln_linear_create(dev, KILN_F16, IN, OUT, true, KILN_INIT_DEFAULT, 5, &m));
+    ASSERT_OK(kiln_linear_create(dev, dt, IN, OUT, true, KILN_INIT_DEFAULT, 5, &m));
     kiln_params *ps = NULL;
     ASSERT_OK(kiln_params_create(&ps));
     ASSERT_OK(kiln_module_params(m, NULL, ps));
     ck_assert_int_eq(kiln_params_count(ps), 2);
     kiln_tensor *tw = kiln_params_tensor(ps, 0), *tb = kiln_params_tensor(ps, 1);
-    ck_assert_int_eq(kiln_tensor_dtype(tw), KILN_F16);
+    ck_assert_int_eq(kiln_tensor_dtype(tw), dt);
     double xv[R * IN], gv[R * OUT], want[OUT * IN], mag[OUT * IN]; /* OUT > R: dW is the largest */
-    fill_values(KILN_F16, xv, R * IN);
-    fill_values(KILN_F16, gv, R * OUT);
-    kiln_tensor *x = upload(dev, KILN_F16, 2, xs, xv), *g = upload(dev, KILN_F16, 2, gs, gv);
+    fill_values(dt, xv, R * IN);
+    fill_values(dt, gv, R * OUT);
+    kiln_tensor *x = upload(dev, dt, 2, xs, xv), *g = upload(dev, dt, 2, gs, gv);
     ASSERT_OK(kiln_tensor_set_requires_grad(x, true));
     double *w = download(tw), *b = download(tb);
     kiln_tensor *y = NULL;
     ASSERT_OK(kiln_module_forward(m, x, &y));
-    ck_assert_int_eq(kiln_tensor_dtype(y), KILN_F16);
+    ck_assert_int_eq(kiln_tensor_dtype(y), dt);
     for (int r = 0; r < R; r++)
         for (int o = 0; o < OUT; o++) {
             double acc = 0, s = 0;
@@ -147,15 +151,15 @@ START_TEST(test_linear_f16)
             mag[r * OUT + o] = s + fabs(b[o]);
         }
     double *got = download(y);
-    assert_close_f16(got, want, mag, R * OUT, IN, "f16 linear y");
+    assert_close_narrow(dt, got, want, mag, R * OUT, IN, "linear y");
     free(got);
     ASSERT_OK(kiln_backward(y, g, 0));
     const kiln_tensor *grads[3] = {kiln_tensor_grad(x), kiln_tensor_grad(tw), kiln_tensor_grad(tb)};
     const int rows[3] = {R, OUT, 1}, cols[3] = {IN, IN, OUT}, ks[3] = {OUT, R, R};
-    const char *what[3] = {"f16 linear dx", "f16 linear dW", "f16 linear db"};
+    const char *what[3] = {"linear dx", "linear dW", "linear db"};
     for (int t = 0; t < 3; t++) {
         ck_assert_ptr_nonnull(grads[t]);
-        ck_assert_int_eq(kiln_tensor_dtype(grads[t]), KILN_F16);
+        ck_assert_int_eq(kiln_tensor_dtype(grads[t]), dt);
         for (int i = 0; i < rows[t]; i++)
             for (int j = 0; j < cols[t]; j++) {
                 double acc = 0, s = 0;
@@ -170,7 +174,7 @@ START_TEST(test_linear_f16)
                 mag[i * cols[t] + j] = s;
             }
         got = download(grads[t]);
-        assert_close_f16(got, want, mag, rows[t] * cols[t], ks[t], what[t]);
+        assert_close_narrow(dt, got, want, mag, rows[t] * cols[t], ks[t], what[t]);
         free(got);
     }
     free(w);
@@ -1286,7 +1290,8 @@ START_TEST(test_bad_label_stops_training)
 }
 END_TEST
 
-/* b holds a's values converted to dtype dt (a C cast, or float_to_half for f16), on dev. */
+/* b holds a's values converted to dtype dt (a C cast, float_to_half for f16, testutil's
+ * rounding for bf16), on dev. */
 static void assert_converted(const snap *a, const snap *b, kiln_dtype dt, kiln_device *d)
 {
     ck_assert_int_eq(a->n, b->n);
@@ -1296,7 +1301,8 @@ static void assert_converted(const snap *a, const snap *b, kiln_dtype dt, kiln_d
         for (int64_t k = 0; k < a->numel[i]; k++) {
             double want = dt == KILN_F32   ? (double)(float)a->v[i][k]
                           : dt == KILN_F16 ? (double)half_to_float(float_to_half((float)a->v[i][k]))
-                                           : a->v[i][k];
+                          : dt == KILN_BF16 ? bf16_to_double(double_to_bf16(a->v[i][k]))
+                                            : a->v[i][k];
             ck_assert_msg(b->v[i][k] == want, "param %d [%lld]: %.9g, want %.9g", i, (long long)k,
                           b->v[i][k], want);
         }
@@ -1331,7 +1337,23 @@ START_TEST(test_module_to)
     ASSERT_FAILS(kiln_module_to_dtype(lstm, KILN_F16), KILN_ERR_UNSUPPORTED,
                  "kiln_module_to_dtype: dtype is f16; half precision compute is not supported yet "
                  "for recurrent layers");
+    ASSERT_FAILS(kiln_module_to_dtype(lstm, KILN_BF16), KILN_ERR_UNSUPPORTED, "dtype is bf16");
     kiln_module_free(lstm);
+    /* a whole model to bf16: every parameter rounded once, and it runs forward in bf16 */
+    kiln_module *mb = small_model();
+    snap sb0 = snapshot(mb);
+    ASSERT_OK(kiln_module_to_dtype(mb, KILN_BF16));
+    snap sb1 = snapshot(mb);
+    assert_converted(&sb0, &sb1, KILN_BF16, dev);
+    kiln_tensor *xb = NULL, *yb = NULL;
+    ASSERT_OK(kiln_full(dev, KILN_BF16, 2, (const int64_t[]){2, 4}, 0.5, &xb));
+    ASSERT_OK(kiln_module_forward(mb, xb, &yb));
+    ck_assert_int_eq(kiln_tensor_dtype(yb), KILN_BF16);
+    kiln_tensor_release(xb);
+    kiln_tensor_release(yb);
+    snap_free(&sb0);
+    snap_free(&sb1);
+    kiln_module_free(mb);
     ASSERT_FAILS(kiln_module_to_dtype(m, KILN_I32), KILN_ERR_DTYPE_MISMATCH,
                  "kiln_module_to_dtype: dtype is i32");
     ASSERT_FAILS(kiln_module_to_dtype(m, (kiln_dtype)77), KILN_ERR_INVALID_ARGUMENT,
@@ -1618,7 +1640,7 @@ Suite *layers_suite(void)
     tcase_add_unchecked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_linear_forward);
-    tcase_add_test(tc, test_linear_f16);
+    tcase_add_loop_test(tc, test_linear_f16, 0, 2);
     tcase_add_test(tc, test_layer_norm_forward);
     tcase_add_test(tc, test_batch_norm);
     tcase_add_test(tc, test_dropout);

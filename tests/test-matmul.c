@@ -310,35 +310,35 @@ START_TEST(test_narrow)
 {
     static const kiln_dtype narrow[2] = {KILN_F16, KILN_BF16};
     for (int t = 0; t < 2; t++)
-    for (int d = 0; d < ndevs; d++) {
-        kiln_dtype dt = narrow[t];
-        bool sim = simulated(devs[d]);
-        int64_t m = sim ? 9 : 93, n = sim ? 7 : 61, k = sim ? 11 : 257;
-        for (int p = 1; p < 3; p++) {
-            if (!path_runs(devs[d], path_names[p]))
-                continue;
-            check_product(devs[d], path_names[p], dt, mat(m, k), mat(k, n), 0);
-            check_product(devs[d], path_names[p], dt, mat(k, m), mat(n, k),
-                          KILN_MATMUL_TRANS_A | KILN_MATMUL_TRANS_B);
-            check_product(devs[d], path_names[p], dt, (operand){3, {2, m, k}},
-                          (operand){3, {2, k, n}}, 0);
-            check_product(devs[d], path_names[p], dt, (operand){3, {3, m, k}}, mat(k, n), 0);
+        for (int d = 0; d < ndevs; d++) {
+            kiln_dtype dt = narrow[t];
+            bool sim = simulated(devs[d]);
+            int64_t m = sim ? 9 : 93, n = sim ? 7 : 61, k = sim ? 11 : 257;
+            for (int p = 1; p < 3; p++) {
+                if (!path_runs(devs[d], path_names[p]))
+                    continue;
+                check_product(devs[d], path_names[p], dt, mat(m, k), mat(k, n), 0);
+                check_product(devs[d], path_names[p], dt, mat(k, m), mat(n, k),
+                              KILN_MATMUL_TRANS_A | KILN_MATMUL_TRANS_B);
+                check_product(devs[d], path_names[p], dt, (operand){3, {2, m, k}},
+                              (operand){3, {2, k, n}}, 0);
+                check_product(devs[d], path_names[p], dt, (operand){3, {3, m, k}}, mat(k, n), 0);
+            }
+            check_product(devs[d], NULL, dt, mat(m, k), mat(k, n), 0);
+            const kiln__matmul_path *cl;
+            if (kiln__matmul_select(devs[d], "clblast", "t", &cl) == KILN_OK) {
+                setenv("KILN_MATMUL", "clblast", 1);
+                kiln_tensor *a = NULL, *c = NULL;
+                ck_assert_int_eq(kiln_ones(devs[d], dt, 2, (int64_t[]){2, 2}, &a), KILN_OK);
+                ck_assert_int_eq(kiln_matmul(a, a, &c), KILN_ERR_UNSUPPORTED);
+                ck_assert_ptr_null(c);
+                ck_assert_str_contains(kiln_last_error(), "kiln_matmul: KILN_MATMUL=clblast");
+                ck_assert_str_contains(kiln_last_error(), kiln_dtype_name(dt));
+                ck_assert_str_contains(kiln_last_error(), "accumulate in f32");
+                unsetenv("KILN_MATMUL");
+                kiln_tensor_release(a);
+            }
         }
-        check_product(devs[d], NULL, dt, mat(m, k), mat(k, n), 0);
-        const kiln__matmul_path *cl;
-        if (kiln__matmul_select(devs[d], "clblast", "t", &cl) == KILN_OK) {
-            setenv("KILN_MATMUL", "clblast", 1);
-            kiln_tensor *a = NULL, *c = NULL;
-            ck_assert_int_eq(kiln_ones(devs[d], dt, 2, (int64_t[]){2, 2}, &a), KILN_OK);
-            ck_assert_int_eq(kiln_matmul(a, a, &c), KILN_ERR_UNSUPPORTED);
-            ck_assert_ptr_null(c);
-            ck_assert_str_contains(kiln_last_error(), "kiln_matmul: KILN_MATMUL=clblast");
-            ck_assert_str_contains(kiln_last_error(), kiln_dtype_name(dt));
-            ck_assert_str_contains(kiln_last_error(), "accumulate in f32");
-            unsetenv("KILN_MATMUL");
-            kiln_tensor_release(a);
-        }
-    }
 }
 END_TEST
 

@@ -19,7 +19,15 @@
 
 static double eps_of(kiln_dtype dt)
 {
-    return dt == KILN_F64 ? ldexp(1, -52) : dt == KILN_F16 ? ldexp(1, -10) : ldexp(1, -23);
+    return dt == KILN_F64    ? ldexp(1, -52)
+           : dt == KILN_F16  ? ldexp(1, -10)
+           : dt == KILN_BF16 ? ldexp(1, -7)
+                             : ldexp(1, -23);
+}
+
+static bool narrow(kiln_dtype dt)
+{
+    return dt == KILN_F16 || dt == KILN_BF16;
 }
 
 static void assert_close(const double *got, const double *ref, int64_t n, double tol,
@@ -34,7 +42,7 @@ static void assert_close(const double *got, const double *ref, int64_t n, double
     }
 }
 
-static const kiln_dtype float_dtypes[] = {KILN_F32, KILN_F64, KILN_F16};
+static const kiln_dtype float_dtypes[] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16};
 
 static bool usable(kiln_device *dev, kiln_dtype dt)
 {
@@ -76,9 +84,9 @@ static void check_softmax(kiln_device *dev, kiln_dtype dt, int ndim, const int64
     if (values) {
         memcpy(x, values, (size_t)n * sizeof(double));
     } else {
-        fill_values(dt, x, n); /* [-1, 1), or [-4, 4] for f16: scaled to logits of +-4 */
+        fill_values(dt, x, n); /* [-1, 1), or [-4, 4] for f16/bf16: scaled to logits of +-4 */
         for (int64_t i = 0; i < n; i++)
-            x[i] *= dt == KILN_F16 ? 1 : 4;
+            x[i] *= narrow(dt) ? 1 : 4;
     }
     ref_softmax(x, outer, shape[a], inner, logmode, ref);
     kiln_tensor *t = upload(dev, dt, ndim, shape, x), *y = NULL;
@@ -86,7 +94,7 @@ static void check_softmax(kiln_device *dev, kiln_dtype dt, int ndim, const int64
     ck_assert_int_eq(kiln_tensor_dtype(y), dt);
     ck_assert_int_eq(kiln_tensor_ndim(y), ndim);
     double *got = download(y);
-    double tol = dt == KILN_F16 ? eps_of(dt) : 16 * eps_of(dt); /* f16: the storage rounding */
+    double tol = narrow(dt) ? eps_of(dt) : 16 * eps_of(dt); /* f16/bf16: the storage rounding */
     assert_close(got, ref, n, tol, logmode ? "log_softmax" : "softmax", dev, dt);
     if (!logmode && dt == KILN_F32) {
         for (int64_t r = 0; r < outer * inner; r++) {
@@ -490,7 +498,7 @@ START_TEST(test_conv2d)
     };
     for (int di = 0; di < ndevs; di++) {
         kiln_device *dev = devs[di];
-        for (int dtk = 0; dtk < 3; dtk++) {
+        for (int dtk = 0; dtk < 4; dtk++) {
             kiln_dtype dt = float_dtypes[dtk];
             if (!usable(dev, dt))
                 continue;
@@ -512,7 +520,7 @@ START_TEST(test_conv2d)
                     b[i] = rnd() - 0.5;
                 kiln_tensor *tx = upload(dev, dt, 4, xs, x), *tw = upload(dev, dt, 4, ws, w);
                 kiln_tensor *tb = k->bias ? upload(dev, dt, 1, &k->o, b) : NULL, *y = NULL;
-                if (dt == KILN_F16) { /* the reference multiplies what the tensors hold */
+                if (narrow(dt)) { /* the reference multiplies what the tensors hold */
                     double *held[3] = {download(tx), download(tw), tb ? download(tb) : NULL};
                     memcpy(x, held[0], sizeof(double) * (size_t)nx);
                     memcpy(w, held[1], sizeof(double) * (size_t)nw);
@@ -531,11 +539,11 @@ START_TEST(test_conv2d)
                 double *mag = malloc(sizeof(double) * (size_t)(ny ? ny : 1));
                 ref_conv(k, x, w, b, ys[2], ys[3], ref, mag);
                 double *got = download(y);
-                double ebound = dt == KILN_F16 ? eps_of(KILN_F32) : eps_of(dt);
+                double ebound = narrow(dt) ? eps_of(KILN_F32) : eps_of(dt);
                 for (int64_t i = 0; i < ny; i++)
                     ck_assert_msg(fabs(got[i] - ref[i]) <=
                                       8 * ebound * (mag[i] + 1) +
-                                          (dt == KILN_F16 ? 0x1p-10 * (fabs(ref[i]) + 1) : 0),
+                                          (narrow(dt) ? eps_of(dt) * (fabs(ref[i]) + 1) : 0),
                                   "conv2d case %zu %s on %s: [%lld] %.9g, want %.9g", ci,
                                   kiln_dtype_name(dt), kiln_device_spec(dev), (long long)i, got[i],
                                   ref[i]);
@@ -566,7 +574,7 @@ START_TEST(test_pool2d)
         x[i] = (double)((i * 37) % 251) / 25.0 - 5; /* distinct in every plane */
     for (int di = 0; di < ndevs; di++) {
         kiln_device *dev = devs[di];
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < 4; t++) {
             kiln_dtype dt = float_dtypes[t];
             if (!usable(dev, dt))
                 continue;

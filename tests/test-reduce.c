@@ -434,8 +434,8 @@ START_TEST(test_special_values)
 END_TEST
 
 /* kiln_logsumexp against a long double loop: every axis of [3, 4, 5] with and without keepdim
- * and all axes, f32, f64, f16 and bf16, rows with huge values (exp overflows without the shift); then
- * rows of -inf (-inf), with +inf (+inf) and with NaN (NaN), an empty axis (-inf), and its
+ * and all axes, f32, f64, f16 and bf16, rows with huge values (exp overflows without the shift);
+ * then rows of -inf (-inf), with +inf (+inf) and with NaN (NaN), an empty axis (-inf), and its
  * errors (issue 20's add-an-op trial). */
 START_TEST(test_logsumexp)
 {
@@ -480,7 +480,7 @@ START_TEST(test_logsumexp)
                         double tol = (dt == KILN_F16    ? 2e-3
                                       : dt == KILN_BF16 ? 8e-3
                                       : dt == KILN_F32  ? 4e-6
-                                                       : 1e-12) *
+                                                        : 1e-12) *
                                      (1 + fabs(ref));
                         ck_assert_msg(fabs(got[r] - ref) <= tol,
                                       "%s %s axis %d keep %d [%lld]: %.9g, want %.9g",

@@ -386,8 +386,8 @@ kiln_status kiln_sequence_mask(kiln_device *dev, kiln_dtype dtype, const int64_t
     if (!lengths)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: lengths is NULL", op);
     if (!kiln__dtype_valid(dtype) || !kiln__dtype_is_float(dtype))
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: dtype %d is not floating (f32, f64, f16, bf16)",
-                           op, (int)dtype);
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH,
+                           "%s: dtype %d is not floating (f32, f64, f16, bf16)", op, (int)dtype);
     if (batch < 1 || max_len < 1 || batch > (INT64_MAX / 8) / max_len)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT,
                            "%s: batch %" PRId64 " and max_len %" PRId64

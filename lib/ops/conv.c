@@ -296,8 +296,8 @@ static kiln_status pool_check(const char *op, const kiln_tensor *x, const kiln_p
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: params is NULL; give the kernel size",
                            op);
     if (!kiln__dtype_is_float(x->dtype))
-        return kiln__error(KILN_ERR_UNSUPPORTED, "%s: x is %s; pooling takes f32, f64, f16 or bf16", op,
-                           kiln_dtype_name(x->dtype));
+        return kiln__error(KILN_ERR_UNSUPPORTED, "%s: x is %s; pooling takes f32, f64, f16 or bf16",
+                           op, kiln_dtype_name(x->dtype));
     char a[160];
     if (x->ndim != 4)
         return kiln__error(KILN_ERR_SHAPE_MISMATCH, "%s: x has shape %s; it needs [N, C, H, W]", op,

@@ -190,10 +190,11 @@ static kiln_status check_operands(const char *op, const kiln_tensor *a, const ki
                            "%s: dtypes %s and %s differ; cast one with kiln_cast()", op,
                            kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
     if (!kiln__dtype_is_float(a->dtype))
-        return kiln__error(KILN_ERR_UNSUPPORTED,
-                           "%s: dtype %s is not supported; matmul takes f32, f64, f16 or bf16 (cast "
-                           "integers with kiln_cast())",
-                           op, kiln_dtype_name(a->dtype));
+        return kiln__error(
+            KILN_ERR_UNSUPPORTED,
+            "%s: dtype %s is not supported; matmul takes f32, f64, f16 or bf16 (cast "
+            "integers with kiln_cast())",
+            op, kiln_dtype_name(a->dtype));
     return kiln__check_dtype_on(a->dev, a->dtype, op);
 }
 
@@ -269,11 +270,12 @@ static kiln_status compute(const char *op, kiln__matmul_problem *p)
         /* CLBlast's HGEMM needs cl_khr_fp16 and accumulates in half, and CLBlast has no bf16;
          * kiln's 16-bit products accumulate in f32, which its own kernel does on every device. */
         if (p->forced)
-            return kiln__error(KILN_ERR_UNSUPPORTED,
-                               "%s: KILN_MATMUL=clblast cannot multiply %s on %s (%s): CLBlast has "
-                               "no bf16 GEMM, its HGEMM accumulates in half precision, and kiln's "
-                               "16-bit products accumulate in f32; unset KILN_MATMUL or use builtin",
-                               op, kiln_dtype_name(p->dtype), dev->info.spec, dev->info.name);
+            return kiln__error(
+                KILN_ERR_UNSUPPORTED,
+                "%s: KILN_MATMUL=clblast cannot multiply %s on %s (%s): CLBlast has "
+                "no bf16 GEMM, its HGEMM accumulates in half precision, and kiln's "
+                "16-bit products accumulate in f32; unset KILN_MATMUL or use builtin",
+                op, kiln_dtype_name(p->dtype), dev->info.spec, dev->info.name);
         path = &kiln__matmul_builtin;
     }
     log_choice(dev, path, p->forced);

@@ -1,10 +1,11 @@
-/* half.c - kiln-bench half: the same kiln ops on f16 and on f32 tensors, interleaved in one run,
- * as rates in elements (or FLOP) per second, the f32 run being the baseline: elementwise add, mul
- * and relu on 16 Mi elements (--quick: 1 Mi), where half the bytes should move at up to twice the
- * rate (issue 25's goal: >= 1.8x on memory-bound ops), n x n matmuls (f16 accumulates in f32;
- * on CPU devices it pays for converting to f32 around OpenBLAS), and an MLP's training step under
- * autocast with the gradient scaler against the same step in f32 (ms), with each step's memory
- * above its start in a note. */
+/* half.c - kiln-bench half: the same kiln ops on f16 (and bf16) and on f32 tensors, interleaved
+ * in one run, as rates in elements (or FLOP) per second, the f32 run being the baseline:
+ * elementwise add, mul and relu on 16 Mi elements (--quick: 1 Mi), where half the bytes should
+ * move at up to twice the rate (issue 25's goal: >= 1.8x on memory-bound ops), n x n matmuls
+ * (16-bit products accumulate in f32; on CPU devices they pay for converting to f32 around
+ * OpenBLAS), and an MLP's training step under f16 autocast with the gradient scaler (and bf16
+ * autocast without one) against the same step in f32 (ms), with each step's memory above its
+ * start in a note. */
 #include <stdio.h>
 #include <string.h>
 
@@ -113,20 +114,20 @@ static int measure(bench_ctx *ctx, const operands *h, const operands *f, half_op
     return 0;
 }
 
-static int elementwise(bench_ctx *ctx)
+static int elementwise(bench_ctx *ctx, kiln_dtype lo)
 {
     size_t mi = ctx->quick ? 1 : 16;
     int64_t n = (int64_t)mi << 20;
     operands h = {0}, f = {0};
-    kiln_status s = make(ctx->dev, KILN_F16, 1, &n, &n, 1, &h);
+    kiln_status s = make(ctx->dev, lo, 1, &n, &n, 1, &h);
     if (s == KILN_OK)
         s = make(ctx->dev, KILN_F32, 1, &n, &n, 1, &f);
     int rc = s == KILN_OK ? 0 : bench_fail("half: tensors", s);
-    bench_progress(ctx, "half: elementwise on %s (%s), %zu Mi elements\n",
+    bench_progress(ctx, "half: elementwise %s on %s (%s), %zu Mi elements\n", kiln_dtype_name(lo),
                    kiln_device_spec(ctx->dev), kiln_device_name(ctx->dev), mi);
     for (int op = H_ADD; op <= H_RELU && rc == 0; op++) {
         char label[96];
-        snprintf(label, sizeof label, "%s f16 %zu Mi", op_names[op], mi);
+        snprintf(label, sizeof label, "%s %s %zu Mi", op_names[op], kiln_dtype_name(lo), mi);
         rc = measure(ctx, &h, &f, (half_op)op, label, "Gelem/s", (double)n);
     }
     release(&h);
@@ -134,19 +135,19 @@ static int elementwise(bench_ctx *ctx)
     return rc;
 }
 
-static int matmuls(bench_ctx *ctx)
+static int matmuls(bench_ctx *ctx, kiln_dtype lo)
 {
     static const int sizes[] = {256, 512, 1024};
     int nsizes = ctx->quick ? 1 : 3, rc = 0;
     for (int i = 0; i < nsizes && rc == 0; i++) {
         int64_t sh[2] = {sizes[i], sizes[i]};
         operands h = {0}, f = {0};
-        kiln_status s = make(ctx->dev, KILN_F16, 2, sh, sh, 3, &h);
+        kiln_status s = make(ctx->dev, lo, 2, sh, sh, 3, &h);
         if (s == KILN_OK)
             s = make(ctx->dev, KILN_F32, 2, sh, sh, 3, &f);
         rc = s == KILN_OK ? 0 : bench_fail("half: matmul tensors", s);
         char label[96];
-        snprintf(label, sizeof label, "matmul f16 n=%d (%s)", sizes[i],
+        snprintf(label, sizeof label, "matmul %s n=%d (%s)", kiln_dtype_name(lo), sizes[i],
                  kiln_matmul_path(ctx->dev) ? kiln_matmul_path(ctx->dev) : "?");
         if (rc == 0)
             rc = measure(ctx, &h, &f, H_MATMUL, label, "GFLOP/s",
@@ -163,15 +164,17 @@ typedef struct mlp {
     kiln_params *params;
     kiln_optimizer *opt;
     kiln_grad_scaler *scaler;
+    kiln_dtype lo; /* autocast's dtype; KILN_F32: no autocast */
     bool amp;
     uint64_t step_bytes; /* the most a step allocated above its start */
     uint64_t fwd_bytes;  /* held after the forward and the loss above the step's start: what
                             the backward keeps (activations, autocast's f16 copies) */
 } mlp;
 
-static kiln_status mlp_init(bench_ctx *ctx, mlp *m, bool amp, const int *width, int layers)
+static kiln_status mlp_init(bench_ctx *ctx, mlp *m, kiln_dtype lo, const int *width, int layers)
 {
-    m->amp = amp;
+    m->lo = lo;
+    m->amp = lo != KILN_F32;
     kiln_module *mods[7] = {0};
     int n = 0;
     kiln_status s = KILN_OK;
@@ -193,7 +196,8 @@ static kiln_status mlp_init(bench_ctx *ctx, mlp *m, bool amp, const int *width, 
     if (s == KILN_OK)
         s = kiln_adam_create(m->params, 1e-3, 0.9, 0.999, 1e-8, 0, &m->opt);
     if (s == KILN_OK)
-        s = kiln_grad_scaler_create(&(kiln_grad_scaler_options){.disabled = !amp}, &m->scaler);
+        s = kiln_grad_scaler_create(&(kiln_grad_scaler_options){.disabled = lo != KILN_F16},
+                                    &m->scaler); /* bf16 trains without one */
     return s;
 }
 
@@ -223,7 +227,7 @@ static kiln_status mlp_steps(bench_ctx *ctx, mlp *m, const kiln_tensor *x, const
         if (s == KILN_OK)
             s = kiln_device_reset_peak(ctx->dev);
         if (s == KILN_OK && m->amp)
-            s = kiln_autocast_begin(type, KILN_F16);
+            s = kiln_autocast_begin(type, m->lo);
         if (s == KILN_OK)
             s = kiln_module_forward(m->model, x, &logits);
         if (s == KILN_OK)
@@ -255,8 +259,8 @@ static kiln_status mlp_steps(bench_ctx *ctx, mlp *m, const kiln_tensor *x, const
     return s;
 }
 
-/* The MLP's step under autocast + scaler against f32, interleaved. */
-static int mlp_rows(bench_ctx *ctx)
+/* The MLP's step under autocast (f16: with the scaler) against f32, interleaved. */
+static int mlp_rows(bench_ctx *ctx, kiln_dtype lo)
 {
     static const int full[4] = {512, 1024, 1024, 10}, quick[3] = {64, 128, 10};
     const int *width = ctx->quick ? quick : full;
@@ -266,9 +270,9 @@ static int mlp_rows(bench_ctx *ctx)
     mlp f = {0}, h = {0};
     kiln_tensor *x = NULL, *y = NULL, *yf = NULL;
     const int64_t xs[2] = {batch, width[0]}, ys = batch;
-    kiln_status s = mlp_init(ctx, &f, false, width, layers);
+    kiln_status s = mlp_init(ctx, &f, KILN_F32, width, layers);
     if (s == KILN_OK)
-        s = mlp_init(ctx, &h, true, width, layers);
+        s = mlp_init(ctx, &h, lo, width, layers);
     if (s == KILN_OK)
         s = kiln_rand_uniform(ctx->dev, KILN_F32, 2, xs, 5, -1.0, 1.0, &x);
     if (s == KILN_OK) /* labels: uniform in [0, classes) truncated */
@@ -294,20 +298,22 @@ static int mlp_rows(bench_ctx *ctx)
     int rc = s == KILN_OK ? 0 : bench_fail("half: MLP step", s);
     if (rc == 0) {
         char label[96];
+        const char *ln = kiln_dtype_name(lo);
         if (layers == 4)
-            snprintf(label, sizeof label, "MLP %d-%d-%d-%d step, autocast", width[0], width[1],
-                     width[2], width[3]);
+            snprintf(label, sizeof label, "MLP %d-%d-%d-%d step, autocast %s", width[0], width[1],
+                     width[2], width[3], ln);
         else
-            snprintf(label, sizeof label, "MLP %d-%d-%d step, autocast", width[0], width[1],
-                     width[2]);
+            snprintf(label, sizeof label, "MLP %d-%d-%d step, autocast %s", width[0], width[1],
+                     width[2], ln);
         bench_result res;
         bench_result_set(&res, label, "ms", false, "kiln f32 step", k, base, samples);
         bench_report(ctx, &res);
         bench_note(ctx,
-                   "half: the MLP step (batch %d, Adam, cross-entropy; autocast + gradient scaler "
-                   "against f32): held after the forward %.1f KiB in f32, %.1f KiB under autocast "
+                   "half: the MLP step (batch %d, Adam, cross-entropy; %s autocast%s against "
+                   "f32): held after the forward %.1f KiB in f32, %.1f KiB under autocast "
                    "(%.2fx); at most %.1f KiB and %.1f KiB above the step's start (%.2fx)",
-                   batch, (double)f.fwd_bytes / 1024, (double)h.fwd_bytes / 1024,
+                   batch, ln, lo == KILN_F16 ? " + gradient scaler" : "",
+                   (double)f.fwd_bytes / 1024, (double)h.fwd_bytes / 1024,
                    f.fwd_bytes ? (double)h.fwd_bytes / (double)f.fwd_bytes : 0.0,
                    (double)f.step_bytes / 1024, (double)h.step_bytes / 1024,
                    f.step_bytes ? (double)h.step_bytes / (double)f.step_bytes : 0.0);
@@ -322,12 +328,15 @@ static int mlp_rows(bench_ctx *ctx)
 
 int bench_half(bench_ctx *ctx)
 {
-    int rc = elementwise(ctx);
-    if (rc == 0)
-        rc = matmuls(ctx);
-    if (rc == 0)
-        rc = mlp_rows(ctx);
-    bench_note(ctx, "half: f16 rows against the same kiln op on f32 in the same run (ratio > 1: "
-                    "f16 faster); f16 is stored in 16 bits and computed in f32");
+    static const kiln_dtype narrow[2] = {KILN_F16, KILN_BF16};
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++)
+        rc = elementwise(ctx, narrow[i]);
+    for (int i = 0; i < 2 && rc == 0; i++)
+        rc = matmuls(ctx, narrow[i]);
+    for (int i = 0; i < 2 && rc == 0; i++)
+        rc = mlp_rows(ctx, narrow[i]);
+    bench_note(ctx, "half: f16 and bf16 rows against the same kiln op on f32 in the same run "
+                    "(ratio > 1: 16 bits faster); both are stored in 16 bits and computed in f32");
     return rc;
 }
