@@ -20,8 +20,8 @@ static kiln_status get_kernel(kiln_device *dev, kiln_dtype dtype, const char *na
     return kiln__builtin_kernel(dev, "elementwise", defines, name, op, k);
 }
 
-/* Work-items of a same-shape kernel over n elements: those of f16 and bf16 programs on CPU
- * devices (and the kiln_cast8_ kernels) take 8 elements each (elementwise.cl, H8_FOR). */
+/* Work-items of a same-shape kernel over n elements: those of f16 programs on CPU devices (and
+ * the kiln_cast8_ kernels) take 8 elements each (elementwise.cl, H8_FOR). */
 static size_t items(bool eight, int64_t n)
 {
     return eight ? (size_t)((n + 7) / 8) : (size_t)n;

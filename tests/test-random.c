@@ -285,6 +285,13 @@ START_TEST(test_other_float_dtypes)
                       want);
     }
     kiln_tensor_release(t);
+    /* bf16: the f32 number rounded once, to nearest even */
+    ck_assert_int_eq(kiln_rand_uniform(dev, KILN_BF16, 1, &n, 5, -1, 1, &t), KILN_OK);
+    ck_assert_int_eq(kiln_tensor_read(t, hh, sizeof hh), KILN_OK);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(hh[i] == double_to_bf16(ref_uniform(i, 5, -1, 1)), "%d: bf16 0x%04x for %a", i,
+                      hh[i], (double)ref_uniform(i, 5, -1, 1));
+    kiln_tensor_release(t);
 }
 END_TEST
 
@@ -372,6 +379,7 @@ START_TEST(test_out_forms)
         check_out_same(d, KILN_F32, false, 0xffffffff00000001ull, 1.5, 0.25);
         check_out_same(d, KILN_F16, true, 5, -1, 1);
         check_out_same(d, KILN_F16, false, 5, 0, 1);
+        check_out_same(d, KILN_BF16, true, 5, -1, 1);
         if (has_fp64(d)) {
             check_out_same(d, KILN_F64, true, 9, 0, 1);
             check_out_same(d, KILN_F64, false, 9, 0, 1);

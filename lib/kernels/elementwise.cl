@@ -87,11 +87,13 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
     BB_STEP2(7) BB_STEP2(6) BB_STEP2(5) BB_STEP2(4) BB_STEP2(3) BB_STEP2(2) BB_STEP2(1)       \
     BB_STEP2(0)
 
-/* f16 and bf16 storage on CPU devices (KILN_CPU_DEVICE), same-shape kernels (kiln_b_, kiln_bs_,
- * kiln_u_, kiln_ub_ of an f16 or bf16 program, and the f16 casts kiln_cast8_*): 8 elements per
- * work-item through vload_half8/vstore_half8 (bf16: vload8 of the ushorts shifted, and
- * kiln_f2bf8), which PoCL compiles to vector conversions (an f16 add on 16 Mi elements: 3 G
- * elements/s with scalar conversions, about f32's rate, 6 with these; issue 25).
+/* f16 storage on CPU devices (KILN_CPU_DEVICE), same-shape kernels (kiln_b_, kiln_bs_, kiln_u_,
+ * kiln_ub_ of an f16 program, and the casts kiln_cast8_*): 8 elements per work-item through
+ * vload_half8/vstore_half8, which PoCL compiles to vector conversions (an f16 add on 16 Mi
+ * elements: 3 G elements/s with scalar conversions, about f32's rate, 6 with these; issue 25).
+ * bf16 keeps one element per work-item: its loads and stores are shifts that PoCL vectorizes
+ * across work-items, and an 8-wide form (vload8 of the ushorts, a vector kiln_f2bf) measured
+ * slower: a bf16 add on 16 Mi elements 3.4-3.9 G elements/s against 6.3 one by one.
  * GPUs keep one element per work-item (their conversions are instructions, and Oclgrind, the GPU
  * stand-in, runs these kernels wrong). The host launches ceil(n / 8) work-items (lib/eager.c);
  * the last takes the tail one element at a time:
@@ -112,20 +114,7 @@ KILN_TC kiln_idiv(KILN_TC x, KILN_TC y)
     ((VT)(C(F(x.s0, y)), C(F(x.s1, y)), C(F(x.s2, y)), C(F(x.s3, y)), C(F(x.s4, y)),          \
           C(F(x.s5, y)), C(F(x.s6, y)), C(F(x.s7, y))))
 #define STORE_T_H8TYPE float8
-#if defined(KILN_T_BF16) && defined(KILN_CPU_DEVICE)
-/* prelude.cl's kiln_f2bf, 8 lanes at once */
-ushort8 kiln_f2bf8(float8 f)
-{
-    uint8 x = as_uint8(f);
-    uint8 r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16, q = (x >> 16) | 0x40u;
-    return convert_ushort8(select(r, q, as_uint8((x & 0x7fffffffu) > 0x7f800000u)));
-}
-#define LOAD_T_H8(j, p) as_float8(convert_uint8(vload8((j), (p))) << 16)
-#define STORE_T_H8(p, j, r) vstore8(kiln_f2bf8(r), (j), (p))
-#else
-#define LOAD_T_H8(j, p) vload_half8((j), (p))
 #define STORE_T_H8(p, j, r) vstore_half8((r), (j), (p))
-#endif
 #define STORE_T_H8V(v) (v)
 #define STORE_U8_H8TYPE uchar8
 #define STORE_U8_H8(p, j, r) vstore8((r), (j), (p))
@@ -133,12 +122,12 @@ ushort8 kiln_f2bf8(float8 f)
 
 /* The four variants of a binary op, each its own macro: an op's variants are separate kernels,
  * and a program built for one kernel (KILN_ONLY, see below) instantiates that one alone. */
-#if defined(KILN_T_NARROW) && defined(KILN_CPU_DEVICE)
+#if defined(KILN_T_HALF) && defined(KILN_CPU_DEVICE)
 #define DEF_B(OPF, KB, OUTT, STORE)                                                           \
     kernel void KB(global const KILN_T *a, global const KILN_T *b, global OUTT *out, long n)  \
     {                                                                                         \
         H8_FOR(n) {                                                                           \
-            float8 x = LOAD_T_H8(j, a), y = LOAD_T_H8(j, b);                                  \
+            float8 x = vload_half8(j, a), y = vload_half8(j, b);                              \
             STORE##_H8(out, j, H8_APPLY2(STORE##_H8TYPE, STORE##_H8V, OPF, x, y));            \
         }                                                                                     \
         H8_TAIL(n) {                                                                          \
@@ -150,7 +139,7 @@ ushort8 kiln_f2bf8(float8 f)
     kernel void KBS(global const KILN_T *a, KILN_TC y, global OUTT *out, long n)              \
     {                                                                                         \
         H8_FOR(n) {                                                                           \
-            float8 x = LOAD_T_H8(j, a);                                                       \
+            float8 x = vload_half8(j, a);                                                     \
             STORE##_H8(out, j, H8_APPLY2S(STORE##_H8TYPE, STORE##_H8V, OPF, x, y));           \
         }                                                                                     \
         H8_TAIL(n) {                                                                          \
@@ -367,13 +356,13 @@ KILN_TC kiln_gelu_d(KILN_TC x)
 #endif
 /* @fusion-end */
 
-#if defined(KILN_T_NARROW) && defined(KILN_CPU_DEVICE) /* 8 per work-item: see H8_FOR */
+#if defined(KILN_T_HALF) && defined(KILN_CPU_DEVICE) /* 8 per work-item: see H8_FOR */
 #define DEF_UNARY(UF, KU)                                                                     \
     kernel void KU(global const KILN_T *x, global KILN_T *out, long n)                        \
     {                                                                                         \
         H8_FOR(n) {                                                                           \
-            float8 v = LOAD_T_H8(j, x);                                                       \
-            STORE_T_H8(out, j, H8_APPLY1(float8, STORE_T_H8V, UF, v));                        \
+            float8 v = vload_half8(j, x);                                                     \
+            vstore_half8(H8_APPLY1(float8, STORE_T_H8V, UF, v), j, out);                      \
         }                                                                                     \
         H8_TAIL(n) {                                                                          \
             KILN_TC v = LOAD_T(x, i);                                                         \
@@ -384,8 +373,8 @@ KILN_TC kiln_gelu_d(KILN_TC x)
     kernel void KUB(global const KILN_T *x, global const KILN_T *g, global KILN_T *out, long n) \
     {                                                                                         \
         H8_FOR(n) {                                                                           \
-            float8 v = LOAD_T_H8(j, x), gv = LOAD_T_H8(j, g);                                 \
-            STORE_T_H8(out, j, H8_APPLY2(float8, STORE_T_H8V, UBF, v, gv));                   \
+            float8 v = vload_half8(j, x), gv = vload_half8(j, g);                             \
+            vstore_half8(H8_APPLY2(float8, STORE_T_H8V, UBF, v, gv), j, out);                 \
         }                                                                                     \
         H8_TAIL(n) {                                                                          \
             KILN_TC v = LOAD_T(x, i), gv = LOAD_T(g, i);                                      \

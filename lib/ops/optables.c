@@ -102,7 +102,7 @@ char *kiln__cast_kernel(char *buf, size_t size, kiln_dtype to)
 
 bool kiln__elementwise_by8(kiln_device_type type, kiln_dtype dtype)
 {
-    return type == KILN_DEVICE_CPU && kiln__dtype_is_narrow(dtype);
+    return type == KILN_DEVICE_CPU && kiln__dtype_is_half(dtype);
 }
 
 const char *kiln__cast8_kernel(kiln_device_type type, kiln_dtype from, kiln_dtype to)

@@ -45,8 +45,7 @@ char *kiln__cast_kernel(char *buf, size_t size, kiln_dtype to); /* "kiln_cast_to
 const char *kiln__cast8_kernel(kiln_device_type type, kiln_dtype from, kiln_dtype to);
 
 /* Whether a same-shape elementwise kernel of dtype's program (kiln_b_, kiln_bs_, kiln_u_,
- * kiln_ub_) takes 8 elements per work-item on a device of this type: f16 and bf16 on CPU
- * devices. */
+ * kiln_ub_) takes 8 elements per work-item on a device of this type: f16 on CPU devices. */
 bool kiln__elementwise_by8(kiln_device_type type, kiln_dtype dtype);
 
 /* The -D options of the elementwise program of dtype (slot T, float or integer, the unsigned
