@@ -289,8 +289,8 @@ START_TEST(test_other_float_dtypes)
     ck_assert_int_eq(kiln_rand_uniform(dev, KILN_BF16, 1, &n, 5, -1, 1, &t), KILN_OK);
     ck_assert_int_eq(kiln_tensor_read(t, hh, sizeof hh), KILN_OK);
     for (int i = 0; i < n; i++)
-        ck_assert_msg(hh[i] == double_to_bf16(ref_uniform(i, 5, -1, 1)), "%d: bf16 0x%04x for %a", i,
-                      hh[i], (double)ref_uniform(i, 5, -1, 1));
+        ck_assert_msg(hh[i] == double_to_bf16(ref_uniform(i, 5, -1, 1)), "%d: bf16 0x%04x for %a",
+                      i, hh[i], (double)ref_uniform(i, 5, -1, 1));
     kiln_tensor_release(t);
 }
 END_TEST

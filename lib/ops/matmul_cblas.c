@@ -23,9 +23,8 @@ bool kiln__matmul_cblas_always_map = false;
 #include <pthread.h>
 
 /* What the GEMM needs: host pointers to the mapped buffers, dims and batch strides. For f16 and
- * bf16,
- * scratch holds f32 copies of A, B and C (na, nb and nc elements, allocated by the enqueuing
- * thread so that running out of memory is an error there; freed by gemm). */
+ * bf16, scratch holds f32 copies of A, B and C (na, nb and nc elements, allocated by the
+ * enqueuing thread so that running out of memory is an error there; freed by gemm). */
 typedef struct cblas_job {
     void *a, *b, *c;
     float *scratch;
