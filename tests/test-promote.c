@@ -123,12 +123,15 @@ static bool close_enough(kiln_dtype d, double got, double ref)
 /* Each (pair, op) is a generated kernel to compile (about 170 s cold on PoCL in all): the
  * default tier checks add, div and lt on every pair (the promoted dtype, integer against float
  * division, a u8 result) and every op on i32 x f32 in both orders; the full tier every op on
- * every pair. */
+ * every pair, except bf16 with an integer or f64 (add, div and lt there too: bf16 is f16's code
+ * with other load and store macros; its own pairs with f16, f32 and bf16 take every op). */
 static bool in_tier(kiln_dtype da, kiln_dtype db, kiln_binary_op op)
 {
     bool mixed = (da == KILN_I32 && db == KILN_F32) || (da == KILN_F32 && db == KILN_I32);
-    return test_full() || mixed || op == KILN_BINARY_ADD || op == KILN_BINARY_DIV ||
-           op == KILN_BINARY_LT;
+    bool bf16_other = (da == KILN_BF16) != (db == KILN_BF16) && da != KILN_F16 && db != KILN_F16 &&
+                      da != KILN_F32 && db != KILN_F32;
+    return (test_full() && !bf16_other) || mixed || op == KILN_BINARY_ADD ||
+           op == KILN_BINARY_DIV || op == KILN_BINARY_LT;
 }
 
 START_TEST(test_every_pair)
