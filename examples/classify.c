@@ -4,7 +4,9 @@
  * temporaries. Prints the loss and training accuracy per epoch and the held-out accuracy.
  *
  * Usage: classify [--device SPEC] [--epochs N] [--batch N] [--hidden N] [--samples N] [--lr X]
- *                 [--seed N]
+ *                 [--seed N] [--profile TRACE.json]
+ * --profile runs kiln's profiler over the last epoch's steps (each a range named "step"), prints
+ * its table after training and writes the Chrome trace to TRACE.json (open it in Perfetto).
  * The same seed gives the same data, the same initial model and the same loss curve on every
  * device (up to the devices' rounding). */
 #include <getopt.h>
@@ -17,7 +19,7 @@
 #define NCLASS 3
 
 typedef struct options {
-    const char *device;
+    const char *device, *profile;
     int epochs, batch, hidden, samples;
     double lr;
     uint64_t seed;
@@ -74,20 +76,16 @@ static int make_spirals(dataset *d, int n, uint64_t seed)
 
 static int parse(int argc, char **argv, options *o)
 {
-    *o = (options){"auto", 30, 64, 64, 3000, 0.01, 42};
+    *o = (options){"auto", NULL, 30, 64, 64, 3000, 0.01, 42};
     static const struct option opts[] = {
-        {"device", required_argument, NULL, 'd'},
-        {"epochs", required_argument, NULL, 'e'},
-        {"batch", required_argument, NULL, 'b'},
-        {"hidden", required_argument, NULL, 'H'},
-        {"samples", required_argument, NULL, 'n'},
-        {"lr", required_argument, NULL, 'l'},
-        {"seed", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"device", required_argument, NULL, 'd'},  {"epochs", required_argument, NULL, 'e'},
+        {"batch", required_argument, NULL, 'b'},   {"hidden", required_argument, NULL, 'H'},
+        {"samples", required_argument, NULL, 'n'}, {"lr", required_argument, NULL, 'l'},
+        {"seed", required_argument, NULL, 's'},    {"profile", required_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     int c;
-    while ((c = getopt_long(argc, argv, "d:e:b:H:n:l:s:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "d:e:b:H:n:l:s:p:h", opts, NULL)) != -1) {
         switch (c) {
         case 'd':
             o->device = optarg;
@@ -110,10 +108,13 @@ static int parse(int argc, char **argv, options *o)
         case 's':
             o->seed = strtoull(optarg, NULL, 10);
             break;
+        case 'p':
+            o->profile = optarg;
+            break;
         default:
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: classify [--device SPEC] [--epochs N] [--batch N] [--hidden N] "
-                    "[--samples N] [--lr X] [--seed N]\n");
+                    "[--samples N] [--lr X] [--seed N] [--profile TRACE.json]\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -203,11 +204,16 @@ int main(int argc, char **argv)
     int nbatch = train.n / o.batch;
     for (int epoch = 1; epoch <= o.epochs; epoch++) {
         double sum = 0;
+        bool profiling = o.profile && epoch == o.epochs; /* the last epoch: kernels built */
+        if (profiling)
+            TRY(kiln_profiler_start(KILN_PROFILE_ALL));
         for (int b = 0; b < nbatch; b++) {
             int64_t xs[2] = {o.batch, 2}, ys[1] = {o.batch};
             size_t off = (size_t)b * (size_t)o.batch;
             kiln_tensor *x, *y, *logits, *loss;
             double l;
+            if (profiling)
+                TRY(kiln_profiler_range_push("step"));
             TRY(kiln_scope_begin(&step)); /* every tensor made until scope_end is released there */
             TRY(kiln_tensor_from_host(dev, KILN_F32, 2, xs, train.x + 2 * off, &x));
             TRY(kiln_tensor_from_host(dev, KILN_I32, 1, ys, train.y + off, &y));
@@ -219,8 +225,12 @@ int main(int argc, char **argv)
             TRY(kiln_tensor_item(loss, &l));
             kiln_scope_end(step);
             step = NULL;
+            if (profiling)
+                TRY(kiln_profiler_range_pop());
             sum += l;
         }
+        if (profiling)
+            TRY(kiln_profiler_stop());
         double acc;
         TRY(accuracy(model, dev, &train, &acc));
         printf("epoch %3d  loss %.4f  accuracy %.1f%%\n", epoch, sum / nbatch, 100 * acc);
@@ -228,6 +238,12 @@ int main(int argc, char **argv)
     double held_out;
     TRY(accuracy(model, dev, &test, &held_out));
     printf("held-out accuracy: %.1f%% (chance %.1f%%)\n", 100 * held_out, 100.0 / NCLASS);
+    if (o.profile) {
+        printf("\nprofile of the last epoch's %d steps:\n", nbatch);
+        TRY(kiln_profiler_table(stdout, KILN_PROFILER_SORT_DEVICE_TOTAL));
+        TRY(kiln_profiler_export_trace(o.profile));
+        printf("trace: %s\n", o.profile);
+    }
     rc = 0;
 fail:
     kiln_scope_end(step);

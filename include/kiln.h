@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kiln_version.h"
 
@@ -1698,6 +1699,68 @@ KILN_API kiln_status kiln_scope_keep(kiln_scope *scope, kiln_tensor *t);
 
 /* Release every tensor scope still owns and pop it (see above for a non-innermost scope). */
 KILN_API void kiln_scope_end(kiln_scope *scope);
+
+/* ------------------------------------------------------------------------------------------
+ * Profiler (torch.profiler)
+ *
+ * Between kiln_profiler_start and kiln_profiler_stop kiln records every kernel it enqueues (named
+ * by the public op that launched it - kiln_matmul, kiln_conv2d -, a deferred elementwise op by
+ * its name - add, relu -, a fused chain by its ops - "fused: mul+add+relu" -, a user kernel by
+ * its own name), every copy, fill and map (with the
+ * bytes moved), every program build or load from the disk cache, and the ranges the program
+ * marks with kiln_profiler_range_push/pop, each with its device, queue, host thread, host time
+ * (a launch: from kiln's entry to the enqueue's return) and the phase of the training step
+ * (forward in kiln_module_forward, backward in kiln_backward, optimizer in kiln_optimizer_step).
+ * KILN_PROFILE_DEVICE adds device start and end times from OpenCL event profiling: while the
+ * profiler runs, each device's work goes to a queue with CL_QUEUE_PROFILING_ENABLE (what was
+ * queued before finishes first), so a program that does not profile pays nothing;
+ * kiln_device_cl_queue returns that queue meanwhile (ask again after stop). kiln_profiler_stop
+ * finishes the timed queues and reads the times. Start and stop are not to be called while other
+ * threads run kiln calls; records from any thread in between are kept (at most 2^20; later ones
+ * are counted as dropped). A CLBlast GEMM is one record, timed by the event CLBlast returns (its
+ * last kernel, when it runs several).
+ *
+ * After stop, kiln_profiler_table prints PyTorch's key_averages() table: a row per name and
+ * phase - calls, device total, mean and share of all device time, host total and mean, bytes -
+ * sorted by sort; kiln_profiler_export_trace writes a Chrome trace-event JSON file (open it in
+ * https://ui.perfetto.dev or chrome://tracing): the host as process 0 with a track per thread,
+ * each device as a process of its own with a track per queue, times in microseconds from the
+ * start. Both return KILN_ERR_STATE while the profiler runs or before any session; a new start
+ * forgets the last session's records.
+ *
+ * KILN_PROFILE=trace.json in the environment profiles a whole program without changing it: the
+ * profiler starts when libkiln loads and the trace is written at exit.
+ *
+ *     kiln_profiler_start(KILN_PROFILE_ALL);
+ *     for (int step = 0; step < 5; step++) { ... a training step ... }
+ *     kiln_profiler_stop();
+ *     kiln_profiler_table(stdout, KILN_PROFILER_SORT_DEVICE_TOTAL);
+ *     kiln_profiler_export_trace("step.json");
+ */
+typedef enum kiln_profiler_flags {
+    KILN_PROFILE_HOST = 1,   /* host-side records only: no event profiling, no queue change */
+    KILN_PROFILE_DEVICE = 2, /* host records with device times (torch's ProfilerActivity.CUDA) */
+    KILN_PROFILE_ALL = 3,
+} kiln_profiler_flags;
+typedef enum kiln_profiler_sort {
+    KILN_PROFILER_SORT_DEVICE_TOTAL, /* torch's sort_by="cuda_time_total" */
+    KILN_PROFILER_SORT_HOST_TOTAL,   /* sort_by="cpu_time_total" */
+    KILN_PROFILER_SORT_COUNT,        /* sort_by="count" */
+    KILN_PROFILER_SORT_NAME,
+} kiln_profiler_sort;
+/* KILN_ERR_STATE when it runs already; KILN_ERR_INVALID_ARGUMENT for flags 0 or unknown bits. */
+KILN_API kiln_status kiln_profiler_start(unsigned flags);
+/* KILN_ERR_STATE when it does not run. */
+KILN_API kiln_status kiln_profiler_stop(void);
+KILN_API kiln_status kiln_profiler_table(FILE *out, kiln_profiler_sort sort);
+/* KILN_ERR_IO when path cannot be written. */
+KILN_API kiln_status kiln_profiler_export_trace(const char *path);
+/* torch.profiler.record_function: a named range on the calling thread's host track, nested in
+ * the ranges open there (at most 64). Costs a clock read when the profiler does not run (nothing
+ * is recorded then, nor for a range that began before the session). Pop without a push:
+ * KILN_ERR_STATE. */
+KILN_API kiln_status kiln_profiler_range_push(const char *name);
+KILN_API kiln_status kiln_profiler_range_pop(void);
 
 #ifdef __cplusplus
 }

@@ -50,6 +50,7 @@
     X(cl_int, RetainEvent, (cl_event))                                                             \
     X(cl_int, ReleaseEvent, (cl_event))                                                            \
     X(cl_int, GetEventInfo, (cl_event, cl_event_info, size_t, void *, size_t *))                   \
+    X(cl_int, GetEventProfilingInfo, (cl_event, cl_profiling_info, size_t, void *, size_t *))      \
     X(cl_int, SetEventCallback,                                                                    \
       (cl_event, cl_int, void(CL_CALLBACK *)(cl_event, cl_int, void *), void *))                   \
     X(cl_event, CreateUserEvent, (cl_context, cl_int *))                                           \

@@ -32,6 +32,7 @@
 #include "launch.h"
 #include "memory.h"
 #include "ops/optables.h"
+#include "profiler.h"
 #include "program.h"
 #include "registry.h"
 #include "status.h"
@@ -351,6 +352,19 @@ static void chain_text(sbuf *b, const kiln_tensor *t, int depth)
         sb_add(b, ", %s", kiln__scalar_str(v, sizeof v, z->scalar));
     }
     sb_add(b, ")");
+}
+
+/* The chain's ops in the order they run ("add+mul+relu"): the profiler's name for it, the same
+ * for every shape and dtype, as PyTorch's table groups. */
+static void chain_ops(sbuf *b, const kiln_tensor *t, int depth)
+{
+    struct kiln__lazy *z = lazy_of(t);
+    if (!z || b->n > 120 || depth > 24)
+        return;
+    for (int i = 0; i < z->nin; i++)
+        chain_ops(b, z->in[i], depth + 1);
+    char name[32];
+    sb_add(b, "%s%s", b->n ? "+" : "", op_name(z, t, name, sizeof name));
 }
 
 /* ---- code generation ------------------------------------------------------------------- */
@@ -939,7 +953,15 @@ static kiln_status run_one(graph *g, kiln_tensor *dest, const char *op)
     for (int i = 0; i < z->nin; i++)
         fo.in[i] = z->in[i];
     atomic_fetch_add(&eager, 1);
-    return kiln__elementwise_run(op, t->dev, &fo, dest ? dest : t);
+    if (!kiln__profiling())
+        return kiln__elementwise_run(op, t->dev, &fo, dest ? dest : t);
+    /* Profiled as the op that made the pending value ("add", "relu'": its gradient), not the
+     * call that needed it. */
+    char buf[32];
+    kiln__profiler_label(op_name(z, t, buf, sizeof buf));
+    kiln_status s = kiln__elementwise_run(op, t->dev, &fo, dest ? dest : t);
+    kiln__profiler_label(NULL);
+    return s;
 }
 
 static kiln_status run(graph *g, kiln_tensor *dest, const char *op)
@@ -985,7 +1007,16 @@ static kiln_status run(graph *g, kiln_tensor *dest, const char *op)
     size_t global[3] = {(size_t)t->numel, 1, 1};
     for (int d = 0; dims > 1 && d < dims; d++) /* dimension 0 along the innermost */
         global[d] = (size_t)g->cshape[dims - 1 - d];
+    if (kiln__profiling()) {
+        sbuf c = {0};
+        chain_ops(&c, t, 0);
+        char label[96];
+        snprintf(label, sizeof label, "fused: %s", c.p ? c.p : "?");
+        free(c.p);
+        kiln__profiler_label(label);
+    }
     s = kiln__kernel_launch(dev, k, op, dims, global, NULL, na, args);
+    kiln__profiler_label(NULL);
 done:
     free(src.p);
     free(args);

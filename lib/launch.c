@@ -10,6 +10,7 @@
 #include "argcheck.h"
 #include "clcall.h"
 #include "dtype.h"
+#include "profiler.h"
 #include "program.h"
 #include "queue.h"
 #include "registry.h"
@@ -258,9 +259,9 @@ static kiln_status set_args(kiln_device *dev, kiln__kernel *k, const char *op, i
 }
 
 /* builtin: one of kiln's own kernels, capped by cap_builtin; otherwise a user's, checked. */
-static kiln_status launch(kiln_device *dev, kiln__kernel *k, const char *op, int work_dim,
-                          const size_t *global, const size_t *local, int nargs,
-                          const kiln_arg *args, bool builtin)
+static kiln_status launch_checked(kiln_device *dev, kiln__kernel *k, const char *op, int work_dim,
+                                  const size_t *global, const size_t *local, int nargs,
+                                  const kiln_arg *args, bool builtin)
 {
     if (!k)
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: no kernel given", op);
@@ -312,6 +313,20 @@ static kiln_status launch(kiln_device *dev, kiln__kernel *k, const char *op, int
     for (int i = 0; s == KILN_OK && builtin && i < nargs; i++)
         if (args[i].kind == KILN__ARG_ERROR_WORD)
             kiln__queue_error_armed(dev);
+    return s;
+}
+
+static kiln_status launch(kiln_device *dev, kiln__kernel *k, const char *op, int work_dim,
+                          const size_t *global, const size_t *local, int nargs,
+                          const kiln_arg *args, bool builtin)
+{
+    if (!kiln__profiling() || !k)
+        return launch_checked(dev, k, op, work_dim, global, local, nargs, args, builtin);
+    /* The profiler names the kernels enqueued meanwhile by op (or k's name) */
+    kiln__prof_launch l;
+    kiln__profiler_launch_push(&l, op, k->name);
+    kiln_status s = launch_checked(dev, k, op, work_dim, global, local, nargs, args, builtin);
+    kiln__profiler_launch_pop(&l);
     return s;
 }
 

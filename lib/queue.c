@@ -10,9 +10,76 @@
 #include "registry.h"
 #include "status.h"
 
+/* The profiling session whose device times are taken (kiln__queue_timing): 0 when none. */
+static atomic_uint timing_gen;
+static unsigned timing_last;
+static pthread_mutex_t timing_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* dev's timed queue for profiling session gen: on the first use in a session, what is queued on
+ * the plain queue finishes first (the two are not ordered with each other otherwise). NULL when
+ * it cannot be made: the plain queue then serves, untimed. */
+static cl_command_queue timed_queue(kiln_device *dev, unsigned gen)
+{
+    pthread_mutex_lock(&dev->lock);
+    if (atomic_load_explicit(&dev->timed_gen, memory_order_relaxed) != gen) {
+        if (!dev->timed_queue) {
+            cl_int err = CL_SUCCESS;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+            dev->timed_queue = kiln__cl.CreateCommandQueue(kiln__device_context(dev), dev->id,
+                                                           CL_QUEUE_PROFILING_ENABLE, &err);
+#pragma GCC diagnostic pop
+            if (err != CL_SUCCESS)
+                dev->timed_queue = NULL;
+        }
+        if (dev->timed_queue)
+            kiln__cl.Finish(dev->queue);
+        atomic_store_explicit(&dev->timed_gen, gen, memory_order_release);
+    }
+    cl_command_queue q = dev->timed_queue;
+    pthread_mutex_unlock(&dev->lock);
+    return q;
+}
+
 cl_command_queue kiln__queue(const kiln_device *dev)
 {
-    return dev->queue;
+    /* One relaxed load (a plain load on x86) is all the untimed path costs. */
+    unsigned gen = atomic_load_explicit(&timing_gen, memory_order_relaxed);
+    if (gen == 0)
+        return dev->queue;
+    kiln_device *d = (kiln_device *)dev; /* the timed queue is made under the device's lock */
+    if (atomic_load_explicit(&d->timed_gen, memory_order_acquire) == gen && d->timed_queue)
+        return d->timed_queue;
+    cl_command_queue q = timed_queue(d, gen);
+    return q ? q : dev->queue;
+}
+
+void kiln__queue_timing(bool on)
+{
+    pthread_mutex_lock(&timing_lock);
+    if (on) {
+        timing_last = timing_last == UINT32_MAX ? 1 : timing_last + 1;
+        atomic_store(&timing_gen, timing_last);
+    } else if (atomic_exchange(&timing_gen, 0) != 0) {
+        /* What the timed queues hold finishes before the plain queues take over. */
+        int n;
+        kiln_device **devs = kiln__devices_if_enumerated(&n);
+        for (int i = 0; i < n; i++) {
+            pthread_mutex_lock(&devs[i]->lock);
+            cl_command_queue q = devs[i]->timed_queue;
+            pthread_mutex_unlock(&devs[i]->lock);
+            if (q && !atomic_load(&devs[i]->lost))
+                kiln__cl.Finish(q);
+        }
+    }
+    pthread_mutex_unlock(&timing_lock);
+}
+
+int kiln__queue_index(const kiln_device *dev, cl_command_queue q)
+{
+    if (q == dev->private_queue)
+        return 1;
+    return 0;
 }
 
 /* Whether err, from a command on a queue (not an allocation), means a kernel faulted. NVIDIA

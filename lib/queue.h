@@ -9,6 +9,7 @@
 #ifndef KILN_QUEUE_H
 #define KILN_QUEUE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kiln_cl.h"
@@ -27,6 +28,16 @@ kiln_status kiln__queue_fail(cl_int err, const char *op, const char *clfn, kiln_
  * (nor hold it up): the memory pool makes new buffers real there. Created on first use, under
  * dev's lock, once kiln__device_open(dev) has succeeded; an OpenCL error code on failure. */
 cl_int kiln__queue_private(kiln_device *dev, cl_command_queue *out);
+
+/* Device timing for the profiler: on, kiln__queue returns each device's timed queue (one with
+ * CL_QUEUE_PROFILING_ENABLE, made on first use; what the plain queue held finishes first); off,
+ * the plain queue again (what the timed queues hold finishes first). Not while other threads
+ * enqueue (kiln_profiler_start and _stop say so). */
+void kiln__queue_timing(bool on);
+
+/* Which of dev's queues q is, for the profiler's tracks: 0 the device queue (plain or timed),
+ * 1 the allocator's private queue. */
+int kiln__queue_index(const kiln_device *dev, cl_command_queue q);
 
 /* Flush dev's queue: what is enqueued starts without the host waiting for it. */
 void kiln__queue_flush(const kiln_device *dev);

@@ -374,6 +374,8 @@ void kiln__registry_reset(void)
                 kiln__cl.ReleaseCommandQueue(dev->queue);
             if (dev->private_queue)
                 kiln__cl.ReleaseCommandQueue(dev->private_queue);
+            if (dev->timed_queue)
+                kiln__cl.ReleaseCommandQueue(dev->timed_queue);
             if (dev->error_word)
                 kiln__cl.ReleaseMemObject(dev->error_word);
             pthread_mutex_destroy(&dev->lock);
@@ -574,6 +576,10 @@ static cl_int open_context(kiln__platform *plat)
  * work queued (no kiln_device_synchronize) otherwise crashes in LLVM as exit() tears down
  * statics under that compilation. Lost devices are left alone; the queues are read without
  * their locks, since a thread holding one at exit would never release it. */
+static pthread_mutex_t exit_fns_lock = PTHREAD_MUTEX_INITIALIZER;
+static void (*exit_fns[KILN__DEVICE_HOOKS])(void);
+static int nexit_fns;
+
 static void finish_at_exit(void)
 {
     if (!atomic_load_explicit(&reg_ready, memory_order_acquire))
@@ -590,7 +596,37 @@ static void finish_at_exit(void)
             kiln__cl.Finish(dev->queue);
         if (dev->private_queue)
             kiln__cl.Finish(dev->private_queue);
+        if (dev->timed_queue)
+            kiln__cl.Finish(dev->timed_queue);
     }
+    static atomic_bool exit_hooks_ran;
+    if (atomic_exchange(&exit_hooks_ran, true))
+        return;
+    pthread_mutex_lock(&exit_fns_lock);
+    int n = nexit_fns;
+    pthread_mutex_unlock(&exit_fns_lock);
+    for (int i = 0; i < n; i++)
+        exit_fns[i]();
+}
+
+void kiln__registry_on_exit(void (*fn)(void))
+{
+    pthread_mutex_lock(&exit_fns_lock);
+    bool known = false;
+    for (int i = 0; i < nexit_fns; i++)
+        known = known || exit_fns[i] == fn;
+    if (!known && nexit_fns < KILN__DEVICE_HOOKS)
+        exit_fns[nexit_fns++] = fn;
+    pthread_mutex_unlock(&exit_fns_lock);
+}
+
+kiln_device **kiln__devices_if_enumerated(int *n)
+{
+    if (!atomic_load_explicit(&reg_ready, memory_order_acquire)) {
+        *n = 0;
+        return NULL;
+    }
+    return kiln__devices(n);
 }
 
 /* exit() runs atexit handlers and C++ static destructors in reverse order of registration, and

@@ -34,6 +34,11 @@ struct kiln_device {
     pthread_mutex_t lock;
     cl_command_queue queue;
     cl_command_queue private_queue; /* queue.c's second queue, made on first use */
+    /* queue.c's queue with CL_QUEUE_PROFILING_ENABLE, which kiln__queue returns while the
+     * profiler times the device (made on first use, kept for the next time); timed_gen is the
+     * profiling session it was switched to (queue.c) */
+    cl_command_queue timed_queue;
+    atomic_uint timed_gen;
     /* queue.c's device error word (made on first use, under lock) and whether a kernel that may
      * write it was enqueued since the host last looked */
     cl_mem error_word;
@@ -129,6 +134,15 @@ kiln_status kiln__device_check_lost(const kiln_device *dev, const char *op);
 /* (Re-)register the exit handler that finishes every queue before the driver's statics go;
  * called when a queue is created and after each program build (see registry.c). */
 void kiln__exit_hook(void);
+
+/* A hook, for a layer above with something to write at exit while the driver still works (the
+ * profiler's KILN_PROFILE trace, which reads event times): fn runs in the first exit handler of
+ * the registry (after every queue is finished), once. At most KILN__DEVICE_HOOKS of them. */
+void kiln__registry_on_exit(void (*fn)(void));
+
+/* The devices when they have been enumerated already, else NULL (and *n 0): for code that must
+ * not be the one to enumerate (the profiler, which may start before main). */
+kiln_device **kiln__devices_if_enumerated(int *n);
 
 /* Test only: forget that dev was lost (after a fault a test injected; the context is fine). */
 void kiln__device_clear_lost(kiln_device *dev);

@@ -30,10 +30,12 @@
 # of libnvidia-opencl.so.1), GPU_CHECK_CARRY (the carry's root folder, or 'none'),
 # GPU_CHECK_CUDA (the CUDA folders searched for libOpenCL and CL/cl.h).
 #
-# $OUT holds at most 5 files (the GPU machine returns at most 8, each at most 16 MiB; a log over
+# $OUT holds at most 7 files (the GPU machine returns at most 8, each at most 16 MiB; a log over
 # 16 MiB loses its middle): gpu-report.json (everything, machine-readable), gpu-summary.txt (what
 # a person reads first), gpu-check.log (every step's output, as it runs), tests.log (each suite's
-# meson test output) and testlog.txt (meson's full logs of the suites). The report is rewritten
+# meson test output), testlog.txt (meson's full logs of the suites), profile-table.txt and
+# profile-trace.json (kiln's profiler over the classifier's last training epoch on gpu:0: the
+# per-op table of device times and its Chrome trace, issue 26). The report is rewritten
 # after every step and from the exit and TERM/INT/HUP traps, so a run killed at any point still
 # leaves both report files with what it got. Exit: 0, 1 if a step or suite failed or timed out
 # (skipped ones do not count), 2 on bad usage, 128+N when killed by signal N.
@@ -76,7 +78,8 @@ OUT=$(cd "$OUT" && pwd)
 build=$(cd "$(dirname "$build")" && pwd)/$(basename "$build")
 work=$build-work # scratch: vendors, .pc files, step outputs; kept (nothing is deleted at exit)
 rm -f "$OUT"/gpu-report.json "$OUT"/gpu-summary.txt "$OUT"/gpu-check.log "$OUT"/tests.log \
-    "$OUT"/testlog.txt "$OUT"/.gpu-report.json.tmp "$OUT"/.gpu-summary.txt.tmp
+    "$OUT"/testlog.txt "$OUT"/.gpu-report.json.tmp "$OUT"/.gpu-summary.txt.tmp \
+    "$OUT"/profile-table.txt "$OUT"/profile-trace.json
 rm -rf "$work"
 mkdir -p "$work/vendors" "$work/pc" "$work/bin" "$work/tests" || exit 2
 log=$OUT/gpu-check.log
@@ -286,7 +289,7 @@ fi
 [ $nobench -eq 1 ] && bench_sections=""
 for s in $bench_sections; do plan="$plan bench-$s"; done
 [ $nobench -eq 1 ] || plan="$plan torch"
-plan="$plan tests"
+plan="$plan profile tests"
 [ $setup_only -eq 1 ] && plan="env setup"
 tr ' ' '\n' <<<"$plan" >"$work/plan.txt"
 note "mode $mode, budget $budget s, $ncpu cores, $jobs suites at once; report in $OUT"
@@ -481,6 +484,22 @@ if [ $nobench -eq 0 ]; then
         [ $quick -eq 1 ] && torch_args=(--quick)
         step torch 180 python3 scripts/gpu-torch-bench.py "${torch_args[@]}"
     fi
+fi
+
+# ---- the profiler: per-kernel device times of a training epoch (issue 26) ----------------------
+# examples/classify's last epoch under kiln's profiler: its table (stdout from "profile of") into
+# profile-table.txt, its Chrome trace into profile-trace.json. Oclgrind: a tiny model.
+if [ $built -ne 0 ]; then
+    skip profile "no build"
+else
+    if [ $standin -eq 1 ]; then
+        prof_args=(--epochs 1 --samples 96 --batch 32 --hidden 8)
+    else
+        prof_args=(--epochs 3)
+    fi
+    step profile 120 "$build/examples/classify" --device gpu:0 "${prof_args[@]}" \
+        --profile "$OUT/profile-trace.json"
+    sed -n '/^profile of/,$p' "$work/profile.out" >"$OUT/profile-table.txt" 2>/dev/null || true
 fi
 
 # ---- tests, with the time left ----------------------------------------------------------------

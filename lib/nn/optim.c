@@ -14,6 +14,7 @@
 #include "ops/common.h"
 #include "ops/ndrange.h"
 #include "params.h"
+#include "profiler.h"
 #include "program.h"
 #include "registry.h"
 #include "scope.h"
@@ -428,7 +429,17 @@ static kiln_status adam_update(const kiln_optimizer *o, opt_param *q, const kiln
     return s;
 }
 
+static kiln_status optimizer_step(kiln_optimizer *opt);
+
 kiln_status kiln_optimizer_step(kiln_optimizer *opt)
+{
+    int phase = kiln__profiler_phase(KILN__PHASE_OPTIMIZER); /* what the profiler's records say */
+    kiln_status s = optimizer_step(opt);
+    kiln__profiler_phase(phase);
+    return s;
+}
+
+static kiln_status optimizer_step(kiln_optimizer *opt)
 {
     static const char op[] = "kiln_optimizer_step";
     if (!opt)

@@ -8,6 +8,7 @@
 #include "../clcall.h"
 #include "../halfconv.h"
 #include "../memory.h"
+#include "../profiler.h"
 #include "../queue.h"
 #include "../registry.h"
 #include "../status.h"
@@ -229,8 +230,14 @@ static kiln_status cblas_run(const kiln__matmul_problem *p)
         if (s != KILN_OK) {
             /* nothing enqueued past the maps */
         } else if (native) {
+            kiln__prof_launch l;
+            bool prof = kiln__profiling();
+            if (prof)
+                kiln__profiler_launch_push(&l, "kiln_matmul", "cblas_sgemm");
             cl_int err = kiln__cl.EnqueueNativeKernel(kiln__queue(p->dev), native_gemm, &job,
                                                       sizeof job, 0, NULL, NULL, 0, NULL, NULL);
+            if (prof)
+                kiln__profiler_launch_pop(&l);
             if (err != CL_SUCCESS) {
                 free(job.scratch);
                 s = kiln__queue_fail(err, "kiln_matmul", "clEnqueueNativeKernel", p->dev);
