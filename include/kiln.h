@@ -189,7 +189,8 @@ typedef struct kiln_device_info {
 /* Fill *info for the device. KILN_ERR_INVALID_ARGUMENT for NULL arguments. */
 KILN_API kiln_status kiln_device_info_get(const kiln_device *dev, kiln_device_info *info);
 
-/* Wait until all work queued on the device has finished. Blocks. KILN_ERR_DEVICE_LOST when a
+/* Wait until all work queued on the device has finished, on every queue of it (the default queue
+ * and those of kiln_queue_create: torch.cuda.synchronize). Blocks. KILN_ERR_DEVICE_LOST when a
  * kernel faulted (found now, or by an earlier call): the device cannot be used again. At
  * exit() kiln itself waits for every device's queue (lost devices and Oclgrind excepted), since
  * some drivers (PoCL) can crash in their own teardown while still compiling a kernel for a
@@ -1699,6 +1700,64 @@ KILN_API kiln_status kiln_scope_keep(kiln_scope *scope, kiln_tensor *t);
 
 /* Release every tensor scope still owns and pop it (see above for a non-innermost scope). */
 KILN_API void kiln_scope_end(kiln_scope *scope);
+
+/* ------------------------------------------------------------------------------------------
+ * Queues and events (CUDA streams and events)
+ *
+ * Every device has a default queue, in order: what one thread enqueues runs in the order it was
+ * enqueued. kiln_queue_create makes another queue of the device (torch.cuda.Stream): work on
+ * two queues may overlap (a copy on one while a kernel runs on the other, where the device can).
+ * kiln_queue_set_current(dev, q) makes q where this thread's work on dev goes, as
+ * torch.cuda.set_stream (NULL: the default queue again); kiln_queue_current gives it (NULL for
+ * the default queue). Correctness never depends on the program's ordering: every tensor's memory
+ * remembers the queue that last used it, and a use on another queue first waits for the work
+ * enqueued there until then (PyTorch's stream semantics with record_stream done for you); the
+ * caching allocator gives a freed buffer back only to the queue that freed it. What this costs
+ * (a marker and a barrier when a tensor changes queues) is paid only once a program has made a
+ * queue. kiln_device_synchronize waits for every queue of the device; kiln_queue_synchronize
+ * for one. kiln_queue_release waits for its work, then frees it (the current queue of the
+ * calling thread cannot be released: KILN_ERR_STATE); NULL is ignored. At most 32 queues per
+ * device are open at once (KILN_ERR_OUT_OF_MEMORY past that). A device-side error (see
+ * kiln_device_synchronize) of a kernel on a queue is reported at a wait on that queue or at
+ * kiln_device_synchronize.
+ *
+ * An event (torch.cuda.Event) marks a point in a queue: kiln_event_record(dev, q, &ev) records
+ * it after what is enqueued on q (NULL: this thread's current queue on dev); kiln_event_wait
+ * blocks the host until it is reached, kiln_event_query says whether it is (done);
+ * kiln_queue_wait_event(q, ev) makes later work on q (NULL: the current queue of ev's device)
+ * wait for it on the device, without the host waiting (q may be of another device of ev's
+ * platform: KILN_ERR_DEVICE_MISMATCH otherwise); kiln_event_elapsed_ms gives the device time
+ * from start to end (both reached: KILN_ERR_STATE otherwise; same device). Events are timed by
+ * OpenCL event profiling: queues of kiln_queue_create have it on; on the default queue an event
+ * also enqueues a marker on the device's timed queue, waiting for it.
+ *
+ *     kiln_queue *copy;
+ *     kiln_event *start, *end;
+ *     kiln_queue_create(dev, &copy);
+ *     kiln_event_record(dev, NULL, &start);
+ *     ... work on the default queue ...
+ *     kiln_event_record(dev, NULL, &end);
+ *     kiln_event_wait(end);
+ *     double ms;
+ *     kiln_event_elapsed_ms(start, end, &ms);
+ */
+typedef struct kiln_queue kiln_queue;
+typedef struct kiln_event kiln_event;
+KILN_API kiln_status kiln_queue_create(kiln_device *dev, kiln_queue **out);
+KILN_API kiln_status kiln_queue_release(kiln_queue *q);
+KILN_API kiln_status kiln_queue_set_current(kiln_device *dev, kiln_queue *q);
+KILN_API kiln_queue *kiln_queue_current(kiln_device *dev);
+/* The queue's device; NULL for NULL or a handle kiln did not give out. */
+KILN_API kiln_device *kiln_queue_device(const kiln_queue *q);
+KILN_API kiln_status kiln_queue_synchronize(kiln_queue *q);
+KILN_API kiln_status kiln_queue_wait_event(kiln_queue *q, const kiln_event *ev);
+KILN_API kiln_status kiln_event_record(kiln_device *dev, kiln_queue *q, kiln_event **out);
+KILN_API kiln_status kiln_event_wait(const kiln_event *ev);
+KILN_API kiln_status kiln_event_query(const kiln_event *ev, bool *done);
+KILN_API kiln_status kiln_event_elapsed_ms(const kiln_event *start, const kiln_event *end,
+                                           double *ms);
+/* NULL is ignored. */
+KILN_API void kiln_event_release(kiln_event *ev);
 
 /* ------------------------------------------------------------------------------------------
  * Profiler (torch.profiler)

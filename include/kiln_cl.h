@@ -17,7 +17,9 @@ extern "C" {
 
 /* Raw OpenCL handles for programs that already use OpenCL; NULL for a NULL device or when the
  * device's context could not be created (kiln_last_error says why). Owned by kiln: do not
- * release them; retain them if you keep them. Devices of one platform share one context. */
+ * release them; retain them if you keep them. Devices of one platform share one context.
+ * kiln_device_cl_queue is the queue the calling thread's work on dev goes to now: its current
+ * kiln_queue, else the default queue (the profiler's timed queue while it times the device). */
 KILN_API cl_context kiln_device_cl_context(kiln_device *dev);
 KILN_API cl_command_queue kiln_device_cl_queue(kiln_device *dev);
 KILN_API cl_device_id kiln_device_cl_device_id(kiln_device *dev);

@@ -17,6 +17,8 @@
     X(cl_command_queue, CreateCommandQueue,                                                        \
       (cl_context, cl_device_id, cl_command_queue_properties, cl_int *))                           \
     X(cl_int, ReleaseCommandQueue, (cl_command_queue))                                             \
+    X(cl_int, GetCommandQueueInfo,                                                                 \
+      (cl_command_queue, cl_command_queue_info, size_t, void *, size_t *))                         \
     X(cl_mem, CreateBuffer, (cl_context, cl_mem_flags, size_t, void *, cl_int *))                  \
     X(cl_int, RetainMemObject, (cl_mem))                                                           \
     X(cl_int, ReleaseMemObject, (cl_mem))                                                          \

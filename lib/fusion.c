@@ -34,6 +34,7 @@
 #include "ops/optables.h"
 #include "profiler.h"
 #include "program.h"
+#include "queue.h"
 #include "registry.h"
 #include "status.h"
 #include "tensor.h"
@@ -1070,7 +1071,7 @@ static kiln_status eval_locked(kiln_tensor *t, kiln_tensor *dest, const char *op
     if (s != KILN_OK && mem) {
         t->storage->mem = NULL;
         t->storage->capacity = 0;
-        kiln__mem_free(t->dev, mem, t->nbytes, capacity);
+        kiln__mem_free(t->dev, mem, t->nbytes, capacity, kiln__queue_tag(t->dev));
     }
     kiln__fusion_defer(false);
     if (s != KILN_OK)

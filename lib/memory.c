@@ -23,6 +23,10 @@ typedef struct kiln__block {
     struct kiln__block *next;
     cl_mem mem;
     size_t capacity;
+    /* The queue tag (kiln__queue_tag) of the queue that freed it: only that queue may take it
+     * again, since its work on the buffer may still be pending there (PyTorch's per-stream
+     * blocks). */
+    cl_command_queue queue;
 } kiln__block;
 
 struct kiln__pool {
@@ -163,11 +167,12 @@ static void update_peak(struct kiln__pool *p)
         p->peak = p->allocated;
 }
 
-/* Take a cached buffer of exactly `capacity` bytes, or NULL. Called under p->lock. */
-static cl_mem take_cached(struct kiln__pool *p, size_t capacity)
+/* Take a cached buffer of exactly `capacity` bytes that queue (a tag) freed, or NULL. Called
+ * under p->lock. */
+static cl_mem take_cached(struct kiln__pool *p, size_t capacity, cl_command_queue queue)
 {
     for (kiln__block **b = &p->cached_list; *b; b = &(*b)->next) {
-        if ((*b)->capacity != capacity)
+        if ((*b)->capacity != capacity || (*b)->queue != queue)
             continue;
         kiln__block *blk = *b;
         cl_mem mem = blk->mem;
@@ -378,7 +383,7 @@ static kiln_status reserve(kiln_device *dev, struct kiln__pool *p, size_t capaci
         return budget == limit ? over_budget(dev, op, capacity, allocated, budget)
                                : over_device(dev, op, capacity, allocated);
     }
-    *mem = take_cached(p, capacity);
+    *mem = take_cached(p, capacity, kiln__queue_tag(dev));
     /* Keep what the driver holds for this device within the limit too. */
     if (!*mem && limit && p->allocated + p->cached > limit - capacity)
         drop = detach_cache(p);
@@ -439,7 +444,8 @@ kiln_status kiln__mem_alloc(kiln_device *dev, size_t bytes, const char *op, cl_m
     return KILN_OK;
 }
 
-void kiln__mem_free(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity)
+void kiln__mem_free(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity,
+                    cl_command_queue queue)
 {
     (void)bytes;
     if (!mem)
@@ -451,6 +457,7 @@ void kiln__mem_free(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity)
     if (blk) {
         blk->mem = mem;
         blk->capacity = capacity;
+        blk->queue = queue;
         blk->next = p->cached_list;
         p->cached_list = blk;
         p->cached += capacity;

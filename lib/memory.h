@@ -11,8 +11,11 @@
 kiln_status kiln__mem_alloc(kiln_device *dev, size_t bytes, const char *op, cl_mem *out,
                             size_t *capacity);
 
-/* Return a buffer from kiln__mem_alloc to dev's cache. `bytes` is what was asked for. */
-void kiln__mem_free(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity);
+/* Return a buffer from kiln__mem_alloc to dev's cache. `bytes` is what was asked for; queue is
+ * the tag (kiln__queue_tag) of the queue that last used it: a later kiln__mem_alloc takes it
+ * only for that queue. (kiln__mem_alloc takes for the calling thread's current queue.) */
+void kiln__mem_free(kiln_device *dev, cl_mem mem, size_t bytes, size_t capacity,
+                    cl_command_queue queue);
 
 /* Free dev's pool and its cached buffers (kiln__registry_reset, when no tensor exists); the
  * next allocation creates a new pool, reading KILN_MEMORY_LIMIT again. */

@@ -127,11 +127,15 @@ static int device_of(cl_command_queue q, uint8_t *queue)
 {
     int n;
     kiln_device **devs = kiln__devices_if_enumerated(&n);
-    for (int i = 0; i < n; i++)
-        if (devs[i]->queue == q || devs[i]->timed_queue == q || devs[i]->private_queue == q) {
+    for (int i = 0; i < n; i++) {
+        bool mine = devs[i]->queue == q || devs[i]->timed_queue == q || devs[i]->private_queue == q;
+        for (int k = 0; k < devs[i]->nqueues && !mine; k++)
+            mine = devs[i]->queues[k].q == q;
+        if (mine) {
             *queue = (uint8_t)kiln__queue_index(devs[i], q);
             return i;
         }
+    }
     *queue = 0;
     return -1;
 }
@@ -820,19 +824,25 @@ kiln_status kiln_profiler_export_trace(const char *path)
             meta(f, &first, "thread_name", 0, (int)t, name);
     }
     for (int d = 0; d < nd; d++) {
-        bool queue_used[2] = {false, false};
+        bool queue_used[2 + KILN__MAX_QUEUES] = {false};
+        bool any = false;
         for (size_t i = 0; i < P.n; i++)
-            if (P.r[i].dev == d && P.r[i].d1)
-                queue_used[P.r[i].queue & 1] = true;
-        if (!queue_used[0] && !queue_used[1])
+            if (P.r[i].dev == d && P.r[i].d1 && P.r[i].queue < 2 + KILN__MAX_QUEUES)
+                any = queue_used[P.r[i].queue] = true;
+        if (!any)
             continue;
         char name[300];
         snprintf(name, sizeof name, "%s (%s)", devs[d]->info.spec, devs[d]->info.name);
         meta(f, &first, "process_name", 1 + d, 0, name);
-        if (queue_used[0])
-            meta(f, &first, "thread_name", 1 + d, 0, "queue");
-        if (queue_used[1])
-            meta(f, &first, "thread_name", 1 + d, 1, "allocator queue");
+        for (int q = 0; q < 2 + KILN__MAX_QUEUES; q++) {
+            if (!queue_used[q])
+                continue;
+            snprintf(name, sizeof name, "queue %d (kiln_queue_create)", q - 2);
+            meta(f, &first, "thread_name", 1 + d, q,
+                 q == 0   ? "default queue"
+                 : q == 1 ? "allocator queue"
+                          : name);
+        }
     }
     for (size_t i = 0; i < P.n; i++) {
         const rec *r = &P.r[i];

@@ -12,7 +12,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <stdatomic.h>
+
 #include "kiln_cl.h"
+#include "status.h"
 
 /* The queue that work on dev is enqueued on. kiln__device_open(dev) must have succeeded. */
 cl_command_queue kiln__queue(const kiln_device *dev);
@@ -36,8 +39,28 @@ cl_int kiln__queue_private(kiln_device *dev, cl_command_queue *out);
 void kiln__queue_timing(bool on);
 
 /* Which of dev's queues q is, for the profiler's tracks: 0 the device queue (plain or timed),
- * 1 the allocator's private queue. */
+ * 1 the allocator's private queue, 2 + i the queue in slot i of kiln_queue_create. */
 int kiln__queue_index(const kiln_device *dev, cl_command_queue q);
+
+/* The tag of the queue this thread enqueues on for dev: the OpenCL queue of its current
+ * kiln_queue, or NULL for the device's default queue (plain or timed). Tensors' storages keep the
+ * tag of the queue that last used them (tensor.c), the memory pool that of the queue that freed a
+ * buffer (memory.c). */
+cl_command_queue kiln__queue_tag(const kiln_device *dev);
+
+/* Before a tensor's storage is used on this thread's queue: when *last (its tag) names another
+ * queue, what was enqueued there until now comes first here (a marker there, a barrier here),
+ * and *last becomes this queue's tag. Costs one relaxed load until a program creates a queue.
+ * KILN_OK, or the failure naming op. */
+kiln_status kiln__queue_order(kiln_device *dev, _Atomic(cl_command_queue) *last, const char *op);
+
+/* KILN_ERR_INVALID_ARGUMENT naming op unless q is an open queue from kiln_queue_create (NULL,
+ * forged, released); the device's loss if it was lost. */
+kiln_status kiln__check_queue(const kiln_queue *q, const char *op);
+
+/* dev's timed queue (CL_QUEUE_PROFILING_ENABLE), made on first use: events recorded on the
+ * plain device queue are timed by a marker there. NULL if it cannot be made. */
+cl_command_queue kiln__queue_timer(kiln_device *dev);
 
 /* Flush dev's queue: what is enqueued starts without the host waiting for it. */
 void kiln__queue_flush(const kiln_device *dev);

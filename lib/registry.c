@@ -376,6 +376,8 @@ void kiln__registry_reset(void)
                 kiln__cl.ReleaseCommandQueue(dev->private_queue);
             if (dev->timed_queue)
                 kiln__cl.ReleaseCommandQueue(dev->timed_queue);
+            for (int q = 0; q < dev->nqueues; q++)
+                kiln__cl.ReleaseCommandQueue(dev->queues[q].q);
             if (dev->error_word)
                 kiln__cl.ReleaseMemObject(dev->error_word);
             pthread_mutex_destroy(&dev->lock);
@@ -598,6 +600,8 @@ static void finish_at_exit(void)
             kiln__cl.Finish(dev->private_queue);
         if (dev->timed_queue)
             kiln__cl.Finish(dev->timed_queue);
+        for (int q = 0; q < dev->nqueues; q++)
+            kiln__cl.Finish(dev->queues[q].q);
     }
     static atomic_bool exit_hooks_ran;
     if (atomic_exchange(&exit_hooks_ran, true))

@@ -22,6 +22,17 @@ typedef struct kiln__platform {
     bool context_tried;
 } kiln__platform;
 
+/* A queue a program made with kiln_queue_create (queue.c): a slot of its device, kept with its
+ * cl_command_queue for the life of the device, so a handle is checked by address and a released
+ * queue's OpenCL queue is reused by the next kiln_queue_create. */
+#define KILN__MAX_QUEUES 32
+struct kiln_queue {
+    kiln_device *dev;
+    cl_command_queue q; /* created with CL_QUEUE_PROFILING_ENABLE (events time it) */
+    int index;          /* in dev->queues */
+    bool open;          /* between kiln_queue_create and kiln_queue_release */
+};
+
 struct kiln_device {
     uint32_t magic;
     kiln_device_info info;
@@ -39,6 +50,9 @@ struct kiln_device {
      * profiling session it was switched to (queue.c) */
     cl_command_queue timed_queue;
     atomic_uint timed_gen;
+    /* queue.c's queues of kiln_queue_create (slots, under lock; nqueues slots made) */
+    struct kiln_queue queues[KILN__MAX_QUEUES];
+    int nqueues;
     /* queue.c's device error word (made on first use, under lock) and whether a kernel that may
      * write it was enqueued since the host last looked */
     cl_mem error_word;

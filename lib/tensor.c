@@ -56,7 +56,8 @@ static int hooks_count(void)
 
 kiln_status kiln__tensor_use(const kiln_tensor *t, const char *op)
 {
-    kiln_status s = KILN_OK;
+    /* Used on this thread's queue: what another queue did with it comes first. */
+    kiln_status s = kiln__queue_order(t->dev, &t->storage->queue, op);
     for (int i = 0, n = hooks_count(); s == KILN_OK && i < n; i++)
         if (hooks[i].use)
             s = hooks[i].use(t, op);
@@ -281,6 +282,7 @@ static kiln__storage *storage_new(kiln_device *dev, cl_mem mem, size_t bytes, si
     atomic_fetch_add(&dev->live_bytes, (int_fast64_t)bytes);
     st->capacity = capacity;
     st->pooled = pooled;
+    atomic_init(&st->queue, kiln__queue_tag(dev)); /* the queue its buffer was taken for */
     return st;
 }
 
@@ -293,7 +295,7 @@ static void storage_release(kiln__storage *st)
     if (atomic_load(&st->mapped) && st->mem && st->map_ptr)
         kiln__cl.EnqueueUnmapMemObject(kiln__queue(st->dev), st->mem, st->map_ptr, 0, NULL, NULL);
     if (st->mem && st->pooled)
-        kiln__mem_free(st->dev, st->mem, st->bytes, st->capacity);
+        kiln__mem_free(st->dev, st->mem, st->bytes, st->capacity, atomic_load(&st->queue));
     else if (st->mem)
         kiln__cl.ReleaseMemObject(st->mem);
     free(st);
@@ -350,7 +352,7 @@ kiln_status kiln__tensor_new(kiln_device *dev, kiln_dtype dtype, int ndim, const
         if (st)
             storage_release(st);
         else
-            kiln__mem_free(dev, mem, nbytes, capacity);
+            kiln__mem_free(dev, mem, nbytes, capacity, kiln__queue_tag(dev));
         return kiln__host_oom(op);
     }
     *out = t;

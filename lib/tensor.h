@@ -25,6 +25,9 @@ typedef struct kiln__storage {
      * (a user may wrap it again), or it was adopted with kiln_tensor_from_cl_mem. Fusion then
      * matches pending readers by cl_mem, not by storage (kiln__fusion_force). */
     atomic_bool mem_shared;
+    /* The tag (queue.h, kiln__queue_tag) of the queue that last used it: a use on another queue
+     * waits for that one's work first (kiln__tensor_use). NULL: the device's default queue. */
+    _Atomic(cl_command_queue) queue;
 } kiln__storage;
 
 struct kiln__ag_node;

@@ -234,6 +234,8 @@ static cl_int CL_API_CALL w_ReleaseEvent(cl_event o)
     return fail ? inject_err : err;
 }
 W_INT(GetEventInfo, (cl_event e, cl_event_info w, size_t n, void *v, size_t *r), (e, w, n, v, r))
+W_INT(GetCommandQueueInfo,
+      (cl_command_queue q, cl_command_queue_info w, size_t n, void *v, size_t *r), (q, w, n, v, r))
 W_INT(GetEventProfilingInfo, (cl_event e, cl_profiling_info w, size_t n, void *v, size_t *r),
       (e, w, n, v, r))
 W_INT(SetEventCallback,

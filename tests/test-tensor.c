@@ -1034,7 +1034,7 @@ START_TEST(test_budget_refusal_outputs)
     size_t capacity = 0;
     ck_assert_int_eq(kiln__mem_alloc(dev0, MIB / 2, "test", &mem, &capacity), KILN_OK);
     ck_assert_ptr_nonnull(mem);
-    kiln__mem_free(dev0, mem, MIB / 2, capacity);
+    kiln__mem_free(dev0, mem, MIB / 2, capacity, NULL);
     kiln_status s = kiln__mem_alloc(dev0, 2 * MIB, "test", &mem, &capacity);
     ck_assert_int_eq(kiln_device_set_memory_limit(dev0, 0), KILN_OK);
     ck_assert_int_eq(s, KILN_ERR_OUT_OF_MEMORY);
