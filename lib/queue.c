@@ -15,9 +15,6 @@ static atomic_uint timing_gen;
 static unsigned timing_last;
 static pthread_mutex_t timing_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* dev's timed queue for profiling session gen: on the first use in a session, what is queued on
- * the plain queue finishes first (the two are not ordered with each other otherwise). NULL when
- * it cannot be made: the plain queue then serves, untimed. */
 /* dev's timed queue, made on first use (dev's lock held); NULL if the driver refuses. */
 static cl_command_queue make_timed(kiln_device *dev)
 {
@@ -34,6 +31,9 @@ static cl_command_queue make_timed(kiln_device *dev)
     return dev->timed_queue;
 }
 
+/* dev's timed queue for profiling session gen: on the first use in a session, what is queued on
+ * the plain queue finishes first (the two are not ordered with each other otherwise). NULL when
+ * it cannot be made: the plain queue then serves, untimed. */
 static cl_command_queue timed_queue(kiln_device *dev, unsigned gen)
 {
     pthread_mutex_lock(&dev->lock);
