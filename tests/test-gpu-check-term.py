@@ -238,9 +238,10 @@ def main():
             rep = json.load(f)
         st = steps_of(rep)
         check('report_error' not in rep and rep.get('state') == 'complete' and
-              rep.get('failed') == ['kiln-info-check'],
+              rep.get('failed') == ['kiln-info-check', 'profile'],
               f'failing step: the report names it: {rep.get("failed")} {rep.get("state")}')
         check(st.get('kiln-info-check', {}).get('status') == 'fail' and
+              st.get('profile', {}).get('status') == 'fail' and
               st.get('tests', {}).get('status') == 'ok',
               f'failing step: the run went on: {st.get("kiln-info-check")} {st.get("tests")}')
     except (OSError, ValueError) as e:
