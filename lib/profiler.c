@@ -55,7 +55,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     rec *r;
     size_t n, cap, pending;
-    size_t oldest; /* records before it hold no event: where resolve_complete starts */
+    size_t oldest;     /* records before it hold no event: where resolve_complete starts */
+    size_t resolve_at; /* pending events that trigger the next resolve_complete */
     uint64_t dropped;
     unsigned flags;
     uint64_t t_start, t_stop;
@@ -237,8 +238,11 @@ static void record(int kind, cl_command_queue q, uint64_t hc, uint64_t h1, uint6
         if (l)
             snprintf(r->detail, sizeof r->detail, "%s", l->op);
     }
-    if (P.pending >= RESOLVE_EVERY)
+    /* Every RESOLVE_EVERY more pending events (not at each record while the device lags). */
+    if (P.pending >= P.resolve_at) {
         resolve_complete();
+        P.resolve_at = P.pending + RESOLVE_EVERY;
+    }
     pthread_mutex_unlock(&lock);
 }
 
@@ -472,6 +476,7 @@ kiln_status kiln_profiler_start(unsigned flags)
     free(P.r);
     P.r = NULL;
     P.n = P.cap = P.pending = P.oldest = 0;
+    P.resolve_at = RESOLVE_EVERY;
     P.dropped = 0;
     P.flags = flags;
     P.t_start = kiln__profiler_now();
