@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "clcall.h"
 #include "queue.h"
@@ -80,13 +79,6 @@ static _Thread_local struct {
     bool from_binary; /* the program being built was created from a cached binary */
 } T;
 
-uint64_t kiln__profiler_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static uint32_t this_tid(void)
 {
     if (!T.tid)
@@ -99,7 +91,7 @@ void kiln__profiler_launch_push(kiln__prof_launch *l, const char *op, const char
     l->op = op;
     snprintf(l->kernel, sizeof l->kernel, "%s", kernel ? kernel : "");
     snprintf(l->label, sizeof l->label, "%s", T.label);
-    l->t0 = kiln__profiler_now();
+    l->t0 = kiln__now_ns();
     l->outer = T.launch;
     T.launch = l;
 }
@@ -255,7 +247,7 @@ void kiln__profiler_enqueued(cl_command_queue q, cl_event ev, uint64_t t0, const
     cl_event mine = NULL;
     if (ev && (P.flags & KILN_PROFILE_DEVICE) && P.real.RetainEvent(ev) == CL_SUCCESS)
         mine = ev;
-    record(K_KERNEL, q, t0, kiln__profiler_now(), 0, mine);
+    record(K_KERNEL, q, t0, kiln__now_ns(), 0, mine);
     kiln__profiler_launch_pop(&l);
 }
 
@@ -282,10 +274,10 @@ static cl_int CL_API_CALL ndrange(cl_command_queue q, cl_kernel k, cl_uint dim, 
                                   const cl_event *wait, cl_event *event)
 {
     cl_event own = NULL;
-    uint64_t t = kiln__profiler_now();
+    uint64_t t = kiln__now_ns();
     cl_int err = P.real.EnqueueNDRangeKernel(q, k, dim, off, g, l, nw, wait, EVENT_OUT(event, own));
     if (err == CL_SUCCESS)
-        record(K_KERNEL, q, t, kiln__profiler_now(), 0, keep_event(err, event, own));
+        record(K_KERNEL, q, t, kiln__now_ns(), 0, keep_event(err, event, own));
     return err;
 }
 
@@ -294,11 +286,11 @@ static cl_int CL_API_CALL native(cl_command_queue q, void(CL_CALLBACK *fn)(void 
                                  cl_uint nw, const cl_event *wait, cl_event *event)
 {
     cl_event own = NULL;
-    uint64_t t = kiln__profiler_now();
+    uint64_t t = kiln__now_ns();
     cl_int err =
         P.real.EnqueueNativeKernel(q, fn, a, n, nm, mems, locs, nw, wait, EVENT_OUT(event, own));
     if (err == CL_SUCCESS)
-        record(K_KERNEL, q, t, kiln__profiler_now(), 0, keep_event(err, event, own));
+        record(K_KERNEL, q, t, kiln__now_ns(), 0, keep_event(err, event, own));
     return err;
 }
 
@@ -306,10 +298,10 @@ static cl_int CL_API_CALL read_buffer(cl_command_queue q, cl_mem m, cl_bool b, s
                                       void *p, cl_uint nw, const cl_event *wait, cl_event *event)
 {
     cl_event own = NULL;
-    uint64_t t = kiln__profiler_now();
+    uint64_t t = kiln__now_ns();
     cl_int err = P.real.EnqueueReadBuffer(q, m, b, off, n, p, nw, wait, EVENT_OUT(event, own));
     if (err == CL_SUCCESS)
-        record(K_DTOH, q, t, kiln__profiler_now(), n, keep_event(err, event, own));
+        record(K_DTOH, q, t, kiln__now_ns(), n, keep_event(err, event, own));
     return err;
 }
 
@@ -318,10 +310,10 @@ static cl_int CL_API_CALL write_buffer(cl_command_queue q, cl_mem m, cl_bool b, 
                                        cl_event *event)
 {
     cl_event own = NULL;
-    uint64_t t = kiln__profiler_now();
+    uint64_t t = kiln__now_ns();
     cl_int err = P.real.EnqueueWriteBuffer(q, m, b, off, n, p, nw, wait, EVENT_OUT(event, own));
     if (err == CL_SUCCESS)
-        record(K_HTOD, q, t, kiln__profiler_now(), n, keep_event(err, event, own));
+        record(K_HTOD, q, t, kiln__now_ns(), n, keep_event(err, event, own));
     return err;
 }
 
@@ -329,10 +321,10 @@ static cl_int CL_API_CALL copy_buffer(cl_command_queue q, cl_mem a, cl_mem b, si
                                       size_t n, cl_uint nw, const cl_event *wait, cl_event *event)
 {
     cl_event own = NULL;
-    uint64_t t = kiln__profiler_now();
+    uint64_t t = kiln__now_ns();
     cl_int err = P.real.EnqueueCopyBuffer(q, a, b, oa, ob, n, nw, wait, EVENT_OUT(event, own));
     if (err == CL_SUCCESS)
-        record(K_DTOD, q, t, kiln__profiler_now(), n, keep_event(err, event, own));
+        record(K_DTOD, q, t, kiln__now_ns(), n, keep_event(err, event, own));
     return err;
 }
 
@@ -341,10 +333,10 @@ static cl_int CL_API_CALL fill_buffer(cl_command_queue q, cl_mem m, const void *
                                       cl_event *event)
 {
     cl_event own = NULL;
-    uint64_t t = kiln__profiler_now();
+    uint64_t t = kiln__now_ns();
     cl_int err = P.real.EnqueueFillBuffer(q, m, pat, psz, off, n, nw, wait, EVENT_OUT(event, own));
     if (err == CL_SUCCESS)
-        record(K_FILL, q, t, kiln__profiler_now(), n, keep_event(err, event, own));
+        record(K_FILL, q, t, kiln__now_ns(), n, keep_event(err, event, own));
     return err;
 }
 
@@ -354,12 +346,12 @@ static void *CL_API_CALL map_buffer(cl_command_queue q, cl_mem m, cl_bool b, cl_
 {
     cl_event own = NULL;
     cl_int err = CL_SUCCESS;
-    uint64_t t = kiln__profiler_now();
+    uint64_t t = kiln__now_ns();
     void *p = P.real.EnqueueMapBuffer(q, m, b, f, off, n, nw, wait, EVENT_OUT(event, own), &err);
     if (errp)
         *errp = err;
     if (err == CL_SUCCESS)
-        record(K_MAP, q, t, kiln__profiler_now(), n, keep_event(err, event, own));
+        record(K_MAP, q, t, kiln__now_ns(), n, keep_event(err, event, own));
     return p;
 }
 
@@ -367,10 +359,10 @@ static cl_int CL_API_CALL unmap(cl_command_queue q, cl_mem m, void *p, cl_uint n
                                 const cl_event *wait, cl_event *event)
 {
     cl_event own = NULL;
-    uint64_t t = kiln__profiler_now();
+    uint64_t t = kiln__now_ns();
     cl_int err = P.real.EnqueueUnmapMemObject(q, m, p, nw, wait, EVENT_OUT(event, own));
     if (err == CL_SUCCESS)
-        record(K_UNMAP, q, t, kiln__profiler_now(), 0, keep_event(err, event, own));
+        record(K_UNMAP, q, t, kiln__now_ns(), 0, keep_event(err, event, own));
     return err;
 }
 
@@ -392,9 +384,9 @@ static cl_program CL_API_CALL program_from_binary(cl_context c, cl_uint n, const
 static cl_int CL_API_CALL build(cl_program p, cl_uint n, const cl_device_id *d, const char *opt,
                                 void(CL_CALLBACK *fn)(cl_program, void *), void *data)
 {
-    uint64_t t = kiln__profiler_now();
+    uint64_t t = kiln__now_ns();
     cl_int err = P.real.BuildProgram(p, n, d, opt, fn, data);
-    uint64_t t1 = kiln__profiler_now();
+    uint64_t t1 = kiln__now_ns();
     char names[64] = "";
     size_t len = 0;
     if (err == CL_SUCCESS &&
@@ -479,7 +471,7 @@ kiln_status kiln_profiler_start(unsigned flags)
     P.resolve_at = RESOLVE_EVERY;
     P.dropped = 0;
     P.flags = flags;
-    P.t_start = kiln__profiler_now();
+    P.t_start = kiln__now_ns();
     P.running = true;
     P.have = true;
     swap_table();
@@ -509,7 +501,7 @@ kiln_status kiln_profiler_stop(void)
      * as they are (what failed has no times). */
     for (size_t i = 0; i < P.n; i++)
         resolve(&P.r[i]);
-    P.t_stop = kiln__profiler_now();
+    P.t_stop = kiln__now_ns();
     restore_table();
     pthread_mutex_unlock(&lock);
     return KILN_OK;
@@ -528,7 +520,7 @@ kiln_status kiln_profiler_range_push(const char *name)
                            MAX_RANGE_DEPTH);
     range_frame *f = &T.ranges[T.nranges++];
     snprintf(f->name, sizeof f->name, "%s", name);
-    f->t0 = kiln__profiler_now();
+    f->t0 = kiln__now_ns();
     return KILN_OK;
 }
 
@@ -538,7 +530,7 @@ kiln_status kiln_profiler_range_pop(void)
         return kiln__error(KILN_ERR_STATE, "kiln_profiler_range_pop: no range is open on this "
                                            "thread; call kiln_profiler_range_push first");
     range_frame *f = &T.ranges[--T.nranges];
-    uint64_t t1 = kiln__profiler_now();
+    uint64_t t1 = kiln__now_ns();
     pthread_mutex_lock(&lock);
     /* A range that began before the session (or ends after it) is left out. */
     rec *r = P.running && f->t0 >= P.t_start ? new_rec(K_RANGE) : NULL;

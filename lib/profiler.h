@@ -51,7 +51,4 @@ void kiln__profiler_label(const char *label);
 enum { KILN__PHASE_NONE, KILN__PHASE_FORWARD, KILN__PHASE_BACKWARD, KILN__PHASE_OPTIMIZER };
 int kiln__profiler_phase(int phase);
 
-/* Nanoseconds on the monotonic clock. */
-uint64_t kiln__profiler_now(void);
-
 #endif

@@ -150,9 +150,14 @@ void kiln__log(int level, const char *fmt, ...)
     fprintf(stderr, "kiln: %s: %s\n", names[level], line);
 }
 
-double kiln__now(void)
+uint64_t kiln__now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+double kiln__now(void)
+{
+    return (double)kiln__now_ns() * 1e-9;
 }

@@ -49,5 +49,7 @@ void kiln__log_release(void);
 
 /* Monotonic clock in seconds. */
 double kiln__now(void);
+/* The same clock in nanoseconds (the profiler's timestamps). */
+uint64_t kiln__now_ns(void);
 
 #endif

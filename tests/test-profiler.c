@@ -292,6 +292,19 @@ static char *read_file(const char *path)
     return s;
 }
 
+/* The last session's trace as text, through a temporary file. */
+static char *exported_trace(void)
+{
+    char path[] = "/tmp/kiln-profiler-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ASSERT_OK(kiln_profiler_export_trace(path));
+    char *j = read_file(path);
+    unlink(path);
+    return j;
+}
+
 static int count(const char *s, const char *what)
 {
     int n = 0;
@@ -330,12 +343,7 @@ START_TEST(test_ranges_threads)
     ASSERT_ROW(t, "scale2", "-", &r);
     ck_assert_int_eq(r.calls, 5);
     free(t);
-    char path[] = "/tmp/kiln-profiler-XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    ASSERT_OK(kiln_profiler_export_trace(path));
-    char *j = read_file(path);
+    char *j = exported_trace();
     ck_assert_ptr_nonnull(strstr(j, "\"traceEvents\""));
     ck_assert_int_eq(count(j, "\"name\":\"outer\""), 2);
     ck_assert_int_eq(count(j, "\"name\":\"inner\""), 5);
@@ -344,7 +352,6 @@ START_TEST(test_ranges_threads)
     /* a track per thread that recorded, one for the device's queue */
     ck_assert_int_eq(count(j, "\"name\":\"thread_name\""), (threads ? 2 : 1) + 1);
     free(j);
-    unlink(path);
     kiln_program_release(prog);
 }
 END_TEST
@@ -414,15 +421,9 @@ START_TEST(test_many_records)
     ck_assert_ptr_null(strstr(t, "dropped"));
     free(t);
     /* every launch on the device track of the trace */
-    char path[] = "/tmp/kiln-profiler-XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    ASSERT_OK(kiln_profiler_export_trace(path));
-    char *j = read_file(path);
+    char *j = exported_trace();
     ck_assert_int_eq(count(j, "\"cat\":\"kernel\""), LAUNCHES);
     free(j);
-    unlink(path);
     kiln_tensor_release(x);
     kiln_program_release(prog);
 }

@@ -216,7 +216,7 @@ static int gemm_on_queue(const kiln__matmul_problem *p, const char **fn)
 {
     cl_command_queue q = kiln__queue(p->dev);
     cl_event ev = NULL;
-    uint64_t t0 = kiln__profiling() ? kiln__profiler_now() : 0;
+    uint64_t t0 = kiln__profiling() ? kiln__now_ns() : 0;
     CLBlastStatusCode code = gemm(p, &q, &ev, fn);
     if (t0 && code == CLBlastSuccess) /* CLBlast enqueues past kiln's table */
         kiln__profiler_enqueued(q, ev, t0, "kiln_matmul", *fn);
