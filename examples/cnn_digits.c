@@ -305,6 +305,8 @@ int main(int argc, char **argv)
     TRY(kiln_dataset_create(images, KILN_F32, 4, fs, labels, KILN_I64, 1, ls, &all));
     TRY(kiln_random_split(all, 3, (const double[]){0.7, 0.15, 0.15}, o.seed, parts));
     TRY(kiln_loader_create(parts[0], dev, o.batch, true, false, o.seed, &train));
+    /* DataLoader(pin_memory=True): the next batch uploads on a copy queue while a step runs */
+    TRY(kiln_loader_pin_memory(train, true));
     TRY(kiln_loader_create(parts[1], dev, 512, false, false, 0, &val));
     TRY(kiln_loader_create(parts[2], dev, 512, false, false, 0, &test));
     printf("data: %s, %d images: %lld train, %lld validation, %lld test; batch %d\n", o.data, count,

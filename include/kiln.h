@@ -1650,6 +1650,14 @@ KILN_API kiln_status kiln_loader_create(const kiln_dataset *d, kiln_device *dev,
 /* Batches per epoch: len(loader) (0 for NULL). */
 KILN_API int64_t kiln_loader_batches(const kiln_loader *l);
 KILN_API kiln_status kiln_loader_next(kiln_loader *l, kiln_tensor **x, kiln_tensor **y);
+/* DataLoader(pin_memory=True) with a batch of prefetch, off by default: on, the loader gathers
+ * each batch into pinned host memory (kiln_tensor_empty_pinned) and uploads it on a copy queue of
+ * its own (kiln_queue_create) one batch ahead, so that the next batch's copy overlaps the step
+ * the program computes on this one (on a discrete GPU; on a CPU device both are memcpy's). The
+ * batches are the same ones, in the same order; kiln_loader_next orders each onto the calling
+ * thread's queue before it returns it. Costs a queue of the device and two pinned buffers per
+ * part of a batch's size; off releases them. NULL is KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_loader_pin_memory(kiln_loader *l, bool on);
 /* NULL is ignored. */
 KILN_API void kiln_loader_free(kiln_loader *l);
 
@@ -1758,6 +1766,40 @@ KILN_API kiln_status kiln_event_elapsed_ms(const kiln_event *start, const kiln_e
                                            double *ms);
 /* NULL is ignored. */
 KILN_API void kiln_event_release(kiln_event *ev);
+
+/* ------------------------------------------------------------------------------------------
+ * Pinned host memory and asynchronous copies (pin_memory() and non_blocking=True)
+ *
+ * kiln_tensor_empty_pinned makes a pinned host tensor for dev: page-locked host memory (a
+ * CL_MEM_ALLOC_HOST_PTR buffer of dev's context, mapped for its whole life) that a discrete
+ * GPU's copy engine reads and writes directly, with no staging copy. It is host memory, counted
+ * in no kiln_memory_stats: kiln_tensor_map gives its pointer (no copy), kiln_tensor_read and
+ * kiln_tensor_write copy from and into it, and ops and kernels refuse it
+ * (KILN_ERR_INVALID_ARGUMENT; kiln_tensor_cl_mem gives NULL). Too large: KILN_ERR_OUT_OF_MEMORY.
+ *
+ * kiln_tensor_copy_async(dst, src) copies src into dst on the calling thread's current queue of
+ * their device and returns at once (dst.copy_(src, non_blocking=True)): host to device from a
+ * pinned tensor, device to host into one, or device to device. The two are on one device (a
+ * pinned tensor's is the device it was made for: KILN_ERR_DEVICE_MISMATCH), of one dtype and
+ * element count. kiln_tensor_to(pinned, dev) is the same upload into a new tensor on dev
+ * (x.to(dev, non_blocking=True)), which must be the pinned tensor's device. The device side
+ * follows the queue rules above: a later use on another queue waits for the copy. The pinned
+ * side's host access (kiln_tensor_map, _read, _write, its release) first waits for the copies
+ * that use it. On a second queue an upload overlaps what the default queue computes after it
+ * is enqueued (it waits for what was enqueued there before, which may still use the memory of
+ * dst); kiln_loader_pin_memory does this for a loader's batches.
+ *
+ *     kiln_tensor *host, *x;
+ *     kiln_tensor_empty_pinned(dev, KILN_F32, 2, shape, &host);    // once, reused
+ *     kiln_tensor_write(host, data, nbytes);                        // or fill it mapped
+ *     kiln_queue_set_current(dev, copy);
+ *     kiln_tensor_to(host, dev, &x);                                // returns at once
+ *     kiln_queue_set_current(dev, NULL);
+ *     ... ops on x on the default queue wait for the copy ...
+ */
+KILN_API kiln_status kiln_tensor_empty_pinned(kiln_device *dev, kiln_dtype dtype, int ndim,
+                                              const int64_t *shape, kiln_tensor **out);
+KILN_API kiln_status kiln_tensor_copy_async(kiln_tensor *dst, const kiln_tensor *src);
 
 /* ------------------------------------------------------------------------------------------
  * Profiler (torch.profiler)

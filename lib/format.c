@@ -19,7 +19,7 @@
 
 static kiln_status item(const kiln_tensor *t, const char *op, kiln__host_value *v)
 {
-    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    kiln_status s = kiln__check_unmapped(t, op, "tensor");
     if (s != KILN_OK)
         return s;
     if (t->numel != 1) {
@@ -175,7 +175,7 @@ kiln_status kiln_tensor_format(const kiln_tensor *t, char *buf, size_t size, siz
         return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: buf is NULL but size is %zu", op, size);
     if (size > 0)
         buf[0] = '\0';
-    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    kiln_status s = kiln__check_unmapped(t, op, "tensor"); /* a pinned host tensor prints too */
     if (s != KILN_OK)
         return s;
     void *host = kiln__malloc(t->nbytes ? t->nbytes : 1);

@@ -81,7 +81,8 @@ static kiln_status check_args(kiln_device *dev, const kiln__kernel *k, const cha
         /* The common case (all fine) formats nothing: this runs on every launch. */
         bool fine = (a->kind == KILN_ARG_TENSOR && a->value.tensor &&
                      a->value.tensor->magic == KILN__TENSOR_MAGIC && a->value.tensor->dev == dev &&
-                     !atomic_load(&a->value.tensor->storage->mapped)) ||
+                     !atomic_load(&a->value.tensor->storage->mapped) &&
+                     !a->value.tensor->storage->pinned) ||
                     (a->kind == KILN_ARG_SCALAR && scalar_ptr(a)) ||
                     (a->kind == KILN__ARG_ERROR_WORD && builtin);
         if (!fine) {

@@ -105,6 +105,7 @@ kiln_status kiln__queue_order(kiln_device *dev, _Atomic(cl_command_queue) *last,
         atomic_store(last, was);
         return kiln__queue_fail(err, op, "clEnqueueMarkerWithWaitList", dev);
     }
+    kiln__cl.Flush(from); /* another queue waits for its event: OpenCL asks for a flush first */
     err = kiln__cl.EnqueueBarrierWithWaitList(to, 1, &ev, NULL);
     kiln__cl.ReleaseEvent(ev);
     if (err != CL_SUCCESS) {

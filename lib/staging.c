@@ -98,15 +98,49 @@ static struct kiln__staging *get_staging(kiln_device *dev)
     return p;
 }
 
+void kiln__pinned_destroy(kiln_device *dev, cl_mem mem, void *ptr)
+{
+    cl_command_queue q;
+    if (ptr && kiln__queue_private(dev, &q) == CL_SUCCESS) {
+        kiln__cl.EnqueueUnmapMemObject(q, mem, ptr, 0, NULL, NULL);
+        kiln__cl.Finish(q);
+    }
+    kiln__cl.ReleaseMemObject(mem);
+}
+
+cl_int kiln__pinned_create(kiln_device *dev, size_t size, cl_mem *mem, void **ptr,
+                           const char **clfn)
+{
+    cl_command_queue q;
+    *mem = NULL;
+    *ptr = NULL;
+    *clfn = "clCreateCommandQueue";
+    cl_int err = kiln__queue_private(dev, &q);
+    if (err != CL_SUCCESS)
+        return err;
+    *clfn = "clCreateBuffer";
+    *mem = kiln__cl.CreateBuffer(kiln__device_context(dev),
+                                 CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, size, NULL, &err);
+    if (!*mem || err != CL_SUCCESS) {
+        *mem = NULL;
+        return err != CL_SUCCESS ? err : CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    }
+    *clfn = "clEnqueueMapBuffer";
+    *ptr = kiln__cl.EnqueueMapBuffer(q, *mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, size, 0, NULL,
+                                     NULL, &err);
+    if (!*ptr || err != CL_SUCCESS) {
+        *ptr = NULL;
+        kiln__pinned_destroy(dev, *mem, NULL);
+        *mem = NULL;
+        return err != CL_SUCCESS ? err : CL_MAP_FAILURE;
+    }
+    return CL_SUCCESS;
+}
+
 /* Unmap and release a stage (on dev's private queue: nothing queued on the device waits). */
 static void stage_destroy(kiln_device *dev, kiln__stage *st)
 {
-    cl_command_queue q;
-    if (st->ptr && kiln__queue_private(dev, &q) == CL_SUCCESS) {
-        kiln__cl.EnqueueUnmapMemObject(q, st->mem, st->ptr, 0, NULL, NULL);
-        kiln__cl.Finish(q);
-    }
-    kiln__cl.ReleaseMemObject(st->mem);
+    kiln__pinned_destroy(dev, st->mem, st->ptr);
     atomic_fetch_sub(&live_stages, 1);
     free(st);
 }
@@ -123,30 +157,17 @@ static kiln__stage *stage_fail(kiln_device *dev, size_t size, const char *clfn, 
 /* A new pinned buffer of size bytes, mapped; NULL (logged) when the driver refuses it. */
 static kiln__stage *stage_create(kiln_device *dev, size_t size)
 {
-    cl_command_queue q;
-    cl_int err = kiln__queue_private(dev, &q);
-    if (err != CL_SUCCESS)
-        return stage_fail(dev, size, "clCreateCommandQueue", err);
     kiln__stage *st = kiln__calloc(1, sizeof *st);
     if (!st)
         return stage_fail(dev, size, "calloc", CL_OUT_OF_HOST_MEMORY);
     st->size = size;
-    st->mem = kiln__cl.CreateBuffer(kiln__device_context(dev),
-                                    CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, size, NULL, &err);
-    if (!st->mem || err != CL_SUCCESS) {
+    const char *clfn;
+    cl_int err = kiln__pinned_create(dev, size, &st->mem, &st->ptr, &clfn);
+    if (err != CL_SUCCESS) {
         free(st);
-        return stage_fail(dev, size, "clCreateBuffer",
-                          err != CL_SUCCESS ? err : CL_MEM_OBJECT_ALLOCATION_FAILURE);
+        return stage_fail(dev, size, clfn, err);
     }
     atomic_fetch_add(&live_stages, 1);
-    st->ptr = kiln__cl.EnqueueMapBuffer(q, st->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, size, 0,
-                                        NULL, NULL, &err);
-    if (!st->ptr || err != CL_SUCCESS) {
-        st->ptr = NULL;
-        stage_destroy(dev, st);
-        return stage_fail(dev, size, "clEnqueueMapBuffer",
-                          err != CL_SUCCESS ? err : CL_MAP_FAILURE);
-    }
     return st;
 }
 

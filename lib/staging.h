@@ -39,6 +39,17 @@ kiln_status kiln__staging_read(kiln_device *dev, cl_mem mem, size_t off, size_t 
 kiln_status kiln__staging_copy(kiln_device *sdev, cl_mem smem, kiln_device *ddev, cl_mem dmem,
                                size_t n, const char *op);
 
+/* A pinned host buffer of size bytes in dev's context (CL_MEM_ALLOC_HOST_PTR), mapped for reading
+ * and writing at *ptr for its whole life: kiln's staging buffers and kiln_tensor_empty_pinned's
+ * memory. The buffer itself is never an argument of a command, only *ptr the host side of reads
+ * and writes (NVIDIA's pinned-memory idiom; legal while mapped). On failure an OpenCL error code
+ * and *clfn the call that failed, nothing left over. */
+cl_int kiln__pinned_create(kiln_device *dev, size_t size, cl_mem *mem, void **ptr,
+                           const char **clfn);
+
+/* Unmap (when ptr is not NULL) and release such a buffer, on dev's private queue. */
+void kiln__pinned_destroy(kiln_device *dev, cl_mem mem, void *ptr);
+
 /* Release dev's idle staging buffers and its pool (kiln__registry_reset, before the device's
  * queues go: the buffers are unmapped on its private queue). No copy may be running. */
 void kiln__staging_free(kiln_device *dev);

@@ -171,16 +171,41 @@ kiln_status kiln__check_handle(const kiln_tensor *t, const char *op, const char 
                            "%s: %s (%p) is not a tensor handle from kiln (forged or corrupted)", op,
                            argname, (const void *)t);
     kiln_status s = kiln__device_check_lost(t->dev, op); /* a lost device is never used again */
+    if (s == KILN_OK && t->storage->pinned)
+        return KILN_OK; /* host memory: no queue uses it (copies wait for pinned_busy) */
     return s == KILN_OK ? kiln__tensor_use(t, op) : s;
 }
 
-kiln_status(kiln__check_tensor)(const kiln_tensor *t, const char *op, const char *argname)
+kiln_status(kiln__check_unmapped)(const kiln_tensor *t, const char *op, const char *argname)
 {
     kiln_status s = kiln__check_handle(t, op, argname);
     if (s == KILN_OK && atomic_load(&t->storage->mapped))
         return kiln__error(KILN_ERR_STATE, "%s: %s is mapped; call kiln_tensor_unmap() first", op,
                            argname);
     return s;
+}
+
+kiln_status(kiln__check_tensor)(const kiln_tensor *t, const char *op, const char *argname)
+{
+    kiln_status s = kiln__check_unmapped(t, op, argname);
+    if (s == KILN_OK && t->storage->pinned)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: %s is a pinned host tensor (kiln_tensor_empty_pinned), which "
+                           "kernels do not use; copy it to its device with kiln_tensor_to() or "
+                           "kiln_tensor_copy_async() first",
+                           op, argname);
+    return s;
+}
+
+/* Wait for the last asynchronous copy from or into a pinned storage (host access comes after). */
+static kiln_status pinned_wait(kiln__storage *st, const char *op)
+{
+    if (!st->pinned_busy)
+        return KILN_OK;
+    cl_int err = kiln__cl.WaitForEvents(1, &st->pinned_busy);
+    kiln__cl.ReleaseEvent(st->pinned_busy);
+    st->pinned_busy = NULL;
+    return err == CL_SUCCESS ? KILN_OK : kiln__queue_fail(err, op, "clWaitForEvents", st->dev);
 }
 
 static bool tensor_valid(const kiln_tensor *t)
@@ -291,6 +316,13 @@ static void storage_release(kiln__storage *st)
     if (atomic_fetch_sub(&st->refs, 1) > 1)
         return;
     atomic_fetch_sub(&st->dev->live_bytes, (int_fast64_t)st->bytes);
+    if (st->pinned) { /* host memory, of no pool: after the copies that use it */
+        pinned_wait(st, "kiln_tensor_release");
+        if (st->mem)
+            kiln__pinned_destroy(st->dev, st->mem, st->pinned);
+        free(st);
+        return;
+    }
     /* A tensor released while mapped: unmap so the buffer is clean when reused. */
     if (atomic_load(&st->mapped) && st->mem && st->map_ptr)
         kiln__cl.EnqueueUnmapMemObject(kiln__queue(st->dev), st->mem, st->map_ptr, 0, NULL, NULL);
@@ -432,7 +464,7 @@ kiln_status kiln_tensor_zeros(kiln_device *dev, kiln_dtype dtype, int ndim, cons
 static kiln_status check_io(const kiln_tensor *t, const void *ptr, size_t nbytes, const char *op,
                             const char *ptrname)
 {
-    kiln_status s = kiln__check_tensor(t, op, "tensor");
+    kiln_status s = kiln__check_unmapped(t, op, "tensor");
     if (s != KILN_OK)
         return s;
     char buf[256];
@@ -502,7 +534,14 @@ static kiln_status host_copy(const kiln_tensor *t, void *ptr, size_t nbytes, boo
     kiln_status s = check_io(t, ptr, nbytes, op, write ? "src" : "dst");
     if (s != KILN_OK || nbytes == 0)
         return s;
-    cl_mem mem = t->storage->mem;
+    kiln__storage *st = t->storage;
+    if (st->pinned) { /* host memory: a memcpy once the copies that use it are done */
+        s = pinned_wait(st, op);
+        if (s == KILN_OK)
+            memcpy(write ? st->pinned : ptr, write ? ptr : st->pinned, nbytes);
+        return s;
+    }
+    cl_mem mem = st->mem;
     if (write)
         return write_from(t, ptr, nbytes, op);
     kiln__error_probe probe;
@@ -670,6 +709,135 @@ kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src)
                            src->numel);
     kiln__tensor_bump(dst);
     return enqueue_copy(dst, src, op);
+}
+
+/* ---- pinned host tensors and asynchronous copies ---- */
+
+kiln_status kiln_tensor_empty_pinned(kiln_device *dev, kiln_dtype dtype, int ndim,
+                                     const int64_t *shape, kiln_tensor **out)
+{
+    static unsigned char empty_pinned; /* the memory of an empty one */
+    const char *op = "kiln_tensor_empty_pinned";
+    if (!out)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    *out = NULL;
+    int64_t numel;
+    size_t nbytes;
+    kiln_status s = kiln__check_device(dev, op);
+    if (s == KILN_OK)
+        s = kiln__check_shape(ndim, shape, dtype, op, &numel, &nbytes);
+    if (s == KILN_OK)
+        s = kiln__device_open(dev, op);
+    if (s != KILN_OK)
+        return s;
+    cl_mem mem = NULL;
+    void *host = &empty_pinned;
+    const char *clfn = NULL;
+    cl_int err = nbytes ? kiln__pinned_create(dev, nbytes, &mem, &host, &clfn) : CL_SUCCESS;
+    if (err != CL_SUCCESS)
+        return kiln__error(KILN_ERR_OUT_OF_MEMORY,
+                           "%s: no pinned host memory of %zu bytes for %s (%s failed with %s)", op,
+                           nbytes, kiln__device_label(dev), clfn, kiln__cl_error_name(err));
+    /* Host memory: no bytes of the device's count (live_bytes), no pool. */
+    kiln__storage *st = storage_new(dev, mem, 0, nbytes, false);
+    if (st)
+        st->pinned = host;
+    kiln_tensor *t = st ? header_new(dev, dtype, ndim, shape, numel, nbytes, st, op) : NULL;
+    if (!t) {
+        if (st)
+            storage_release(st);
+        else if (mem)
+            kiln__pinned_destroy(dev, mem, host);
+        return kiln__host_oom(op);
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+kiln_status kiln__tensor_copy_async(kiln_tensor *dst, const kiln_tensor *src, size_t nbytes,
+                                    const char *op)
+{
+    kiln__storage *ds = dst->storage, *ss = src->storage;
+    kiln__tensor_bump(dst);
+    if (nbytes == 0 || ds == ss)
+        return KILN_OK;
+    kiln_device *dev = dst->dev;
+    if (ds->pinned && ss->pinned) { /* host to host */
+        kiln_status s = pinned_wait(ds, op);
+        if (s == KILN_OK)
+            s = pinned_wait(ss, op);
+        if (s == KILN_OK)
+            memcpy(ds->pinned, ss->pinned, nbytes);
+        return s;
+    }
+    cl_command_queue q = kiln__queue(dev);
+    kiln__storage *pin = ds->pinned ? ds : ss->pinned ? ss : NULL;
+    if (!pin) {
+        cl_int err = kiln__cl.EnqueueCopyBuffer(q, ss->mem, ds->mem, 0, 0, nbytes, 0, NULL, NULL);
+        return err == CL_SUCCESS ? KILN_OK : kiln__queue_fail(err, op, "clEnqueueCopyBuffer", dev);
+    }
+    /* The host side is the pinned memory (a DMA on a discrete GPU); after the last copy that used
+     * it, whatever queue that was on (each such queue is flushed below). */
+    cl_uint nwait = pin->pinned_busy ? 1 : 0;
+    cl_event done = NULL;
+    cl_int err = pin == ds
+                     ? kiln__cl.EnqueueReadBuffer(q, ss->mem, CL_FALSE, 0, nbytes, ds->pinned,
+                                                  nwait, nwait ? &pin->pinned_busy : NULL, &done)
+                     : kiln__cl.EnqueueWriteBuffer(q, ds->mem, CL_FALSE, 0, nbytes, ss->pinned,
+                                                   nwait, nwait ? &pin->pinned_busy : NULL, &done);
+    if (err != CL_SUCCESS)
+        return kiln__queue_fail(err, op, pin == ds ? "clEnqueueReadBuffer" : "clEnqueueWriteBuffer",
+                                dev);
+    if (pin->pinned_busy)
+        kiln__cl.ReleaseEvent(pin->pinned_busy);
+    pin->pinned_busy = done;
+    kiln__cl.Flush(q); /* it starts now, and other queues may wait for it */
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_copy_async(kiln_tensor *dst, const kiln_tensor *src)
+{
+    const char *op = "kiln_tensor_copy_async";
+    if (!dst || !src)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, dst ? "src" : "dst");
+    kiln_status s = kiln__check_unmapped(dst, op, "dst");
+    if (s == KILN_OK)
+        s = kiln__check_unmapped(src, op, "src");
+    if (s != KILN_OK)
+        return s;
+    if (dst->dev != src->dev)
+        return kiln__error(KILN_ERR_DEVICE_MISMATCH,
+                           "%s: dst is on %s but src is on %s; both must be on one device (a "
+                           "pinned host tensor belongs to the device it was made for)",
+                           op, kiln__device_label(dst->dev), kiln__device_label(src->dev));
+    if (dst->dtype != src->dtype)
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: dst is %s but src is %s", op,
+                           kiln_dtype_name(dst->dtype), kiln_dtype_name(src->dtype));
+    if (dst->numel != src->numel)
+        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
+                           "%s: dst has %" PRId64 " elements but src has %" PRId64, op, dst->numel,
+                           src->numel);
+    return kiln__tensor_copy_async(dst, src, src->nbytes, op);
+}
+
+kiln_status kiln__tensor_upload(const kiln_tensor *t, kiln_device *dev, const char *op,
+                                kiln_tensor **out)
+{
+    if (dev != t->dev)
+        return kiln__error(KILN_ERR_DEVICE_MISMATCH,
+                           "%s: the pinned host tensor belongs to %s; it copies to that device "
+                           "only, not to %s",
+                           op, kiln__device_label(t->dev), kiln__device_label(dev));
+    kiln_tensor *d;
+    kiln_status s = kiln__tensor_new(dev, t->dtype, t->ndim, t->shape, op, &d);
+    if (s == KILN_OK) /* d's buffer was taken for this thread's queue: no ordering needed */
+        s = kiln__tensor_copy_async(d, t, t->nbytes, op);
+    if (s != KILN_OK) {
+        kiln_tensor_release(d);
+        return s;
+    }
+    *out = d;
+    return KILN_OK;
 }
 
 /* Resolve a reshape target with at most one -1 into out_shape. */
@@ -847,16 +1015,27 @@ kiln_status kiln_tensor_map(kiln_tensor *t, kiln_map_flags flags, void **ptr)
                            op, (int)flags);
     /* A bad label or index a kernel before the map met is reported here, nothing mapped (the
      * check's read waits for what the map would wait for). */
-    s = kiln__queue_error_check(t->dev, op);
+    kiln__storage *st = t->storage;
+    s = st->pinned ? KILN_OK : kiln__queue_error_check(t->dev, op);
     if (s != KILN_OK)
         return s;
-    kiln__storage *st = t->storage;
     int expected = 0;
     if (!atomic_compare_exchange_strong(&st->mapped, &expected, 1))
         return kiln__error(KILN_ERR_STATE,
                            "%s: the tensor (or a view of its storage) is already "
                            "mapped; call kiln_tensor_unmap() first",
                            op);
+    if (st->pinned) { /* host memory: its pointer, once the copies that use it are done */
+        s = pinned_wait(st, op);
+        if (s != KILN_OK) {
+            atomic_store(&st->mapped, 0);
+            return s;
+        }
+        *ptr = st->pinned;
+        if (flags & KILN_MAP_WRITE)
+            kiln__tensor_bump(t);
+        return KILN_OK;
+    }
     if (!st->mem) {
         st->map_ptr = &empty_map;
         *ptr = st->map_ptr;
@@ -888,7 +1067,7 @@ kiln_status kiln_tensor_unmap(kiln_tensor *t)
     kiln__storage *st = t->storage;
     if (!atomic_load(&st->mapped))
         return kiln__error(KILN_ERR_STATE, "%s: the tensor is not mapped", op);
-    if (st->mem) {
+    if (st->mem && !st->pinned) {
         cl_int err = kiln__cl.EnqueueUnmapMemObject(kiln__queue(t->dev), st->mem, st->map_ptr, 0,
                                                     NULL, NULL);
         if (err != CL_SUCCESS)
@@ -901,7 +1080,7 @@ kiln_status kiln_tensor_unmap(kiln_tensor *t)
 
 cl_mem kiln_tensor_cl_mem(const kiln_tensor *t)
 {
-    if (!tensor_valid(t))
+    if (!tensor_valid(t) || t->storage->pinned)
         return NULL;
     atomic_store(&t->storage->mem_shared, true); /* it may come back wrapped in another tensor */
     if (kiln__tensor_use(t, "kiln_tensor_cl_mem") != KILN_OK)

@@ -28,6 +28,12 @@ typedef struct kiln__storage {
     /* The tag (queue.h, kiln__queue_tag) of the queue that last used it: a use on another queue
      * waits for that one's work first (kiln__tensor_use). NULL: the device's default queue. */
     _Atomic(cl_command_queue) queue;
+    /* A pinned host tensor's (kiln_tensor_empty_pinned): mem is a pinned buffer mapped for its
+     * whole life at pinned, which only the host and the host side of copies use (staging.h);
+     * NULL for device storage. pinned_busy: the last kiln_tensor_copy_async from or into it, which
+     * host access waits for first (then NULL). The storage's user is one thread at a time. */
+    void *pinned;
+    cl_event pinned_busy;
 } kiln__storage;
 
 struct kiln__ag_node;
@@ -70,12 +76,18 @@ static inline void kiln__tensor_bump(const kiln_tensor *t)
 
 /* Check a tensor argument: KILN_ERR_INVALID_ARGUMENT naming op and the argument when NULL,
  * released or forged; KILN_ERR_DEVICE_LOST when its device was lost; KILN_ERR_STATE when its
- * storage is mapped (kiln_tensor_map), since the device must not use it then. */
+ * storage is mapped (kiln_tensor_map), since the device must not use it then;
+ * KILN_ERR_INVALID_ARGUMENT for a pinned host tensor (kiln_tensor_empty_pinned), which no kernel
+ * uses. */
 kiln_status kiln__check_tensor(const kiln_tensor *t, const char *op, const char *argname);
 /* "argument <i+1>": a constant for small i, else formatted into buf. */
 const char *kiln__argument_name(int i, char *buf, size_t size);
 
-/* The same without the mapped rule: for the calls that are fine on a mapped tensor (map,
+/* kiln__check_tensor without the pinned rule: for the calls a pinned host tensor is fit for (host
+ * reads and writes, kiln_tensor_item and _format, kiln_tensor_copy_async). */
+kiln_status kiln__check_unmapped(const kiln_tensor *t, const char *op, const char *argname);
+
+/* Neither the mapped nor the pinned rule: for the calls that are fine on a mapped tensor (map,
  * unmap, reshape and views, which share the storage without using it). */
 kiln_status kiln__check_handle(const kiln_tensor *t, const char *op, const char *argname);
 
@@ -83,6 +95,8 @@ kiln_status kiln__check_handle(const kiln_tensor *t, const char *op, const char 
 /* For the static analyzer (see status.h), which cannot see into tensor.c: NULL fails. */
 #define kiln__check_tensor(t, op, argname)                                                         \
     ((t) ? kiln__check_tensor((t), (op), (argname)) : KILN_ERR_INVALID_ARGUMENT)
+#define kiln__check_unmapped(t, op, argname)                                                       \
+    ((t) ? kiln__check_unmapped((t), (op), (argname)) : KILN_ERR_INVALID_ARGUMENT)
 #endif
 
 /* The same-device rule: all n tensors (NULL entries are skipped) must be valid and on one
@@ -126,6 +140,17 @@ extern bool kiln__tensor_write_enqueued;
  * mem on success; on failure the caller keeps it. */
 kiln_status kiln__tensor_adopt(kiln_device *dev, cl_mem mem, kiln_dtype dtype, int ndim,
                                const int64_t *shape, const char *op, kiln_tensor **out);
+
+/* kiln_tensor_copy_async's copy of nbytes (at most either's) from src into dst, checked by the
+ * caller (one device; both ordered on this thread's queue by a check): enqueued on that queue,
+ * the pinned side's pinned_busy its event. */
+kiln_status kiln__tensor_copy_async(kiln_tensor *dst, const kiln_tensor *src, size_t nbytes,
+                                    const char *op);
+
+/* kiln_tensor_to of a pinned host tensor t (checked): a new tensor on dev, t's device (else
+ * KILN_ERR_DEVICE_MISMATCH), filled by an asynchronous copy on this thread's queue. */
+kiln_status kiln__tensor_upload(const kiln_tensor *t, kiln_device *dev, const char *op,
+                                kiln_tensor **out);
 
 /* A new tensor of the given shape on dev (like kiln_tensor_empty, with op in messages). */
 kiln_status kiln__tensor_new(kiln_device *dev, kiln_dtype dtype, int ndim, const int64_t *shape,

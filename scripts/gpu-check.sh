@@ -284,7 +284,7 @@ plan="env setup compile kiln-info kiln-info-json kiln-info-check"
 if [ $standin -eq 1 ]; then
     bench_sections="launch transfer"
 else
-    bench_sections="transfer launch elementwise matmul startup reduce fusion half"
+    bench_sections="transfer launch elementwise matmul startup reduce fusion half overlap"
 fi
 [ $nobench -eq 1 ] && bench_sections=""
 for s in $bench_sections; do plan="$plan bench-$s"; done

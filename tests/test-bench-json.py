@@ -12,7 +12,7 @@ import sys
 
 bench = sys.argv[1]
 sections = ['transfer', 'startup', 'launch', 'elementwise', 'reduce', 'fusion', 'matmul', 'train',
-            'conv', 'rnn', 'checkpoint']
+            'conv', 'rnn', 'checkpoint', 'overlap']
 env = dict(os.environ, KILN_BENCH_PYTHON=sys.executable)
 failed = 0
 for s in sections:

@@ -236,15 +236,24 @@ START_TEST(test_random_split)
 }
 END_TEST
 
-START_TEST(test_loader)
+/* kiln_loader_create, then pin_memory(pin): the batches must be the same either way. */
+static kiln_loader *loader(const kiln_dataset *d, int64_t batch, bool shuffle, bool drop,
+                           uint64_t seed, bool pin)
+{
+    kiln_loader *l = NULL;
+    ASSERT_OK(kiln_loader_create(d, dev, batch, shuffle, drop, seed, &l));
+    ASSERT_OK(kiln_loader_pin_memory(l, pin));
+    return l;
+}
+
+static void loader_cases(bool pin)
 {
     kiln_dataset *d = numbered(10);
     int64_t in_order[10];
     for (int i = 0; i < 10; i++)
         in_order[i] = i;
     for (int drop = 0; drop < 2; drop++) {
-        kiln_loader *l = NULL;
-        ASSERT_OK(kiln_loader_create(d, dev, 4, false, drop, 0, &l));
+        kiln_loader *l = loader(d, 4, false, drop, 0, pin);
         ck_assert_int_eq(kiln_loader_batches(l), drop ? 2 : 3);
         for (int epoch = 0; epoch < 2; epoch++) {
             for (int b = 0; b < (drop ? 2 : 3); b++) {
@@ -262,8 +271,7 @@ START_TEST(test_loader)
         kiln_loader_free(l);
     }
     /* shuffled: epoch e in the order of randperm(10, seed + e); the loader outlives d */
-    kiln_loader *l = NULL;
-    ASSERT_OK(kiln_loader_create(d, dev, 3, true, false, 77, &l));
+    kiln_loader *l = loader(d, 3, true, false, 77, pin);
     kiln_dataset_free(d);
     for (uint64_t epoch = 0; epoch < 3; epoch++) {
         int64_t *perm = ref_perm(10, 77 + epoch);
@@ -284,7 +292,7 @@ START_TEST(test_loader)
     const int64_t s[2] = {2, 2}, s0[2] = {0, 2};
     kiln_dataset *nt = NULL, *empty = NULL;
     ASSERT_OK(kiln_dataset_create(v, KILN_F64, 2, s, NULL, KILN_F32, 0, NULL, &nt));
-    ASSERT_OK(kiln_loader_create(nt, dev, 1000, true, false, 1, &l));
+    l = loader(nt, 1000, true, false, 1, pin);
     ck_assert_int_eq(kiln_loader_batches(l), 1);
     kiln_tensor *x = NULL, *y = (kiln_tensor *)nt;
     ASSERT_OK(kiln_loader_next(l, &x, &y));
@@ -293,13 +301,25 @@ START_TEST(test_loader)
     kiln_tensor_release(x);
     kiln_loader_free(l);
     ASSERT_OK(kiln_dataset_create(v, KILN_F64, 2, s0, NULL, KILN_F32, 0, NULL, &empty));
-    ASSERT_OK(kiln_loader_create(empty, dev, 4, true, false, 1, &l));
+    l = loader(empty, 4, true, false, 1, pin);
     ck_assert_int_eq(kiln_loader_batches(l), 0);
     ASSERT_OK(kiln_loader_next(l, &x, NULL));
     ck_assert_ptr_null(x);
     kiln_loader_free(l);
     kiln_dataset_free(empty);
+    kiln_dataset_free(nt);
+}
 
+START_TEST(test_loader)
+{
+    loader_cases(false);
+    loader_cases(true);
+    kiln_loader *l = NULL;
+    kiln_tensor *x = NULL;
+    const double v[4] = {1, 2, 3, 4};
+    const int64_t s[2] = {2, 2};
+    kiln_dataset *nt = NULL;
+    ASSERT_OK(kiln_dataset_create(v, KILN_F64, 2, s, NULL, KILN_F32, 0, NULL, &nt));
     /* errors */
     const int64_t s3[1] = {3};
     const int64_t t3[1] = {3};
@@ -330,11 +350,52 @@ START_TEST(test_loader)
     ASSERT_FAILS(kiln_loader_next(NULL, &x, NULL), KILN_ERR_INVALID_ARGUMENT,
                  "kiln_loader_next: l is NULL");
     ASSERT_FAILS(kiln_loader_next(NULL, NULL, NULL), KILN_ERR_INVALID_ARGUMENT, "x is NULL");
+    ASSERT_FAILS(kiln_loader_pin_memory(NULL, true), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_loader_pin_memory: l is NULL");
     ck_assert_int_eq(kiln_dataset_size(NULL), 0);
     ck_assert_int_eq(kiln_loader_batches(NULL), 0);
     kiln_dataset_free(NULL);
     kiln_loader_free(NULL);
     kiln_dataset_free(nt);
+}
+END_TEST
+
+/* A pinned loader in a training loop's shape: a scope per step (the batch uploading ahead is in
+ * none, so a step's scope end never frees it), pinning turned off and on between batches, the
+ * loader freed with a batch still uploading; the batches are those of an unpinned loader. */
+START_TEST(test_loader_pinned)
+{
+    kiln_dataset *d = numbered(10);
+    kiln_loader *l = loader(d, 3, true, false, 5, true);
+    for (uint64_t epoch = 0; epoch < 2; epoch++) {
+        int64_t *perm = ref_perm(10, 5 + epoch);
+        for (int b = 0; b < 4; b++) {
+            if (epoch == 1 && b == 1)
+                ASSERT_OK(kiln_loader_pin_memory(l, false));
+            if (epoch == 1 && b == 2)
+                ASSERT_OK(kiln_loader_pin_memory(l, true));
+            kiln_scope *scope;
+            ASSERT_OK(kiln_scope_begin(&scope));
+            kiln_tensor *x = NULL, *y = NULL, *z = NULL;
+            ASSERT_OK(kiln_loader_next(l, &x, &y));
+            ASSERT_OK(kiln_unary(KILN_UNARY_NEG, x, &z)); /* a step's work on the batch */
+            check_batch(x, y, perm + 3 * b, b == 3 ? 1 : 3);
+            kiln_scope_end(scope); /* x, y and z go; the batch ahead stays */
+        }
+        kiln_tensor *x = NULL;
+        ASSERT_OK(kiln_loader_next(l, &x, NULL));
+        ck_assert_ptr_null(x);
+        free(perm);
+    }
+    kiln_tensor *x = NULL, *y = NULL;
+    ASSERT_OK(kiln_loader_next(l, &x, &y)); /* the next batch is uploading as it is freed */
+    kiln_loader_free(l);
+    int64_t *perm = ref_perm(10, 7);
+    check_batch(x, y, perm, 3); /* the batch outlives its loader */
+    free(perm);
+    kiln_tensor_release(x);
+    kiln_tensor_release(y);
+    kiln_dataset_free(d);
 }
 END_TEST
 
@@ -389,6 +450,7 @@ Suite *data_suite(void)
     tcase_add_test(tc, test_randperm);
     tcase_add_test(tc, test_random_split);
     tcase_add_test(tc, test_loader);
+    tcase_add_test(tc, test_loader_pinned);
     tcase_add_test(tc, test_out_of_memory);
     suite_add_tcase(s, tc);
     return s;

@@ -318,6 +318,175 @@ START_TEST(test_profiler_track)
 }
 END_TEST
 
+/* A pinned host tensor filled with start, start + 1, ... through its mapped pointer. */
+static kiln_tensor *pinned_counting(long n, float start)
+{
+    kiln_tensor *h;
+    int64_t shape[1] = {n};
+    ASSERT_OK(kiln_tensor_empty_pinned(dev, KILN_F32, 1, shape, &h));
+    float *p;
+    ASSERT_OK(kiln_tensor_map(h, KILN_MAP_WRITE, (void **)&p));
+    for (long i = 0; i < n; i++)
+        p[i] = start + (float)i;
+    ASSERT_OK(kiln_tensor_unmap(h));
+    return h;
+}
+
+static void expect_counting(kiln_tensor *x, float start)
+{
+    long n = kiln_tensor_numel(x);
+    float *h = malloc(sizeof(float) * (size_t)n);
+    ck_assert_ptr_nonnull(h);
+    ASSERT_OK(kiln_tensor_read(x, h, sizeof(float) * (size_t)n));
+    for (long i = 0; i < n; i++)
+        ck_assert_msg(h[i] == start + (float)i, "element %ld is %g, expected %g", i, h[i],
+                      start + (float)i);
+    free(h);
+}
+
+/* Uploads and downloads through pinned host tensors, on a copy queue and on the default one:
+ * each comes after the work that wrote or read its device side, later work waits for it, and host
+ * access to the pinned side waits for the copies using it. */
+START_TEST(test_pinned_copies)
+{
+    long n = elements();
+    int64_t shape[1] = {n};
+    kiln_queue *copy;
+    ASSERT_OK(kiln_queue_create(dev, &copy));
+    kiln_tensor *h = pinned_counting(n, 0.0f), *back, *x, *y;
+    ASSERT_OK(kiln_tensor_empty_pinned(dev, KILN_F32, 1, shape, &back));
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 1, shape, &x));
+    for (int round = 0; round < 3; round++) {
+        slow_fill(x, 5.0f); /* the default queue is busy writing x */
+        ASSERT_OK(kiln_queue_set_current(dev, copy));
+        ASSERT_OK(kiln_tensor_copy_async(x, h)); /* after the fill: x = h */
+        ASSERT_OK(kiln_queue_set_current(dev, NULL));
+        add_one(x);                                 /* after the upload */
+        ASSERT_OK(kiln_tensor_copy_async(back, x)); /* download on the default queue */
+        expect_counting(back, 1.0f + (float)round); /* waits for the download */
+        /* The host rewrites h at once: the write waits for an upload from it still pending. */
+        slow_fill(x, 7.0f);
+        ASSERT_OK(kiln_queue_set_current(dev, copy));
+        ASSERT_OK(kiln_tensor_to(h, dev, &y)); /* y = h, after nothing on the copy queue */
+        ASSERT_OK(kiln_tensor_copy_async(x, h));
+        ASSERT_OK(kiln_queue_set_current(dev, NULL));
+        float *p = malloc(sizeof(float) * (size_t)n);
+        ck_assert_ptr_nonnull(p);
+        for (long i = 0; i < n; i++)
+            p[i] = (float)i + (float)round + 1.0f;
+        ASSERT_OK(kiln_tensor_write(h, p, sizeof(float) * (size_t)n));
+        free(p);
+        expect_counting(x, (float)round);
+        expect_counting(y, (float)round);
+        expect_counting(h, (float)round + 1.0f);
+        kiln_tensor_release(y);
+    }
+    /* device to device, and a pinned tensor released while its upload runs */
+    kiln_tensor *h2 = pinned_counting(n, 3.0f), *z;
+    slow_fill(x, 1.0f);
+    ASSERT_OK(kiln_tensor_copy_async(x, h2));
+    kiln_tensor_release(h2);
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_F32, 1, shape, &z));
+    ASSERT_OK(kiln_tensor_copy_async(z, x));
+    expect_counting(z, 3.0f);
+    /* pinned to pinned, 0-d, empty */
+    ASSERT_OK(kiln_tensor_copy_async(back, h));
+    expect_counting(back, 3.0f);
+    kiln_tensor *e, *ed;
+    int64_t none[1] = {0};
+    ASSERT_OK(kiln_tensor_empty_pinned(dev, KILN_F32, 1, none, &e));
+    void *ep = NULL;
+    ASSERT_OK(kiln_tensor_map(e, KILN_MAP_READ, &ep));
+    ck_assert_ptr_nonnull(ep);
+    ASSERT_OK(kiln_tensor_unmap(e));
+    ASSERT_OK(kiln_tensor_to(e, dev, &ed));
+    ck_assert_int_eq(kiln_tensor_numel(ed), 0);
+    kiln_tensor *one;
+    ASSERT_OK(kiln_tensor_empty_pinned(dev, KILN_F32, 0, NULL, &one));
+    ASSERT_OK(kiln_tensor_write(one, &(float){2.5f}, sizeof(float)));
+    double v = 0;
+    ASSERT_OK(kiln_tensor_item(one, &v));
+    ck_assert(v == 2.5);
+    kiln_tensor_release(one);
+    kiln_tensor_release(e);
+    kiln_tensor_release(ed);
+    kiln_tensor_release(z);
+    kiln_tensor_release(x);
+    kiln_tensor_release(back);
+    kiln_tensor_release(h);
+    ASSERT_OK(kiln_queue_release(copy));
+}
+END_TEST
+
+START_TEST(test_pinned_bad_calls)
+{
+    int64_t shape[1] = {4}, five[1] = {5};
+    kiln_tensor *h = (kiln_tensor *)&h, *x, *y = NULL;
+    ASSERT_FAILS(kiln_tensor_empty_pinned(NULL, KILN_F32, 1, shape, &h), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_tensor_empty_pinned");
+    ck_assert_ptr_null(h);
+    ASSERT_FAILS(kiln_tensor_empty_pinned(dev, KILN_F32, 1, shape, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_tensor_empty_pinned: out is NULL");
+    int64_t neg[1] = {-1}, huge[1] = {(int64_t)1 << 48};
+    ASSERT_FAILS(kiln_tensor_empty_pinned(dev, KILN_F32, 1, neg, &h), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_tensor_empty_pinned");
+    ASSERT_FAILS(kiln_tensor_empty_pinned(dev, KILN_F32, 1, huge, &h), KILN_ERR_OUT_OF_MEMORY,
+                 "kiln_tensor_empty_pinned: no pinned host memory of 1125899906842624 bytes");
+    ck_assert_ptr_null(h);
+    ASSERT_OK(kiln_tensor_empty_pinned(dev, KILN_F32, 1, shape, &h));
+    ASSERT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, shape, &x));
+    /* ops and kernels refuse host memory */
+    ASSERT_FAILS(kiln_unary(KILN_UNARY_NEG, h, &y), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_unary: argument 1 is a pinned host tensor");
+    ck_assert_ptr_null(y);
+    ASSERT_FAILS(kiln_add(x, h, &y), KILN_ERR_INVALID_ARGUMENT, "is a pinned host tensor");
+    ck_assert_ptr_null(kiln_tensor_cl_mem(h));
+    kiln_arg args[2] = {kiln_arg_tensor(h), kiln_arg_i32(4)};
+    size_t g = 4;
+    ASSERT_FAILS(kiln_program_launch(prog, "add_one", 1, &g, NULL, 2, args),
+                 KILN_ERR_INVALID_ARGUMENT, "is a pinned host tensor");
+    /* copy_async's rules */
+    ASSERT_FAILS(kiln_tensor_copy_async(NULL, h), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_tensor_copy_async: dst is NULL");
+    ASSERT_FAILS(kiln_tensor_copy_async(x, NULL), KILN_ERR_INVALID_ARGUMENT,
+                 "kiln_tensor_copy_async: src is NULL");
+    kiln_tensor *i32, *h5;
+    ASSERT_OK(kiln_tensor_empty(dev, KILN_I32, 1, shape, &i32));
+    ASSERT_FAILS(kiln_tensor_copy_async(i32, h), KILN_ERR_DTYPE_MISMATCH,
+                 "kiln_tensor_copy_async: dst is i32 but src is f32");
+    ASSERT_OK(kiln_tensor_empty_pinned(dev, KILN_F32, 1, five, &h5));
+    ASSERT_FAILS(kiln_tensor_copy_async(x, h5), KILN_ERR_SHAPE_MISMATCH,
+                 "dst has 4 elements but src has 5");
+    void *p;
+    ASSERT_OK(kiln_tensor_map(h, KILN_MAP_READ, &p));
+    ASSERT_FAILS(kiln_tensor_copy_async(x, h), KILN_ERR_STATE, "src is mapped");
+    ASSERT_FAILS(kiln_tensor_map(h, KILN_MAP_READ, &p), KILN_ERR_STATE, "already mapped");
+    ASSERT_OK(kiln_tensor_unmap(h));
+    ASSERT_FAILS(kiln_tensor_unmap(h), KILN_ERR_STATE, "not mapped");
+    kiln_tensor_release(h5);
+    ASSERT_FAILS(kiln_tensor_copy_async(x, h5), KILN_ERR_INVALID_ARGUMENT, "already released");
+    kiln_device *other = test_other_device(dev, false);
+    if (!other)
+        other = test_other_device(dev, true);
+    if (other) {
+        kiln_tensor *ox;
+        ASSERT_OK(kiln_tensor_empty(other, KILN_F32, 1, shape, &ox));
+        ASSERT_FAILS(kiln_tensor_copy_async(ox, h), KILN_ERR_DEVICE_MISMATCH,
+                     "both must be on one device");
+        y = (kiln_tensor *)&y;
+        ASSERT_FAILS(kiln_tensor_to(h, other, &y), KILN_ERR_DEVICE_MISMATCH,
+                     "kiln_tensor_to: the pinned host tensor belongs to");
+        ck_assert_ptr_null(y);
+        kiln_tensor_release(ox);
+    } else {
+        test_skip("pinned tensors of two devices: one device");
+    }
+    kiln_tensor_release(i32);
+    kiln_tensor_release(x);
+    kiln_tensor_release(h);
+}
+END_TEST
+
 START_TEST(test_bad_calls)
 {
     kiln_queue *q = (kiln_queue *)&q;
@@ -418,6 +587,8 @@ Suite *queues_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_tensor_follows_queues);
     tcase_add_test(tc, test_pool_per_queue);
+    tcase_add_test(tc, test_pinned_copies);
+    tcase_add_test(tc, test_pinned_bad_calls);
     tcase_add_test(tc, test_events);
     tcase_add_test(tc, test_queue_waits_for_event);
     tcase_add_test(tc, test_synchronize);

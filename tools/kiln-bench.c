@@ -26,6 +26,8 @@ static const bench_section sections[] = {
     {"half", "f16 vs f32: add/mul/relu on 16 Mi elements, matmul n=256..1024", bench_half},
     {"checkpoint", "kiln_save/kiln_load/kiln_load_mapped of 1 GiB vs write()+fsync/read()",
      bench_checkpoint},
+    {"overlap", "a pinned upload on a copy queue beside matmuls (event times); loader pin_memory",
+     bench_overlap},
 #ifdef KILN_HAVE_MPI
     {"allreduce", "kiln_mpi_allreduce of 1..256 MiB vs MPI_Allreduce (under mpirun)",
      bench_allreduce},

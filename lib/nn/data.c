@@ -11,6 +11,7 @@
 #include "dtype.h"
 #include "ops/random.h"
 #include "registry.h"
+#include "scope.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -290,12 +291,47 @@ struct kiln_loader {
     uint64_t seed, epoch;
     int64_t *order;        /* this epoch's order of d's samples */
     unsigned char *buf[2]; /* one batch of features and of targets */
+    /* kiln_loader_pin_memory: batches are gathered into pinned host tensors (two per part, used
+     * in turn, so that one fills while the other's copy may still run) and uploaded on the copy
+     * queue, one batch ahead: ahead[] is batch ahead_at, uploading (ahead_at -1: none). */
+    kiln_queue *copy;
+    kiln_tensor *pinned[2][2]; /* [slot][part] */
+    int slot;
+    kiln_tensor *ahead[2];
+    int64_t ahead_at;
 };
+
+/* Drop the batch uploading ahead: ordered onto this thread's queue first, so that its buffers go
+ * back to that queue's pool and not to the copy queue's. */
+static void drop_ahead(kiln_loader *l)
+{
+    for (int k = 0; k < 2; k++)
+        if (l->ahead[k]) {
+            kiln__check_handle(l->ahead[k], "kiln_loader", "batch");
+            kiln_tensor_release(l->ahead[k]);
+            l->ahead[k] = NULL;
+        }
+    l->ahead_at = -1;
+}
+
+/* Back to uploading each batch when it is asked for. */
+static void unpin(kiln_loader *l)
+{
+    drop_ahead(l);
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++) {
+            kiln_tensor_release(l->pinned[i][k]);
+            l->pinned[i][k] = NULL;
+        }
+    kiln_queue_release(l->copy);
+    l->copy = NULL;
+}
 
 void kiln_loader_free(kiln_loader *l)
 {
     if (!l)
         return;
+    unpin(l);
     kiln_dataset_free(l->d);
     free(l->order);
     free(l->buf[0]);
@@ -362,6 +398,7 @@ kiln_status kiln_loader_create(const kiln_dataset *d, kiln_device *dev, int64_t 
     l->drop_last = drop_last;
     l->seed = kiln__seed_resolve(seed);
     l->batches = drop_last ? d->n / batch_size : (d->n + batch_size - 1) / batch_size;
+    l->ahead_at = -1;
     start_epoch(l);
     *out = l;
     return KILN_OK;
@@ -370,6 +407,104 @@ kiln_status kiln_loader_create(const kiln_dataset *d, kiln_device *dev, int64_t 
 int64_t kiln_loader_batches(const kiln_loader *l)
 {
     return l ? l->batches : 0;
+}
+
+/* The samples in batch `at` (the last may be short). */
+static int64_t batch_rows(const kiln_loader *l, int64_t at)
+{
+    int64_t first = at * l->batch, rows = l->d->n - first;
+    return rows > l->batch ? l->batch : rows;
+}
+
+/* The shape of a batch of part k with rows samples (b->ndim[k] + 1 dimensions). */
+static void batch_shape(const block *b, int k, int64_t rows, int64_t *shape)
+{
+    shape[0] = rows;
+    memcpy(shape + 1, b->shape[k], (size_t)b->ndim[k] * sizeof(int64_t));
+}
+
+/* Copy the samples of batch `at`'s part k, in this epoch's order, to dst. */
+static void gather(const kiln_loader *l, int64_t at, int k, unsigned char *dst)
+{
+    const block *b = l->d->b;
+    size_t sb = b->sample_bytes[k];
+    int64_t first = at * l->batch, rows = batch_rows(l, at);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(dst + (size_t)r * sb, b->data[k] + (size_t)sample_at(l->d, l->order[first + r]) * sb,
+               sb);
+}
+
+/* Batch `at` uploading on the copy queue into t[] (new tensors of no scope, their memory taken for
+ * this thread's queue, so the copy waits for what was enqueued there until now): gathered into
+ * the next pinned slot, which waits for its last copy first. */
+static kiln_status upload(kiln_loader *l, int64_t at, kiln_tensor **t)
+{
+    const char *op = "kiln_loader_next";
+    const block *b = l->d->b;
+    int64_t rows = batch_rows(l, at);
+    kiln_queue *caller = kiln_queue_current(l->dev);
+    kiln_status s = KILN_OK;
+    for (int k = 0; k < 2 && s == KILN_OK; k++) {
+        if (!b->data[k])
+            continue;
+        kiln_tensor *pin = l->pinned[l->slot][k];
+        void *host;
+        s = kiln_tensor_map(pin, KILN_MAP_WRITE, &host);
+        if (s != KILN_OK)
+            break;
+        gather(l, at, k, host);
+        kiln_tensor_unmap(pin);
+        int64_t shape[KILN_MAX_DIMS + 1];
+        batch_shape(b, k, rows, shape);
+        s = kiln__tensor_new(l->dev, b->dtype[k], b->ndim[k] + 1, shape, op, &t[k]);
+        if (s != KILN_OK)
+            break;
+        kiln__scope_forget(t[k]);
+        s = kiln_queue_set_current(l->dev, l->copy);
+        if (s == KILN_OK)
+            s = kiln__check_handle(t[k], op, "batch"); /* after the caller's queue's work on it */
+        if (s == KILN_OK)
+            s = kiln__tensor_copy_async(t[k], pin, (size_t)rows * b->sample_bytes[k], op);
+        kiln_status r = kiln_queue_set_current(l->dev, caller);
+        s = s != KILN_OK ? s : r;
+    }
+    l->slot ^= 1;
+    if (s != KILN_OK)
+        for (int k = 0; k < 2; k++) {
+            kiln_tensor_release(t[k]);
+            t[k] = NULL;
+        }
+    return s;
+}
+
+kiln_status kiln_loader_pin_memory(kiln_loader *l, bool on)
+{
+    const char *op = "kiln_loader_pin_memory";
+    if (!l)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: l is NULL", op);
+    if (on == (l->copy != NULL))
+        return KILN_OK;
+    if (!on) {
+        unpin(l);
+        return KILN_OK;
+    }
+    const block *b = l->d->b;
+    int64_t rows = l->batch < l->d->n ? l->batch : (l->d->n ? l->d->n : 1);
+    kiln_status s = kiln_queue_create(l->dev, &l->copy);
+    for (int i = 0; i < 2 && s == KILN_OK; i++)
+        for (int k = 0; k < 2 && s == KILN_OK; k++) {
+            if (!b->data[k])
+                continue;
+            int64_t shape[KILN_MAX_DIMS + 1];
+            batch_shape(b, k, rows, shape);
+            s = kiln_tensor_empty_pinned(l->dev, b->dtype[k], b->ndim[k] + 1, shape,
+                                         &l->pinned[i][k]);
+            if (s == KILN_OK)
+                kiln__scope_forget(l->pinned[i][k]);
+        }
+    if (s != KILN_OK)
+        unpin(l);
+    return s;
 }
 
 kiln_status kiln_loader_next(kiln_loader *l, kiln_tensor **x, kiln_tensor **y)
@@ -388,22 +523,38 @@ kiln_status kiln_loader_next(kiln_loader *l, kiln_tensor **x, kiln_tensor **y)
         return KILN_OK;
     }
     const block *b = l->d->b;
-    int64_t first = l->next * l->batch, rows = l->d->n - first;
-    if (rows > l->batch)
-        rows = l->batch;
     kiln_tensor *t[2] = {NULL, NULL};
     kiln_status s = KILN_OK;
-    for (int k = 0; k < 2 && s == KILN_OK; k++) {
-        if (!b->data[k] || (k == 1 && !y))
-            continue;
-        size_t sb = b->sample_bytes[k];
-        for (int64_t r = 0; r < rows; r++)
-            memcpy(l->buf[k] + (size_t)r * sb,
-                   b->data[k] + (size_t)sample_at(l->d, l->order[first + r]) * sb, sb);
-        int64_t shape[KILN_MAX_DIMS + 1];
-        shape[0] = rows;
-        memcpy(shape + 1, b->shape[k], (size_t)b->ndim[k] * sizeof(int64_t));
-        s = kiln_tensor_from_host(l->dev, b->dtype[k], b->ndim[k] + 1, shape, l->buf[k], &t[k]);
+    if (l->copy) {
+        if (l->ahead_at == l->next) {
+            memcpy(t, l->ahead, sizeof t);
+            l->ahead[0] = l->ahead[1] = NULL;
+            l->ahead_at = -1;
+        } else {
+            s = upload(l, l->next, t);
+        }
+        /* Ordered onto this thread's queue now, before the next batch's copy is enqueued on the
+         * copy queue: the step waits for this batch only. */
+        for (int k = 0; k < 2 && s == KILN_OK; k++)
+            if (t[k])
+                s = kiln__check_handle(t[k], op, "batch");
+        if (s == KILN_OK && l->next + 1 < l->batches) {
+            s = upload(l, l->next + 1, l->ahead);
+            l->ahead_at = s == KILN_OK ? l->next + 1 : -1;
+        }
+        for (int k = 0; k < 2 && s == KILN_OK; k++)
+            if (t[k])
+                kiln__scope_adopt(t[k]);
+    } else {
+        int64_t rows = batch_rows(l, l->next);
+        for (int k = 0; k < 2 && s == KILN_OK; k++) {
+            if (!b->data[k] || (k == 1 && !y))
+                continue;
+            gather(l, l->next, k, l->buf[k]);
+            int64_t shape[KILN_MAX_DIMS + 1];
+            batch_shape(b, k, rows, shape);
+            s = kiln_tensor_from_host(l->dev, b->dtype[k], b->ndim[k] + 1, shape, l->buf[k], &t[k]);
+        }
     }
     if (s != KILN_OK) {
         kiln_tensor_release(t[0]);
@@ -414,5 +565,7 @@ kiln_status kiln_loader_next(kiln_loader *l, kiln_tensor **x, kiln_tensor **y)
     *x = t[0];
     if (y)
         *y = t[1];
+    else
+        kiln_tensor_release(t[1]);
     return KILN_OK;
 }

@@ -199,6 +199,8 @@ kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device *dev, kiln_tensor *
         s = kiln__check_device(dev, op);
     if (s != KILN_OK)
         return s;
+    if (t->storage->pinned) /* host memory: onto its device, without waiting */
+        return kiln__tensor_upload(t, dev, op, out);
     if (dev == t->dev && kiln__scope_active()) /* a new handle, for the scope to release */
         return kiln_tensor_reshape(t, t->ndim, t->shape, out);
     if (dev == t->dev) {

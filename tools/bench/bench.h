@@ -95,6 +95,7 @@ int bench_conv(bench_ctx *ctx);
 int bench_rnn(bench_ctx *ctx);
 int bench_half(bench_ctx *ctx);
 int bench_checkpoint(bench_ctx *ctx);
+int bench_overlap(bench_ctx *ctx);
 int bench_allreduce(bench_ctx *ctx); /* with libkiln-mpi only (KILN_HAVE_MPI) */
 
 #endif
