@@ -1156,9 +1156,10 @@ KILN_API bool kiln_grad_enabled(void);
  *     kiln_linear, kiln_conv2d;
  *   in f32 (f16 inputs cast): kiln_softmax, kiln_log_softmax, kiln_logsumexp, kiln_reduce SUM,
  *     kiln_cross_entropy, kiln_mse_loss, kiln_bce_loss, kiln_bce_with_logits_loss,
- *     kiln_layer_norm, kiln_batch_norm, kiln_unary EXP / LOG / RSQRT / SOFTPLUS, kiln_binary
- *     and kiln_binary_scalar POW; recurrent layers too (kiln's have no f16 form yet; PyTorch's
- *     run in f16);
+ *     kiln_layer_norm, kiln_unary EXP / LOG / RSQRT / SOFTPLUS, kiln_binary and
+ *     kiln_binary_scalar POW; recurrent layers too (kiln's have no f16 form yet; PyTorch's run in
+ *     f16);
+ *   kiln_batch_norm on an f16 x with f32 parameters: f32 statistics, y in f16 (as PyTorch's);
  *   everything else in its inputs' dtype, mixed inputs promoting as usual (f16 + f32: f32).
  * The casts are kiln_cast's, recorded by autograd: the gradients of f32 parameters (master
  * weights) come back in f32. kiln_backward runs with autocast suspended (the gradients follow
@@ -1421,8 +1422,11 @@ KILN_API kiln_status kiln_linear(const kiln_tensor *x, const kiln_tensor *weight
  * (more than one value per channel), and, when running_mean and running_var are given, updates
  * them in place to (1 - momentum) running + momentum batch (the variance unbiased, n / (n - 1));
  * evaluation uses the running values (both required). Then * weight + bias (each optional, [C]).
- * Differentiable in x, weight and bias (in training through the batch statistics). Momentum in
- * [0, 1] (PyTorch's default 0.1), eps >= 0 (1e-5). num_batches_tracked is the module's. */
+ * Differentiable in x, weight and bias (in training through the batch statistics); autograd
+ * keeps x and the per-channel mean and 1/sqrt(var + eps), as PyTorch's does. Momentum in [0, 1]
+ * (PyTorch's default 0.1), eps >= 0 (1e-5). num_batches_tracked is the module's. The other
+ * tensors have x's dtype, or f32 for an f16 or bf16 x (PyTorch's mixed batch norm, what autocast
+ * runs): the statistics and arithmetic are f32 at least, y has x's dtype. */
 KILN_API kiln_status kiln_batch_norm(const kiln_tensor *x, kiln_tensor *running_mean,
                                      kiln_tensor *running_var, const kiln_tensor *weight,
                                      const kiln_tensor *bias, bool training, double momentum,

@@ -28,9 +28,10 @@ typedef enum kiln__ag_kind {
     KILN__AG_INDEX_SELECT,  /* axis (resolved); inputs x, index */
     KILN__AG_GATHER,        /* axis (resolved); inputs x, index */
     KILN__AG_IM2COL,        /* kiln_conv2d's unfolding: the geometry (ops/conv.h); input x */
-    KILN__AG_MAX_POOL,      /* the window (ops/conv.h); inputs x, indices */
+    KILN__AG_MAX_POOL,      /* the window (ops/conv.h); input x (the backward finds the maxima) */
     KILN__AG_AVG_POOL,      /* the window (ops/conv.h); input x */
     KILN__AG_RNN_SCAN,      /* a recurrent layer's time loop (ops/rnn.h): op mode, flags reverse */
+    KILN__AG_BATCH_NORM,    /* flags training; inputs x, weight, bias, mean, invstd ([1, C, 1]) */
     KILN__AG_UNSUPPORTED,   /* an op without a gradient: backward through it fails */
 } kiln__ag_kind;
 

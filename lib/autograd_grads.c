@@ -442,6 +442,81 @@ static void index_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor 
     give(sc, nd, 0, cur, grads);
 }
 
+/* The mean (or sum) of t [N, C, R] over N and R, kept as [1, C, 1]. */
+static void reduce_nr(scratch *sc, kiln_reduce_op op, const kiln_tensor *t, kiln_tensor **out)
+{
+    kiln_tensor *part = NULL;
+    RUN(sc, part, kiln_reduce(op, t, 2, true, &part));
+    RUN(sc, *out, kiln_reduce(op, part, 0, true, out));
+}
+
+/* t in input i's shape and dtype (a cast where they differ); NULL after a failure. */
+static const kiln_tensor *as_input(scratch *sc, const kiln__ag_node *nd, int i,
+                                   const kiln_tensor *t)
+{
+    const kiln_tensor *like = nd->in[i].t;
+    kiln_tensor *cast = NULL, *shaped = NULL;
+    if (sc->s == KILN_OK && t->dtype != like->dtype)
+        RUN(sc, cast, kiln_cast(t, like->dtype, &cast));
+    RUN(sc, shaped, kiln_tensor_reshape(cast ? cast : t, like->ndim, like->shape, &shaped));
+    return shaped;
+}
+
+/* KILN__AG_BATCH_NORM (PyTorch's batch-norm backward): x as [N, C, R], xhat = (x - mean) invstd
+ * recomputed from what the node kept, gw = g weight; in training
+ * dx = invstd (gw - mean(gw) - xhat mean(gw xhat)), the means over N and R (the batch statistics
+ * depend on x), in evaluation dx = invstd gw; dweight = sum(g xhat), dbias = sum(g). In f32 at
+ * least (a 16-bit x and g are widened), each gradient in its input's dtype. */
+static void batch_norm_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
+                             kiln_tensor **grads)
+{
+    const kiln_tensor *x = nd->in[0].t, *w = nd->in[1].t, *b = nd->in[2].t;
+    const kiln_tensor *mean = nd->in[3].t, *invstd = nd->in[4].t;
+    int64_t c = x->shape[1], rest = x->numel / c / (x->shape[0] ? x->shape[0] : 1);
+    const int64_t flat[3] = {x->shape[0], c, rest}, col[3] = {1, c, 1};
+    kiln_tensor *xr = NULL, *gr = NULL, *gwide = NULL, *d = NULL, *xhat = NULL, *w3 = NULL;
+    kiln_tensor *gw = NULL;
+    RUN(sc, xr, kiln_tensor_reshape(x, 3, flat, &xr));
+    RUN(sc, gr, kiln_tensor_reshape(g, 3, flat, &gr));
+    if (g->dtype == KILN_F16 || g->dtype == KILN_BF16)
+        RUN(sc, gwide, kiln_cast(gr, KILN_F32, &gwide));
+    const kiln_tensor *gg = gwide ? gwide : gr;
+    RUN(sc, d, kiln_sub(xr, mean, &d));
+    RUN(sc, xhat, kiln_mul(d, invstd, &xhat));
+    if (w) {
+        RUN(sc, w3, kiln_tensor_reshape(w, 3, col, &w3));
+        RUN(sc, gw, kiln_mul(gg, w3, &gw));
+    }
+    if (x->requires_grad) {
+        const kiln_tensor *gx = gw ? gw : gg;
+        kiln_tensor *dx = NULL;
+        if (nd->a.flags) { /* training */
+            kiln_tensor *m1 = NULL, *p = NULL, *m2 = NULL, *q = NULL, *r = NULL, *r2 = NULL;
+            reduce_nr(sc, KILN_REDUCE_MEAN, gx, &m1);
+            RUN(sc, p, kiln_mul(gx, xhat, &p));
+            reduce_nr(sc, KILN_REDUCE_MEAN, p, &m2);
+            RUN(sc, q, kiln_mul(xhat, m2, &q));
+            RUN(sc, r, kiln_sub(gx, m1, &r));
+            RUN(sc, r2, kiln_sub(r, q, &r2));
+            RUN(sc, dx, kiln_mul(r2, invstd, &dx));
+        } else {
+            RUN(sc, dx, kiln_mul(gx, invstd, &dx));
+        }
+        give(sc, nd, 0, as_input(sc, nd, 0, dx), grads);
+    }
+    if (w && w->requires_grad) {
+        kiln_tensor *p = NULL, *sum = NULL;
+        RUN(sc, p, kiln_mul(gg, xhat, &p));
+        reduce_nr(sc, KILN_REDUCE_SUM, p, &sum);
+        give(sc, nd, 1, as_input(sc, nd, 1, sum), grads);
+    }
+    if (b && b->requires_grad) {
+        kiln_tensor *sum = NULL;
+        reduce_nr(sc, KILN_REDUCE_SUM, gg, &sum);
+        give(sc, nd, 2, as_input(sc, nd, 2, sum), grads);
+    }
+}
+
 kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_tensor **grads)
 {
     scratch sc = {.n = 0, .s = KILN_OK};
@@ -513,12 +588,15 @@ kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_t
         give(&sc, nd, 0, gx, grads);
         break;
     case KILN__AG_MAX_POOL:
-        RUN(&sc, gx, kiln__max_pool2d_bw(g, x, nd->in[1].t, &nd->a, &gx));
+        RUN(&sc, gx, kiln__max_pool2d_bw(g, x, &nd->a, &gx));
         give(&sc, nd, 0, gx, grads);
         break;
     case KILN__AG_AVG_POOL:
         RUN(&sc, gx, kiln__avg_pool2d_bw(g, x, &nd->a, &gx));
         give(&sc, nd, 0, gx, grads);
+        break;
+    case KILN__AG_BATCH_NORM:
+        batch_norm_grads(&sc, nd, g, grads);
         break;
     case KILN__AG_RNN_SCAN: {
         const kiln_tensor *ins[KILN__RNN_NODE_INPUTS];

@@ -48,6 +48,8 @@ static bool needs_value(const kiln__ag_node *nd, int i)
     case KILN__AG_CROSS_ENTROPY:
     case KILN__AG_MSE:
     case KILN__AG_RNN_SCAN:
+    case KILN__AG_BATCH_NORM:
+    case KILN__AG_MAX_POOL:
         return true;
     default:
         return false;

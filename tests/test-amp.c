@@ -81,13 +81,13 @@ START_TEST(test_policy)
     int64_t lv[4] = {0, 2, 4, 1};
     kiln_tensor *labels = NULL;
     ASSERT_OK(kiln_tensor_from_host(dev, KILN_I64, 1, &s4, lv, &labels));
-    enum { N = 19 };
+    enum { N = 20 };
     kiln_tensor *got[N] = {0}, *want[N] = {0};
-    const char *names[N] = {"matmul",     "matmul_trans", "linear",     "conv2d",
-                            "softmax",    "log_softmax",  "logsumexp",  "sum",
-                            "max (f16)",  "mean (f16)",   "cross_ent.", "mse",
-                            "layer_norm", "exp",          "relu (f16)", "pow",
-                            "pow scalar", "add f16+f32",  "add f16+f16"};
+    const char *names[N] = {"matmul",     "matmul_trans", "linear",      "conv2d",
+                            "softmax",    "log_softmax",  "logsumexp",   "sum",
+                            "max (f16)",  "mean (f16)",   "cross_ent.",  "mse",
+                            "layer_norm", "exp",          "relu (f16)",  "pow",
+                            "pow scalar", "add f16+f32",  "add f16+f16", "batch_norm"};
     kiln_tensor *grad = NULL;
     for (int pass = 0; pass < 2; pass++) {
         kiln_tensor **r = pass ? got : want;
@@ -113,12 +113,20 @@ START_TEST(test_policy)
         ASSERT_OK(kiln_binary_scalar(KILN_BINARY_POW, pass ? h : hf, 2.0, &r[16]));
         ASSERT_OK(kiln_add(h, a, &r[17]));
         ASSERT_OK(kiln_add(h, h, &r[18]));
+        /* batch norm computes in f32 and gives the 16-bit input's dtype back */
+        kiln_tensor *hx32 = pass ? NULL : cast(hx, KILN_F32), *bn32 = NULL;
+        ASSERT_OK(kiln_batch_norm(pass ? hx : hx32, NULL, NULL, bias, bias, true, 0.1, 1e-5,
+                                  pass ? &r[19] : &bn32));
+        if (!pass)
+            r[19] = cast(bn32, lo);
+        kiln_tensor_release(hx32);
+        kiln_tensor_release(bn32);
         if (pass)
             ASSERT_OK(kiln_autocast_end());
     }
     const kiln_dtype expect[N] = {
         lo,       lo,       lo,       lo,       KILN_F32, KILN_F32, KILN_F32, KILN_F32, lo, lo,
-        KILN_F32, KILN_F32, KILN_F32, KILN_F32, lo,       KILN_F32, KILN_F32, KILN_F32, lo};
+        KILN_F32, KILN_F32, KILN_F32, KILN_F32, lo,       KILN_F32, KILN_F32, KILN_F32, lo, lo};
     for (int i = 0; i < N; i++) {
         ck_assert_msg(kiln_tensor_dtype(got[i]) == expect[i], "%s under autocast gave %s", names[i],
                       kiln_dtype_name(kiln_tensor_dtype(got[i])));

@@ -268,6 +268,24 @@ static kiln_status f_batch_norm(kiln_tensor *const *in, kiln_tensor **out, const
     return kiln_batch_norm(in[0], NULL, NULL, in[1], in[2], true, 0.1, 1e-5, out);
 }
 
+/* The same in evaluation mode: the running statistics are constants, so the gradient of x is
+ * weight / sqrt(var + eps) alone. */
+static kiln_status f_batch_norm_eval(kiln_tensor *const *in, kiln_tensor **out, const void *c)
+{
+    (void)c;
+    kiln_tensor *rm = NULL, *rv = NULL;
+    int64_t ch = 2;
+    kiln_device *d = kiln_tensor_device(in[0]);
+    kiln_status s = kiln_full(d, kiln_tensor_dtype(in[0]), 1, &ch, 0.25, &rm);
+    if (s == KILN_OK)
+        s = kiln_full(d, kiln_tensor_dtype(in[0]), 1, &ch, 1.5, &rv);
+    if (s == KILN_OK)
+        s = kiln_batch_norm(in[0], rm, rv, in[1], in[2], false, 0.1, 1e-5, out);
+    kiln_tensor_release(rm);
+    kiln_tensor_release(rv);
+    return s;
+}
+
 static kiln_status f_matmul(kiln_tensor *const *in, kiln_tensor **out, const void *c)
 {
     return kiln_matmul_trans(in[0], in[1], ((const opctx *)c)->flags, out);
@@ -491,6 +509,7 @@ START_TEST(test_fd_batch_norm)
     spec sp[3] = {S4(3, 2, 2, 3, -1.0, 1.0), S1(2, 0.5, 1.5), S1(2, -1.0, 1.0)};
     opctx c = {0};
     gradcheck("batch_norm", f_batch_norm, &c, 3, sp);
+    gradcheck("batch_norm eval", f_batch_norm_eval, &c, 3, sp);
 }
 END_TEST
 

@@ -75,7 +75,9 @@ kernel void kiln_col2im(global const KILN_T *cols, global KILN_T *dx, long N, lo
  * divisions): a window of KH x KW from (oh SH - PH, ow SW - PW), padding outside x.
  *   kiln_max_pool2d      the maximum (NaN wins, the first of equals) and its index h W + w in
  *                        the plane (PyTorch's return_indices)
- *   kiln_max_pool2d_bw   dx[nc, h, w] = the sum of g over the windows whose index is (h, w)
+ *   kiln_max_pool2d_bw   dx[nc, h, w] = the sum of g over the windows whose maximum is at (h, w),
+ *                        found again in x by the forward's own search (kiln_pool_argmax), so
+ *                        that autograd keeps x alone, not the indices (8 bytes an output)
  *   kiln_avg_pool2d      the sum over the window's elements inside x / (KH KW) (PyTorch's
  *                        count_include_pad)
  *   kiln_avg_pool2d_bw   dx[nc, h, w] = the sum of g / (KH KW) over the windows holding (h, w)
@@ -92,6 +94,34 @@ void kiln_pool_windows(long p, long P, long K, long S, long O, long *o0, long *o
         *o1 = O - 1;
 }
 
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_max_pool2d) ||                                 \
+    defined(KILN_WANT_kiln_max_pool2d_bw)
+/* The maximum of window (oh, ow) of plane nc into *best and its index h W + w in the plane (-1
+ * for a window wholly in the padding): NaN wins, the first of equals in row-major order. */
+long kiln_pool_argmax(global const KILN_T *x, long nc, long oh, long ow, long H, long W, long KH,
+                      long KW, long SH, long SW, long PH, long PW, KILN_TC *best)
+{
+    long at = -1;
+    *best = (KILN_TC)0;
+    for (long i = 0; i < KH; i++) {
+        long h = oh * SH - PH + i;
+        if (h < 0 || h >= H)
+            continue;
+        for (long j = 0; j < KW; j++) {
+            long w = ow * SW - PW + j;
+            if (w < 0 || w >= W)
+                continue;
+            KILN_TC v = LOAD_T(x, (nc * H + h) * W + w);
+            if (at < 0 || (!isnan(*best) && (v > *best || isnan(v)))) {
+                *best = v;
+                at = h * W + w;
+            }
+        }
+    }
+    return at;
+}
+#endif
+
 #if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_max_pool2d)
 kernel void kiln_max_pool2d(global const KILN_T *x, global KILN_T *out, global long *idx, long NC,
                             long H, long W, long OH, long OW, long KH, long KW, long SH, long SW,
@@ -100,23 +130,8 @@ kernel void kiln_max_pool2d(global const KILN_T *x, global KILN_T *out, global l
     KILN_FOR(nc, 2, NC) {
         KILN_FOR(oh, 1, OH) {
             KILN_FOR(ow, 0, OW) {
-                KILN_TC best = (KILN_TC)0;
-                long at = -1;
-                for (long i = 0; i < KH; i++) {
-                    long h = oh * SH - PH + i;
-                    if (h < 0 || h >= H)
-                        continue;
-                    for (long j = 0; j < KW; j++) {
-                        long w = ow * SW - PW + j;
-                        if (w < 0 || w >= W)
-                            continue;
-                        KILN_TC v = LOAD_T(x, (nc * H + h) * W + w);
-                        if (at < 0 || (!isnan(best) && (v > best || isnan(v)))) {
-                            best = v;
-                            at = h * W + w;
-                        }
-                    }
-                }
+                KILN_TC best;
+                long at = kiln_pool_argmax(x, nc, oh, ow, H, W, KH, KW, SH, SW, PH, PW, &best);
                 long o = (nc * OH + oh) * OW + ow;
                 STORE_T(out, o, best);
                 idx[o] = at;
@@ -127,23 +142,22 @@ kernel void kiln_max_pool2d(global const KILN_T *x, global KILN_T *out, global l
 #endif
 
 #if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_max_pool2d_bw)
-kernel void kiln_max_pool2d_bw(global const KILN_T *g, global const long *idx, global KILN_T *dx,
+kernel void kiln_max_pool2d_bw(global const KILN_T *g, global const KILN_T *x, global KILN_T *dx,
                                long NC, long H, long W, long OH, long OW, long KH, long KW,
                                long SH, long SW, long PH, long PW)
 {
     KILN_FOR(nc, 2, NC) {
         KILN_FOR(h, 1, H) {
             KILN_FOR(w, 0, W) {
-                KILN_TC acc = (KILN_TC)0;
+                KILN_TC acc = (KILN_TC)0, best;
                 long oh0, oh1, ow0, ow1;
                 kiln_pool_windows(h, PH, KH, SH, OH, &oh0, &oh1);
                 kiln_pool_windows(w, PW, KW, SW, OW, &ow0, &ow1);
                 for (long oh = oh0; oh <= oh1; oh++)
-                    for (long ow = ow0; ow <= ow1; ow++) {
-                        long o = (nc * OH + oh) * OW + ow;
-                        if (idx[o] == h * W + w)
-                            acc += LOAD_T(g, o);
-                    }
+                    for (long ow = ow0; ow <= ow1; ow++)
+                        if (kiln_pool_argmax(x, nc, oh, ow, H, W, KH, KW, SH, SW, PH, PW, &best) ==
+                            h * W + w)
+                            acc += LOAD_T(g, (nc * OH + oh) * OW + ow);
                 STORE_T(dx, (nc * H + h) * W + w, acc);
             }
         }

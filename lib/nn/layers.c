@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "nn/layers.h"
 #include "ops/amp.h"
 #include "ops/common.h"
@@ -162,29 +163,36 @@ kiln_status kiln_layer_norm(const kiln_tensor *x, const kiln_tensor *weight,
     return drop(s, 8, t);
 }
 
-kiln_status kiln_batch_norm(const kiln_tensor *x, kiln_tensor *running_mean,
-                            kiln_tensor *running_var, const kiln_tensor *weight,
-                            const kiln_tensor *bias, bool training, double momentum, double eps,
-                            kiln_tensor **y)
+/* f16 and bf16: stored in 16 bits, computed in f32. */
+static bool is_16bit(kiln_dtype dt)
 {
-    { /* autocast (ops/amp.h) */
-        const kiln_tensor *in[3] = {x, weight, bias};
-        kiln_tensor *tmp[3];
-        kiln_status amp;
-        if (kiln__amp_apply("kiln_batch_norm", KILN__AMP_F32, 3, in, tmp, &amp)) {
-            if (amp == KILN_OK)
-                amp = kiln_batch_norm(in[0], running_mean, running_var, in[1], in[2], training,
-                                      momentum, eps, y);
-            else if (y)
-                *y = NULL;
-            kiln__amp_release(3, tmp);
-            return amp;
-        }
-    }
-    const char *op = "kiln_batch_norm";
-    kiln_status s = check_args(
-        op, x, 5, (const kiln_tensor *[]){x, running_mean, running_var, weight, bias},
-        (const char *const[]){"x", "running_mean", "running_var", "weight", "bias"}, 1, y);
+    return dt == KILN_F16 || dt == KILN_BF16;
+}
+
+/* kiln_batch_norm's arguments; then *y is NULL. The parameters and running buffers are x's
+ * dtype, or f32 for a 16-bit x (PyTorch's mixed batch norm, what autocast runs). */
+static kiln_status check_batch_norm(const char *op, const kiln_tensor *const *ts,
+                                    const char *const *names, bool training, double momentum,
+                                    double eps, kiln_tensor **y)
+{
+    if (!y)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: y is NULL", op);
+    *y = NULL;
+    kiln_status s = kiln__check_tensors(op, 5, 1, ts, names, NULL);
+    if (s != KILN_OK)
+        return s;
+    const kiln_tensor *x = ts[0];
+    if (!kiln__dtype_is_float(x->dtype))
+        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: x is %s; it must be floating", op,
+                           kiln_dtype_name(x->dtype));
+    for (int i = 1; i < 5; i++)
+        if (ts[i] && ts[i]->dtype != x->dtype && !(is_16bit(x->dtype) && ts[i]->dtype == KILN_F32))
+            return kiln__error(KILN_ERR_DTYPE_MISMATCH,
+                               "%s: x is %s but %s is %s; the parameters and running buffers are "
+                               "x's dtype (or f32 for an f16 or bf16 x)",
+                               op, kiln_dtype_name(x->dtype), names[i],
+                               kiln_dtype_name(ts[i]->dtype));
+    s = kiln__check_dtype_on(x->dev, x->dtype, op);
     if (s != KILN_OK)
         return s;
     char sh[160];
@@ -195,20 +203,15 @@ kiln_status kiln_batch_norm(const kiln_tensor *x, kiln_tensor *running_mean,
     int64_t c = x->shape[1], rest = x->numel / c / (x->shape[0] ? x->shape[0] : 1);
     int64_t count = x->shape[0] * rest; /* values per channel */
     const char *what = "one per channel, x's dimension 1";
-    s = check_vector(op, "running_mean", running_mean, c, what);
-    if (s == KILN_OK)
-        s = check_vector(op, "running_var", running_var, c, what);
-    if (s == KILN_OK)
-        s = check_vector(op, "weight", weight, c, what);
-    if (s == KILN_OK)
-        s = check_vector(op, "bias", bias, c, what);
+    for (int i = 1; i < 5 && s == KILN_OK; i++)
+        s = check_vector(op, names[i], ts[i], c, what);
     if (s == KILN_OK && !(eps >= 0 && isfinite(eps)))
         s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: eps is %g; it must be finite and >= 0", op,
                         eps);
     if (s == KILN_OK && !(momentum >= 0 && momentum <= 1))
         s = kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: momentum is %g; it must be in [0, 1]", op,
                         momentum);
-    if (s == KILN_OK && !training && (!running_mean || !running_var))
+    if (s == KILN_OK && !training && (!ts[1] || !ts[2]))
         s = kiln__error(KILN_ERR_INVALID_ARGUMENT,
                         "%s: evaluation mode normalises with running_mean and running_var; pass "
                         "both (or training = true)",
@@ -218,55 +221,84 @@ kiln_status kiln_batch_norm(const kiln_tensor *x, kiln_tensor *running_mean,
                         "%s: x has shape %s: %" PRId64 " value per channel; training needs more "
                         "than one (as PyTorch)",
                         op, kiln__shape_str(sh, sizeof sh, x->ndim, x->shape), count);
+    return s;
+}
+
+/* running = (1 - momentum) running + momentum batch, in running's dtype (no grad). */
+static kiln_status update_running(kiln_tensor *running, const kiln_tensor *batch, int64_t c,
+                                  double scale, double momentum)
+{
+    kiln_tensor *t[5] = {0};
+    kiln_status s = kiln_binary_scalar(KILN_BINARY_MUL, running, 1 - momentum, &t[0]);
+    if (s == KILN_OK)
+        s = kiln_tensor_reshape(batch, 1, &c, &t[1]);
+    if (s == KILN_OK)
+        s = kiln_binary_scalar(KILN_BINARY_MUL, t[1], scale, &t[2]);
+    if (s == KILN_OK)
+        s = kiln_add(t[0], t[2], &t[3]);
+    if (s == KILN_OK && t[3]->dtype != running->dtype)
+        s = kiln_cast(t[3], running->dtype, &t[4]);
+    if (s == KILN_OK)
+        s = kiln_tensor_copy(running, t[4] ? t[4] : t[3]);
+    return drop(s, 5, t);
+}
+
+kiln_status kiln_batch_norm(const kiln_tensor *x, kiln_tensor *running_mean,
+                            kiln_tensor *running_var, const kiln_tensor *weight,
+                            const kiln_tensor *bias, bool training, double momentum, double eps,
+                            kiln_tensor **y)
+{
+    const char *op = "kiln_batch_norm";
+    const kiln_tensor *ts[5] = {x, running_mean, running_var, weight, bias};
+    const char *const names[5] = {"x", "running_mean", "running_var", "weight", "bias"};
+    kiln_status s = check_batch_norm(op, ts, names, training, momentum, eps, y);
     if (s != KILN_OK)
         return s;
-    /* x as [N, C, R]; per channel: mean and biased variance over N and R (training) or the
-     * running values; (x - mean) rsqrt(var + eps) weight + bias */
+    /* One autograd node (KILN__AG_BATCH_NORM) keeps x, the per-channel mean and 1/std: the
+     * backward recomputes the normalised x from them (PyTorch's saved mean and invstd), rather
+     * than keeping the composed ops' full-size intermediates. x as [N, C, R]; per channel the
+     * mean and biased variance over N and R (training) or the running values, in f32 at least
+     * (a 16-bit x is widened); y = (x - mean) rsqrt(var + eps) weight + bias, in x's dtype. */
+    int64_t c = x->shape[1], rest = x->numel / c / (x->shape[0] ? x->shape[0] : 1);
+    int64_t count = x->shape[0] * rest;
     const int64_t flat[3] = {x->shape[0], c, rest}, col[3] = {1, c, 1};
     kiln_tensor *t[16] = {0};
-    enum { XR, M1, MEAN, D, D2, V1, VAR, VE, R, N, NW, Y3, W3, B3, UPD, UPD2 };
+    enum { XR, XW, M1, MEAN, D, D2, V1, VAR, VE, R, N, NW, Y3, W3, B3, YW };
+    bool grad = kiln_set_grad_enabled(false);
     s = kiln_tensor_reshape(x, 3, flat, &t[XR]);
+    if (s == KILN_OK && is_16bit(x->dtype))
+        s = kiln_cast(t[XR], KILN_F32, &t[XW]);
+    const kiln_tensor *xw = t[XW] ? t[XW] : t[XR];
     if (training) {
         if (s == KILN_OK)
-            s = kiln_reduce(KILN_REDUCE_MEAN, t[XR], 2, true, &t[M1]);
+            s = kiln_reduce(KILN_REDUCE_MEAN, xw, 2, true, &t[M1]);
         if (s == KILN_OK) /* equal counts per sample: the mean of the means */
             s = kiln_reduce(KILN_REDUCE_MEAN, t[M1], 0, true, &t[MEAN]);
         if (s == KILN_OK)
-            s = kiln_sub(t[XR], t[MEAN], &t[D]);
+            s = kiln_sub(xw, t[MEAN], &t[D]);
         if (s == KILN_OK)
             s = kiln_mul(t[D], t[D], &t[D2]);
         if (s == KILN_OK)
             s = kiln_reduce(KILN_REDUCE_MEAN, t[D2], 2, true, &t[V1]);
         if (s == KILN_OK)
             s = kiln_reduce(KILN_REDUCE_MEAN, t[V1], 0, true, &t[VAR]);
-        /* running = (1 - momentum) running + momentum batch (the variance unbiased), no grad */
-        bool grad = kiln_set_grad_enabled(false);
-        kiln_tensor *ru[2] = {running_mean, running_var}, *bt[2] = {t[MEAN], t[VAR]};
-        for (int i = 0; i < 2 && s == KILN_OK && running_mean; i++) {
-            double scale = i ? momentum * (double)count / (double)(count - 1) : momentum;
-            kiln_tensor *a = NULL, *b = NULL, *sum = NULL, *flat1 = NULL;
-            s = kiln_binary_scalar(KILN_BINARY_MUL, ru[i], 1 - momentum, &a);
-            if (s == KILN_OK)
-                s = kiln_tensor_reshape(bt[i], 1, &c, &flat1);
-            if (s == KILN_OK)
-                s = kiln_binary_scalar(KILN_BINARY_MUL, flat1, scale, &b);
-            if (s == KILN_OK)
-                s = kiln_add(a, b, &sum);
-            if (s == KILN_OK)
-                s = kiln_tensor_copy(ru[i], sum);
-            kiln_tensor_release(a);
-            kiln_tensor_release(b);
-            kiln_tensor_release(sum);
-            kiln_tensor_release(flat1);
-        }
-        kiln_set_grad_enabled(grad);
+        /* the running values move toward the batch's (the variance unbiased) */
+        if (s == KILN_OK && running_mean)
+            s = update_running(running_mean, t[MEAN], c, momentum, momentum);
+        if (s == KILN_OK && running_var)
+            s = update_running(running_var, t[VAR], c,
+                               momentum * (double)count / (double)(count - 1), momentum);
     } else {
+        kiln_tensor *view = NULL;
+        if (s == KILN_OK) /* a copy: the node keeps it, and the running buffer may change */
+            s = kiln_tensor_reshape(running_mean, 3, col, &view);
         if (s == KILN_OK)
-            s = kiln_tensor_reshape(running_mean, 3, col, &t[MEAN]);
+            s = kiln_tensor_clone(view, &t[MEAN]);
+        kiln_tensor_release(view);
         if (s == KILN_OK)
             s = kiln_tensor_reshape(running_var, 3, col, &t[VAR]);
         if (s == KILN_OK)
-            s = kiln_sub(t[XR], t[MEAN], &t[D]);
+            s = kiln_sub(xw, t[MEAN], &t[D]);
     }
     if (s == KILN_OK)
         s = kiln_binary_scalar(KILN_BINARY_ADD, t[VAR], eps, &t[VE]);
@@ -287,8 +319,22 @@ kiln_status kiln_batch_norm(const kiln_tensor *x, kiln_tensor *running_mean,
         s = kiln_add(cur, t[B3], &t[Y3]);
     if (bias)
         cur = t[Y3];
+    if (s == KILN_OK && cur->dtype != x->dtype)
+        s = kiln_cast(cur, x->dtype, &t[YW]);
+    if (t[YW])
+        cur = t[YW];
     if (s == KILN_OK)
         s = kiln_tensor_reshape(cur, x->ndim, x->shape, y);
+    kiln_set_grad_enabled(grad);
+    if (s == KILN_OK) {
+        const kiln_tensor *ins[5] = {x, weight, bias, t[MEAN], t[R]};
+        kiln__ag_args a = {.flags = training};
+        s = kiln__ag_record(s, op, KILN__AG_BATCH_NORM, &a, 5, ins, y);
+    }
+    if (s != KILN_OK) {
+        kiln_tensor_release(*y);
+        *y = NULL;
+    }
     return drop(s, 16, t);
 }
 

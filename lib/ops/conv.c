@@ -393,7 +393,7 @@ kiln_status kiln_max_pool2d(const kiln_tensor *x, const kiln_pool2d_params *para
     *out = y;
     kiln__ag_args a;
     pool_args(w, &a);
-    s = kiln__ag_record(s, op, KILN__AG_MAX_POOL, &a, 2, (const kiln_tensor *[]){x, idx}, out);
+    s = kiln__ag_record(s, op, KILN__AG_MAX_POOL, &a, 1, &x, out); /* the backward needs x alone */
     if (s == KILN_OK && indices)
         *indices = idx;
     else
@@ -428,9 +428,9 @@ kiln_status kiln_avg_pool2d(const kiln_tensor *x, const kiln_pool2d_params *para
     return kiln__ag_record(s, op, KILN__AG_AVG_POOL, &a, 1, &x, out);
 }
 
-/* The gradients: dx over [W, H, NC]. */
+/* The gradients: dx over [W, H, NC]; max pooling reads x (`values`) too. */
 static kiln_status pool_bw(const char *name, const kiln_tensor *g, const kiln_tensor *x,
-                           const kiln_tensor *idx, const kiln__ag_args *a, kiln_tensor **dx)
+                           const kiln_tensor *values, const kiln__ag_args *a, kiln_tensor **dx)
 {
     const char *op = "kiln_backward (pooling)";
     int64_t w[6];
@@ -440,8 +440,8 @@ static kiln_status pool_bw(const char *name, const kiln_tensor *g, const kiln_te
     if (s == KILN_OK && x->numel > 0) {
         size_t global[3] = {(size_t)x->shape[3], (size_t)x->shape[2],
                             (size_t)(x->shape[0] * x->shape[1])};
-        const kiln_tensor *ts[3] = {g, idx, *dx};
-        s = pool_run(name, op, x, idx ? 3 : 2, idx ? ts : (const kiln_tensor *[]){g, *dx}, w,
+        const kiln_tensor *ts[3] = {g, values, *dx};
+        s = pool_run(name, op, x, values ? 3 : 2, values ? ts : (const kiln_tensor *[]){g, *dx}, w,
                      g->shape[2], g->shape[3], global);
         if (s != KILN_OK) {
             kiln_tensor_release(*dx);
@@ -451,10 +451,10 @@ static kiln_status pool_bw(const char *name, const kiln_tensor *g, const kiln_te
     return s;
 }
 
-kiln_status kiln__max_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln_tensor *idx,
-                                const kiln__ag_args *a, kiln_tensor **dx)
+kiln_status kiln__max_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln__ag_args *a,
+                                kiln_tensor **dx)
 {
-    return pool_bw("kiln_max_pool2d_bw", g, x, idx, a, dx);
+    return pool_bw("kiln_max_pool2d_bw", g, x, x, a, dx);
 }
 
 kiln_status kiln__avg_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln__ag_args *a,

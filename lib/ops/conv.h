@@ -13,9 +13,10 @@
 kiln_status kiln__col2im(const kiln_tensor *g, const kiln_tensor *x, const kiln__ag_args *geom,
                          kiln_tensor **dx);
 
-/* The gradients of kiln_max_pool2d (idx: its indices, i64 [N, C, OH, OW]) and kiln_avg_pool2d
- * for x of the node, g of the output's shape; geom perm[0..5] = KH, KW, SH, SW, PH, PW. */
-kiln_status kiln__max_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln_tensor *idx,
+/* The gradients of kiln_max_pool2d (each window's maximum found again in x, as the forward
+ * found it) and kiln_avg_pool2d for x of the node, g of the output's shape; geom perm[0..5] =
+ * KH, KW, SH, SW, PH, PW. */
+kiln_status kiln__max_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x,
                                 const kiln__ag_args *geom, kiln_tensor **dx);
 kiln_status kiln__avg_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x,
                                 const kiln__ag_args *geom, kiln_tensor **dx);
