@@ -114,6 +114,70 @@ static void assert_close_narrow(kiln_dtype dt, const double *got, const double *
     }
 }
 
+/* kiln_batch_norm of an f16 (loop index 0) or bf16 (1) x [4, 3, 5] with f32 weight, bias and
+ * running buffers (PyTorch's mixed batch norm, what autocast runs): y in x's dtype, against a C
+ * loop over the values x holds (exact in 16 bits), within one 16-bit rounding; the running
+ * buffers move in f32; gradients of x (16-bit) and weight (f32) flow; the dtype rules. */
+START_TEST(test_batch_norm_mixed)
+{
+    const kiln_dtype dt = _i ? KILN_BF16 : KILN_F16;
+    const int64_t xs[3] = {4, 3, 5}, c = 3;
+    double xv[60], wv[3] = {0.5, -1.25, 2}, bv[3] = {0.1, 0, -0.3}, rm[3] = {0}, rv[3] = {1, 1, 1};
+    double want[60], mean[3] = {0}, var[3] = {0};
+    for (int i = 0; i < 60; i++)
+        xv[i] = (double)((i * 7) % 23 - 11) / 8; /* exact in f16 and bf16 */
+    kiln_tensor *x = upload(dev, dt, 3, xs, xv), *w = upload(dev, KILN_F32, 1, &c, wv);
+    kiln_tensor *b = upload(dev, KILN_F32, 1, &c, bv), *trm = upload(dev, KILN_F32, 1, &c, rm);
+    kiln_tensor *trv = upload(dev, KILN_F32, 1, &c, rv), *y = NULL;
+    for (int i = 0; i < 60; i++)
+        mean[(i / 5) % 3] += xv[i] / 20;
+    for (int i = 0; i < 60; i++)
+        var[(i / 5) % 3] += (xv[i] - mean[(i / 5) % 3]) * (xv[i] - mean[(i / 5) % 3]) / 20;
+    for (int i = 0; i < 60; i++) {
+        int ch = (i / 5) % 3;
+        want[i] = (xv[i] - mean[ch]) / sqrt(var[ch] + 1e-5) * wv[ch] + bv[ch];
+    }
+    ASSERT_OK(kiln_tensor_set_requires_grad(x, true));
+    ASSERT_OK(kiln_tensor_set_requires_grad(w, true));
+    ASSERT_OK(kiln_batch_norm(x, trm, trv, w, b, true, 0.1, 1e-5, &y));
+    ck_assert_int_eq(kiln_tensor_dtype(y), dt);
+    double *got = download(y), h = dt == KILN_BF16 ? 0x1p-8 : 0x1p-11;
+    for (int i = 0; i < 60; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= h * fabs(want[i]) + 1e-5, "y [%d]: %g, want %g", i,
+                      got[i], want[i]);
+    free(got);
+    double *grm = download(trm);
+    for (int ch = 0; ch < 3; ch++)
+        ck_assert_msg(fabs(grm[ch] - 0.1 * mean[ch]) < 1e-6, "running_mean [%d] %g", ch, grm[ch]);
+    free(grm);
+    kiln_tensor *sum = NULL;
+    ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, y, KILN_ALL_AXES, false, &sum));
+    ASSERT_OK(kiln_backward(sum, NULL, 0));
+    ck_assert_int_eq(kiln_tensor_dtype(kiln_tensor_grad(x)), dt);
+    ck_assert_int_eq(kiln_tensor_dtype(kiln_tensor_grad(w)), KILN_F32);
+    /* d sum(y) / d weight = sum of xhat over the channel: 0 up to rounding */
+    double *gw = download(kiln_tensor_grad(w));
+    for (int ch = 0; ch < 3; ch++)
+        ck_assert_msg(fabs(gw[ch]) < 0.05, "weight's gradient [%d] %g", ch, gw[ch]);
+    free(gw);
+    kiln_tensor_release(sum);
+    kiln_tensor_release(y);
+    /* an f32 x takes f32 parameters only; a 16-bit x no f64 ones */
+    kiln_tensor *x32 = upload(dev, KILN_F32, 3, xs, xv), *w16 = upload(dev, dt, 1, &c, wv);
+    ASSERT_FAILS(kiln_batch_norm(x32, NULL, NULL, w16, NULL, true, 0.1, 1e-5, &y),
+                 KILN_ERR_DTYPE_MISMATCH, "or f32 for an f16 or bf16 x");
+    if (has_fp64(dev)) {
+        kiln_tensor *w64 = upload(dev, KILN_F64, 1, &c, wv);
+        ASSERT_FAILS(kiln_batch_norm(x, NULL, NULL, w64, NULL, true, 0.1, 1e-5, &y),
+                     KILN_ERR_DTYPE_MISMATCH, "but weight is f64");
+        kiln_tensor_release(w64);
+    }
+    kiln_tensor *arr[] = {x, w, b, trm, trv, x32, w16};
+    for (int i = 0; i < 7; i++)
+        kiln_tensor_release(arr[i]);
+}
+END_TEST
+
 /* An f16 (loop index 0) or bf16 (1) linear layer (issue 25), made by kiln_linear_create, forward
  * and backward against C loops over the values its tensors hold: y = x W^T + b for x [6, 20],
  * W [7, 20]; with y's gradient g, dx = g W, dW = g^T x, db = the column sums of g. All in 16-bit
@@ -1643,6 +1707,7 @@ Suite *layers_suite(void)
     tcase_add_loop_test(tc, test_linear_f16, 0, 2);
     tcase_add_test(tc, test_layer_norm_forward);
     tcase_add_test(tc, test_batch_norm);
+    tcase_add_loop_test(tc, test_batch_norm_mixed, 0, 2);
     tcase_add_test(tc, test_dropout);
     tcase_add_test(tc, test_dropout_module);
     tcase_add_test(tc, test_embedding);
