@@ -1162,7 +1162,9 @@ KILN_API bool kiln_grad_enabled(void);
  *   kiln_batch_norm on an f16 x with f32 parameters: f32 statistics, y in f16 (as PyTorch's);
  *   everything else in its inputs' dtype, mixed inputs promoting as usual (f16 + f32: f32).
  * The casts are kiln_cast's, recorded by autograd: the gradients of f32 parameters (master
- * weights) come back in f32. kiln_backward runs with autocast suspended (the gradients follow
+ * weights) come back in f32. A matmul's 16-bit copy of a parameter is not kept for the backward,
+ * which casts the parameter again (PyTorch keeps its copies: a model's worth of 16-bit memory
+ * until the backward). kiln_backward runs with autocast suspended (the gradients follow
  * the forward's dtypes), and the _out forms write their out's dtype as always. Regions nest
  * (at most 32 deep); the innermost naming a device's type decides, and KILN_F32 turns autocast
  * off inside a region. Other dtypes or types: KILN_ERR_INVALID_ARGUMENT; _end without a

@@ -41,6 +41,20 @@ bool kiln_grad_enabled(void)
     return !grad_off;
 }
 
+/* Whether a matmul's input t is a cast of a leaf that only the op's caller still holds (autocast's
+ * 16-bit copy of an f32 weight): the node then keeps the leaf and the backward casts it again
+ * (cheap beside the matmul), so the copy goes when the forward op returns instead of living
+ * until the backward: a model's worth of memory under autocast, where PyTorch keeps its cast
+ * weights. */
+static bool recastable(kiln__ag_kind kind, const kiln_tensor *t)
+{
+    if (kind != KILN__AG_MATMUL || !t || !t->node || t->node->kind != KILN__AG_CAST ||
+        atomic_load(&t->refs) != 1)
+        return false;
+    const kiln_tensor *src = t->node->in[0].t;
+    return src && !src->node && src->requires_grad && t->node->in[0].recast == 0;
+}
+
 kiln_status kiln__ag_record(kiln_status s, const char *op, kiln__ag_kind kind,
                             const kiln__ag_args *args, int n, const kiln_tensor *const *ins,
                             kiln_tensor **out)
@@ -65,9 +79,14 @@ kiln_status kiln__ag_record(kiln_status s, const char *op, kiln__ag_kind kind,
     nd->seq = atomic_fetch_add(&next_seq, 1);
     nd->n = n;
     for (int i = 0; i < n; i++) {
-        nd->in[i].t = kiln_tensor_retain((kiln_tensor *)ins[i]);
-        if (ins[i])
-            nd->in[i].version = atomic_load(&ins[i]->storage->version);
+        const kiln_tensor *t = ins[i];
+        if (recastable(kind, t)) {
+            nd->in[i].recast = 1 + (int)t->dtype;
+            t = t->node->in[0].t;
+        }
+        nd->in[i].t = kiln_tensor_retain((kiln_tensor *)t);
+        if (t)
+            nd->in[i].version = atomic_load(&t->storage->version);
     }
     pthread_once(&hooks_once, register_hooks);
     (*out)->node = nd;

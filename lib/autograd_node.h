@@ -24,6 +24,10 @@ typedef struct kiln__ag_node {
     struct {
         kiln_tensor *t;
         unsigned version; /* t's storage version when recorded */
+        /* 0, or 1 + a dtype: the op's input was t (a leaf, a parameter) cast to that dtype, and
+         * the backward casts it again rather than the node keeping the copy (autograd.c,
+         * recastable: autocast's 16-bit weights, the size of the model, are not kept) */
+        int recast;
     } in[];
 } kiln__ag_node;
 

@@ -196,6 +196,47 @@ static kiln_status in_backward(kiln_status s)
     return kiln__error(s, "kiln_backward: %s", msg);
 }
 
+/* Around a node's gradient: on, each input recorded as a cast of a leaf (autograd.c, recastable)
+ * is replaced by that cast made again, standing for the op's input (requiring grad as the leaf
+ * does), the leaf kept in leaf[i]; off, the leaves are put back and the casts released. Only
+ * matmul nodes (two inputs) have such inputs. */
+static kiln_status recast(kiln__ag_node *nd, kiln_tensor **leaf, bool on)
+{
+    kiln_status s = KILN_OK;
+    for (int i = 0; i < nd->n && i < KILN__AG_MAX_INPUTS_STACK; i++) {
+        if (!nd->in[i].recast)
+            continue;
+        if (!on) {
+            if (leaf[i]) {
+                kiln_tensor_release(nd->in[i].t);
+                nd->in[i].t = leaf[i];
+                leaf[i] = NULL;
+            }
+            continue;
+        }
+        kiln_tensor *c = NULL;
+        if (s == KILN_OK)
+            s = in_backward(kiln_cast(nd->in[i].t, (kiln_dtype)(nd->in[i].recast - 1), &c));
+        if (s != KILN_OK)
+            continue;
+        c->requires_grad = nd->in[i].t->requires_grad;
+        leaf[i] = nd->in[i].t;
+        nd->in[i].t = c;
+    }
+    return s;
+}
+
+/* The gradient of a recast input, made in the cast's dtype, in the leaf's (what the cast's own
+ * node would have given it). */
+static kiln_status recast_grad(kiln_tensor **g, kiln_dtype dtype)
+{
+    kiln_tensor *c = NULL;
+    kiln_status s = in_backward(kiln_cast(*g, dtype, &c));
+    kiln_tensor_release(*g);
+    *g = c;
+    return s;
+}
+
 static kiln_status run_nodes(plan *p, kiln_tensor *seed, kiln_tensor *root)
 {
     if (!root->node)
@@ -212,11 +253,17 @@ static kiln_status run_nodes(plan *p, kiln_tensor *seed, kiln_tensor *root)
         if (!grads)
             return kiln__host_oom("kiln_backward");
         memset(grads, 0, (size_t)nd->n * sizeof(kiln_tensor *));
-        kiln_status s = in_node(kiln__ag_grads(nd, nd->gout, grads), nd);
+        kiln_tensor *leaf[KILN__AG_MAX_INPUTS_STACK] = {0};
+        kiln_status s = recast(nd, leaf, true);
+        if (s == KILN_OK)
+            s = in_node(kiln__ag_grads(nd, nd->gout, grads), nd);
+        recast(nd, leaf, false);
         kiln_tensor_release(nd->gout);
         nd->gout = NULL;
         for (int i = 0; i < nd->n; i++) {
             kiln_tensor *t = nd->in[i].t;
+            if (s == KILN_OK && grads[i] && nd->in[i].recast && grads[i]->dtype != t->dtype)
+                s = recast_grad(&grads[i], t->dtype);
             if (s == KILN_OK && grads[i])
                 s = accumulate(t->node ? &t->node->gout : &t->ag_acc, grads[i]);
             else

@@ -277,6 +277,44 @@ START_TEST(test_gradients)
 }
 END_TEST
 
+/* Autocast's 16-bit copy of an f32 weight is not kept for the backward (the backward casts the
+ * weight again): after a linear forward under autocast the device holds far less than that copy
+ * more, and the gradient is the one test_gradients checks against explicit casts. */
+START_TEST(test_weight_copy_not_kept)
+{
+    const int64_t sx[2] = {4, 256}, sw[2] = {512, 256};
+    kiln_tensor *x = rand_t(KILN_F32, 2, sx, 31), *w = rand_t(KILN_F32, 2, sw, 32), *y = NULL;
+    kiln_tensor *sum = NULL;
+    ASSERT_OK(kiln_tensor_set_requires_grad(w, true));
+    ASSERT_OK(kiln_device_synchronize(dev));
+    kiln_memory_stats before, after;
+    ASSERT_OK(kiln_device_memory_stats(dev, &before));
+    ASSERT_OK(kiln_autocast_begin(dev_type, KILN_F16));
+    ASSERT_OK(kiln_linear(x, w, NULL, &y));
+    ASSERT_OK(kiln_autocast_end());
+    ASSERT_OK(kiln_device_memory_stats(dev, &after));
+    uint64_t held = after.allocated_bytes - before.allocated_bytes, copy = 512 * 256 * 2;
+    ck_assert_msg(held < copy / 4, "%llu bytes held after the forward (the f16 weight: %llu)",
+                  (unsigned long long)held, (unsigned long long)copy);
+    /* twice through the kept graph (the weight cast again each time), then it is freed */
+    ASSERT_OK(kiln_reduce(KILN_REDUCE_SUM, y, KILN_ALL_AXES, false, &sum));
+    ASSERT_OK(kiln_backward(sum, NULL, KILN_BACKWARD_RETAIN_GRAPH));
+    ck_assert_int_eq(kiln_tensor_dtype(kiln_tensor_grad(w)), KILN_F32);
+    kiln_tensor *once = NULL, *twice = NULL;
+    ASSERT_OK(kiln_binary_scalar(KILN_BINARY_MUL, kiln_tensor_grad(w), 2.0, &once));
+    ASSERT_OK(kiln_backward(sum, NULL, 0));
+    ASSERT_OK(kiln_tensor_clone(kiln_tensor_grad(w), &twice));
+    assert_same(twice, once, "two backwards' gradient");
+    ASSERT_FAILS(kiln_backward(sum, NULL, 0), KILN_ERR_STATE, "was already freed");
+    kiln_tensor_release(once);
+    kiln_tensor_release(twice);
+    kiln_tensor_release(sum);
+    kiln_tensor_release(y);
+    kiln_tensor_release(x);
+    kiln_tensor_release(w);
+}
+END_TEST
+
 /* A 2-32-3 MLP on three separable blobs, trained with Adam for the same steps in f32, under f16
  * autocast with the gradient scaler and under bf16 autocast (f32 master weights): each
  * classifies >= 95% of the points, within 3 points of f32. lo: the autocast dtype, KILN_F32 off. */
@@ -379,6 +417,7 @@ Suite *amp_suite(void)
     tcase_add_test(tc, test_regions);
     tcase_add_test(tc, test_per_thread);
     tcase_add_test(tc, test_gradients);
+    tcase_add_test(tc, test_weight_copy_not_kept);
     tcase_add_test(tc, test_training);
     suite_add_tcase(s, tc);
     return s;
