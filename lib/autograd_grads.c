@@ -462,11 +462,13 @@ static const kiln_tensor *as_input(scratch *sc, const kiln__ag_node *nd, int i,
     return shaped;
 }
 
-/* KILN__AG_BATCH_NORM (PyTorch's batch-norm backward): x as [N, C, R], xhat = (x - mean) invstd
- * recomputed from what the node kept, gw = g weight; in training
- * dx = invstd (gw - mean(gw) - xhat mean(gw xhat)), the means over N and R (the batch statistics
- * depend on x), in evaluation dx = invstd gw; dweight = sum(g xhat), dbias = sum(g). In f32 at
- * least (a 16-bit x and g are widened), each gradient in its input's dtype. */
+/* KILN__AG_BATCH_NORM (PyTorch's batch-norm backward): x as [N, C, R], M = N R values per
+ * channel, xhat = (x - mean) invstd recomputed from what the node kept; per channel the sums over
+ * N and R S1 = sum(g) and S2 = sum(g xhat); dbias = S1, dweight = S2, and
+ * dx = invstd weight (g - S1 / M - xhat S2 / M) in training (the batch statistics depend on x),
+ * invstd weight g in evaluation (weight 1 when there is none). Two reductions of each sum (over
+ * R, then N) serve all three. In f32 at least (a 16-bit x and g are widened), each gradient in
+ * its input's dtype. */
 static void batch_norm_grads(scratch *sc, const kiln__ag_node *nd, const kiln_tensor *g,
                              kiln_tensor **grads)
 {
@@ -474,8 +476,11 @@ static void batch_norm_grads(scratch *sc, const kiln__ag_node *nd, const kiln_te
     const kiln_tensor *mean = nd->in[3].t, *invstd = nd->in[4].t;
     int64_t c = x->shape[1], rest = x->numel / c / (x->shape[0] ? x->shape[0] : 1);
     const int64_t flat[3] = {x->shape[0], c, rest}, col[3] = {1, c, 1};
-    kiln_tensor *xr = NULL, *gr = NULL, *gwide = NULL, *d = NULL, *xhat = NULL, *w3 = NULL;
-    kiln_tensor *gw = NULL;
+    double m = (double)(x->shape[0] * rest);
+    bool training = nd->a.flags, gx = x->requires_grad, gw = w && w->requires_grad;
+    bool gb = b && b->requires_grad;
+    kiln_tensor *xr = NULL, *gr = NULL, *gwide = NULL, *d = NULL, *xhat = NULL, *p = NULL;
+    kiln_tensor *s1 = NULL, *s2 = NULL;
     RUN(sc, xr, kiln_tensor_reshape(x, 3, flat, &xr));
     RUN(sc, gr, kiln_tensor_reshape(g, 3, flat, &gr));
     if (g->dtype == KILN_F16 || g->dtype == KILN_BF16)
@@ -483,38 +488,36 @@ static void batch_norm_grads(scratch *sc, const kiln__ag_node *nd, const kiln_te
     const kiln_tensor *gg = gwide ? gwide : gr;
     RUN(sc, d, kiln_sub(xr, mean, &d));
     RUN(sc, xhat, kiln_mul(d, invstd, &xhat));
-    if (w) {
-        RUN(sc, w3, kiln_tensor_reshape(w, 3, col, &w3));
-        RUN(sc, gw, kiln_mul(gg, w3, &gw));
+    if (gb || (gx && training))
+        reduce_nr(sc, KILN_REDUCE_SUM, gg, &s1);
+    if (gw || (gx && training)) {
+        RUN(sc, p, kiln_mul(gg, xhat, &p));
+        reduce_nr(sc, KILN_REDUCE_SUM, p, &s2);
     }
-    if (x->requires_grad) {
-        const kiln_tensor *gx = gw ? gw : gg;
-        kiln_tensor *dx = NULL;
-        if (nd->a.flags) { /* training */
-            kiln_tensor *m1 = NULL, *p = NULL, *m2 = NULL, *q = NULL, *r = NULL, *r2 = NULL;
-            reduce_nr(sc, KILN_REDUCE_MEAN, gx, &m1);
-            RUN(sc, p, kiln_mul(gx, xhat, &p));
-            reduce_nr(sc, KILN_REDUCE_MEAN, p, &m2);
-            RUN(sc, q, kiln_mul(xhat, m2, &q));
-            RUN(sc, r, kiln_sub(gx, m1, &r));
-            RUN(sc, r2, kiln_sub(r, q, &r2));
-            RUN(sc, dx, kiln_mul(r2, invstd, &dx));
-        } else {
-            RUN(sc, dx, kiln_mul(gx, invstd, &dx));
+    if (gx) {
+        kiln_tensor *w3 = NULL, *k = NULL, *a = NULL, *q = NULL, *q2 = NULL, *r = NULL;
+        kiln_tensor *centred = NULL, *dx = NULL;
+        const kiln_tensor *scale = invstd, *inner = gg;
+        if (w) { /* invstd weight, per channel */
+            RUN(sc, w3, kiln_tensor_reshape(w, 3, col, &w3));
+            RUN(sc, k, kiln_mul(invstd, w3, &k));
+            scale = k;
         }
+        if (training) { /* g - S1 / M - xhat S2 / M */
+            RUN(sc, a, kiln_binary_scalar(KILN_BINARY_MUL, s1, 1.0 / m, &a));
+            RUN(sc, q, kiln_binary_scalar(KILN_BINARY_MUL, s2, 1.0 / m, &q));
+            RUN(sc, q2, kiln_mul(xhat, q, &q2));
+            RUN(sc, r, kiln_sub(gg, a, &r));
+            RUN(sc, centred, kiln_sub(r, q2, &centred));
+            inner = centred;
+        }
+        RUN(sc, dx, kiln_mul(inner, scale, &dx));
         give(sc, nd, 0, as_input(sc, nd, 0, dx), grads);
     }
-    if (w && w->requires_grad) {
-        kiln_tensor *p = NULL, *sum = NULL;
-        RUN(sc, p, kiln_mul(gg, xhat, &p));
-        reduce_nr(sc, KILN_REDUCE_SUM, p, &sum);
-        give(sc, nd, 1, as_input(sc, nd, 1, sum), grads);
-    }
-    if (b && b->requires_grad) {
-        kiln_tensor *sum = NULL;
-        reduce_nr(sc, KILN_REDUCE_SUM, gg, &sum);
-        give(sc, nd, 2, as_input(sc, nd, 2, sum), grads);
-    }
+    if (gw)
+        give(sc, nd, 1, as_input(sc, nd, 1, s2), grads);
+    if (gb)
+        give(sc, nd, 2, as_input(sc, nd, 2, s1), grads);
 }
 
 kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_tensor **grads)
