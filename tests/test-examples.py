@@ -179,8 +179,8 @@ def step_kib(out):
 def cnn_digits_amp():
     # The half-precision chapter: the same CNN under autocast with loss scaling (f32 master
     # weights) learns as well, and a training step takes much less memory than in f32 (issue 25
-    # asks at most 0.6x; 0.60x measured on cpu:0, so the bound below leaves room for another
-    # device's allocation sizes while still failing on 16-bit activations lost, 0.78x before).
+    # asks at most 0.6x; 0.51x measured on cpu:0: the bound leaves room for another device's
+    # allocation sizes and still fails on 16-bit activations lost, 0.78x before).
     with tempfile.TemporaryDirectory() as tmp:
         common = ['cnn_digits', '--epochs', '6', '--device', train_dev, '--csv', f'{tmp}/c.csv',
                   '--checkpoint', f'{tmp}/best.safetensors']
@@ -190,7 +190,7 @@ def cnn_digits_amp():
         assert acc >= 96, amp
         assert 'mixed precision: f16 autocast on' in amp, amp
         assert re.search(r'loss scale at the end: \d', amp), amp
-        assert step_kib(amp) <= 0.7 * step_kib(f32), (step_kib(f32), step_kib(amp))
+        assert step_kib(amp) <= 0.65 * step_kib(f32), (step_kib(f32), step_kib(amp))
 
 
 def cnn_digits_bad_args():
