@@ -689,15 +689,9 @@ kiln_status kiln__tensor_clone(const kiln_tensor *t, const char *op, kiln_tensor
     return KILN_OK;
 }
 
-kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src)
+/* The rule of kiln_tensor_copy and kiln_tensor_copy_async: one dtype, one element count. */
+static kiln_status check_copy_pair(const char *op, const kiln_tensor *dst, const kiln_tensor *src)
 {
-    const char *op = "kiln_tensor_copy";
-    const kiln_tensor *ts[2] = {dst, src};
-    if (!dst || !src)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, dst ? "src" : "dst");
-    kiln_status s = kiln__same_device(op, 2, ts, NULL);
-    if (s != KILN_OK)
-        return s;
     if (dst->dtype != src->dtype)
         return kiln__error(KILN_ERR_DTYPE_MISMATCH,
                            "%s: dst is %s but src is %s; convert with "
@@ -707,6 +701,20 @@ kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src)
         return kiln__error(KILN_ERR_SHAPE_MISMATCH,
                            "%s: dst has %" PRId64 " elements but src has %" PRId64, op, dst->numel,
                            src->numel);
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_copy(kiln_tensor *dst, const kiln_tensor *src)
+{
+    const char *op = "kiln_tensor_copy";
+    const kiln_tensor *ts[2] = {dst, src};
+    if (!dst || !src)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, dst ? "src" : "dst");
+    kiln_status s = kiln__same_device(op, 2, ts, NULL);
+    if (s == KILN_OK)
+        s = check_copy_pair(op, dst, src);
+    if (s != KILN_OK)
+        return s;
     kiln__tensor_bump(dst);
     return enqueue_copy(dst, src, op);
 }
@@ -810,14 +818,8 @@ kiln_status kiln_tensor_copy_async(kiln_tensor *dst, const kiln_tensor *src)
                            "%s: dst is on %s but src is on %s; both must be on one device (a "
                            "pinned host tensor belongs to the device it was made for)",
                            op, kiln__device_label(dst->dev), kiln__device_label(src->dev));
-    if (dst->dtype != src->dtype)
-        return kiln__error(KILN_ERR_DTYPE_MISMATCH, "%s: dst is %s but src is %s", op,
-                           kiln_dtype_name(dst->dtype), kiln_dtype_name(src->dtype));
-    if (dst->numel != src->numel)
-        return kiln__error(KILN_ERR_SHAPE_MISMATCH,
-                           "%s: dst has %" PRId64 " elements but src has %" PRId64, op, dst->numel,
-                           src->numel);
-    return kiln__tensor_copy_async(dst, src, src->nbytes, op);
+    s = check_copy_pair(op, dst, src);
+    return s != KILN_OK ? s : kiln__tensor_copy_async(dst, src, src->nbytes, op);
 }
 
 kiln_status kiln__tensor_upload(const kiln_tensor *t, kiln_device *dev, const char *op,

@@ -70,15 +70,22 @@ static void add_one(kiln_tensor *x)
     ASSERT_OK(kiln_program_launch(prog, "add_one", 1, &g, NULL, 2, args));
 }
 
-static void expect_all(kiln_tensor *x, float v)
+/* Element i of x is start + step i. */
+static void expect_values(kiln_tensor *x, float start, float step)
 {
     long n = kiln_tensor_numel(x);
     float *h = malloc(sizeof(float) * (size_t)n);
     ck_assert_ptr_nonnull(h);
     ASSERT_OK(kiln_tensor_read(x, h, sizeof(float) * (size_t)n));
     for (long i = 0; i < n; i++)
-        ck_assert_msg(h[i] == v, "element %ld is %g, expected %g", i, h[i], v);
+        ck_assert_msg(h[i] == start + step * (float)i, "element %ld is %g, expected %g", i, h[i],
+                      start + step * (float)i);
     free(h);
+}
+
+static void expect_all(kiln_tensor *x, float v)
+{
+    expect_values(x, v, 0.0f);
 }
 
 /* Written on one queue, then read, changed and copied on others with no ordering by the test:
@@ -334,14 +341,7 @@ static kiln_tensor *pinned_counting(long n, float start)
 
 static void expect_counting(kiln_tensor *x, float start)
 {
-    long n = kiln_tensor_numel(x);
-    float *h = malloc(sizeof(float) * (size_t)n);
-    ck_assert_ptr_nonnull(h);
-    ASSERT_OK(kiln_tensor_read(x, h, sizeof(float) * (size_t)n));
-    for (long i = 0; i < n; i++)
-        ck_assert_msg(h[i] == start + (float)i, "element %ld is %g, expected %g", i, h[i],
-                      start + (float)i);
-    free(h);
+    expect_values(x, start, 1.0f);
 }
 
 /* Uploads and downloads through pinned host tensors, on a copy queue and on the default one:
