@@ -245,8 +245,8 @@ typedef struct kiln_live_objects {
 KILN_API kiln_status kiln_live_objects_get(kiln_live_objects *out);
 
 /* Memory statistics of the device's caching allocator. The pinned staging buffers of a device
- * without unified memory (host memory, at most 4 idle chunks of KILN_STAGING_CHUNK) are not
- * counted. */
+ * without unified memory (host memory, at most 4 idle buffers of up to KILN_STAGING_CHUNK each)
+ * are not counted. */
 KILN_API kiln_status kiln_device_memory_stats(kiln_device *dev, kiln_memory_stats *stats);
 
 /* Reset the peak to the bytes allocated now. */

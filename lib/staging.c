@@ -180,9 +180,20 @@ static void destroy_list(kiln_device *dev, kiln__stage *list)
     }
 }
 
-/* Up to want (1 or 2) stages of chunk bytes for one copy into st[]: idle ones, else new ones.
- * Returns how many; 0: copy directly. */
-static int stages_take(kiln_device *dev, size_t chunk, int want, kiln__stage **st)
+/* The stage size for a copy of n bytes: a whole chunk for a copy of a chunk or more, else the
+ * power of two from KILN__STAGING_MIN that holds n (as CUDA's caching host allocators round), so
+ * that reading one element does not pin a chunk. */
+static size_t stage_size(size_t n, size_t chunk)
+{
+    size_t s = KILN__STAGING_MIN;
+    while (s < n && s < chunk)
+        s <<= 1;
+    return s < chunk ? s : chunk;
+}
+
+/* Up to want (1 or 2) stages of at least size bytes (and at most chunk) for one copy into st[]:
+ * idle ones, else new ones of size. Returns how many; 0: copy directly. */
+static int stages_take(kiln_device *dev, size_t size, size_t chunk, int want, kiln__stage **st)
 {
     struct kiln__staging *p = get_staging(dev);
     kiln__stage *drop = NULL;
@@ -190,26 +201,30 @@ static int stages_take(kiln_device *dev, size_t chunk, int want, kiln__stage **s
     if (!p)
         return 0;
     pthread_mutex_lock(&p->lock);
-    while (got < want && p->idle) {
-        kiln__stage *s = p->idle;
-        p->idle = s->next;
+    for (kiln__stage **at = &p->idle; *at && got < want;) {
+        kiln__stage *s = *at;
+        if (s->size < size) { /* too small for this copy: stays idle */
+            at = &s->next;
+            continue;
+        }
+        *at = s->next;
         p->nidle--;
-        if (s->size == chunk) {
+        if (s->size <= chunk) {
             st[got++] = s;
-        } else { /* the chunk size changed (tests) */
+        } else { /* the chunk size shrank (tests) */
             s->next = drop;
             drop = s;
         }
     }
     pthread_mutex_unlock(&p->lock);
     destroy_list(dev, drop);
-    while (got < want && (st[got] = stage_create(dev, chunk)) != NULL)
+    while (got < want && (st[got] = stage_create(dev, size)) != NULL)
         got++;
     return got;
 }
 
-/* Give n stages back to dev's pool, keeping at most KILN__STAGING_KEEP idle (of the current
- * chunk size). */
+/* Give n stages back to dev's pool, keeping at most KILN__STAGING_KEEP idle, the largest (none
+ * larger than the current chunk). */
 static void stages_give(kiln_device *dev, kiln__stage **st, int n)
 {
     struct kiln__staging *p = dev->staging;
@@ -217,11 +232,26 @@ static void stages_give(kiln_device *dev, kiln__stage **st, int n)
     kiln__stage *drop = NULL;
     pthread_mutex_lock(&p->lock);
     for (int i = 0; i < n; i++) {
-        bool keep = p->nidle < KILN__STAGING_KEEP && st[i]->size == chunk;
-        kiln__stage **list = keep ? &p->idle : &drop;
-        st[i]->next = *list;
-        *list = st[i];
-        p->nidle += keep;
+        kiln__stage *s = st[i];
+        if (s->size <= chunk) {
+            s->next = p->idle;
+            p->idle = s;
+            p->nidle++;
+        } else {
+            s->next = drop;
+            drop = s;
+        }
+    }
+    while (p->nidle > KILN__STAGING_KEEP) { /* drop the smallest */
+        kiln__stage **min = &p->idle;
+        for (kiln__stage **at = &p->idle; *at; at = &(*at)->next)
+            if ((*at)->size < (*min)->size)
+                min = at;
+        kiln__stage *s = *min;
+        *min = s->next;
+        p->nidle--;
+        s->next = drop;
+        drop = s;
     }
     pthread_mutex_unlock(&p->lock);
     destroy_list(dev, drop);
@@ -331,7 +361,7 @@ static copy_plan plan_for(kiln_device *dev, cl_mem mem, size_t off, size_t n, ki
     copy_plan c = {.q = kiln__queue(dev), .mem = mem, .off = off, .n = n, .st = st};
     c.chunk = chunk_size(dev);
     if (n > 0 && kiln__staging_used(dev))
-        c.nst = stages_take(dev, c.chunk, n > c.chunk ? max : 1, st);
+        c.nst = stages_take(dev, stage_size(n, c.chunk), c.chunk, n > c.chunk ? max : 1, st);
     return c;
 }
 

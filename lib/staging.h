@@ -5,8 +5,10 @@
  * small pieces and without overlap. As CUDA runtimes do, kiln copies instead through pinned
  * buffers (CL_MEM_ALLOC_HOST_PTR, kept mapped: NVIDIA's OpenCL DMAs from and to such memory
  * directly), in chunks (16 MiB by default), two at a time, so that the host's memcpy of one
- * chunk overlaps the transfer of the other. The buffers are pooled per device (at most
- * KILN__STAGING_KEEP kept idle) and are host memory, not counted in kiln_memory_stats. When a
+ * chunk overlaps the transfer of the other; a copy smaller than a chunk takes one buffer of the
+ * power of two from 64 KiB that holds it. The buffers are pooled per device (at most
+ * KILN__STAGING_KEEP kept idle, the largest) and are host memory, not counted in
+ * kiln_memory_stats. When a
  * pinned buffer cannot be made, the copy goes directly from the caller's memory (logged at
  * KILN_LOG=info). */
 #ifndef KILN_STAGING_H
@@ -16,6 +18,7 @@
 
 #define KILN__STAGING_KEEP 4                   /* idle pinned buffers kept per device */
 #define KILN__STAGING_CHUNK ((size_t)16 << 20) /* the default chunk */
+#define KILN__STAGING_MIN ((size_t)64 << 10)   /* the smallest stage */
 
 struct kiln__staging; /* per device, in kiln_device.staging */
 

@@ -1617,6 +1617,7 @@ END_TEST
 /* Pinned buffers made while hooked, and which of them were released again. */
 static struct {
     cl_mem made[8];
+    size_t size[8];
     int nmade, live;
 } pinned;
 
@@ -1625,6 +1626,7 @@ static cl_mem CL_API_CALL pinned_create(cl_context c, cl_mem_flags f, size_t n, 
 {
     cl_mem m = real.CreateBuffer(c, f, n, h, err);
     if (m && (f & CL_MEM_ALLOC_HOST_PTR) && pinned.nmade < 8) {
+        pinned.size[pinned.nmade] = n;
         pinned.made[pinned.nmade++] = m;
         pinned.live++;
     }
@@ -1724,6 +1726,50 @@ START_TEST(test_staged_faults)
 }
 END_TEST
 
+/* A copy smaller than a chunk pins one buffer of the power of two from 64 KiB that holds it (not a
+ * whole chunk: reading one element must not pin 16 MiB); idle buffers that fit are reused, and at
+ * most four stay idle, the largest. */
+START_TEST(test_staged_sizes)
+{
+    if (!staged("staged_sizes"))
+        return;
+    kiln__staging_free(dev0); /* an empty pool: the earlier cases' stages go */
+    kiln__staging_set_chunk(1 << 20);
+    const size_t sizes[] = {4, 65536, 65537, 300000, 70000, 5, (size_t)3 << 20};
+    const size_t want[] = {65536, 0, 131072, 524288, 0, 0, 1 << 20}; /* 0: an idle one reused */
+    int base = kiln__staging_count(), nstages = base;                /* another device's */
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        const int64_t shape[1] = {(int64_t)sizes[k]};
+        unsigned char *in = malloc(sizes[k]), *back = malloc(sizes[k]);
+        fill_bytes(in, sizes[k], (uint32_t)k + 3);
+        memset(&pinned, 0, sizeof pinned);
+        kiln__cl.CreateBuffer = pinned_create;
+        kiln_tensor *t = NULL;
+        kiln_status s = kiln_tensor_from_host(dev0, KILN_U8, 1, shape, in, &t);
+        if (s == KILN_OK)
+            s = kiln_tensor_read(t, back, sizes[k]);
+        kiln__cl_reset();
+        ASSERT_OK(s);
+        ck_assert_mem_eq(back, in, sizes[k]);
+        /* made: want[k] once, or (the 3 MiB copy) two chunks to double-buffer */
+        int made = want[k] == 0 ? 0 : sizes[k] > (1 << 20) ? 2 : 1;
+        ck_assert_msg(pinned.nmade == made, "copy of %zu bytes made %d pinned buffers, not %d",
+                      sizes[k], pinned.nmade, made);
+        for (int i = 0; i < pinned.nmade; i++)
+            ck_assert_msg(pinned.size[i] == want[k], "copy of %zu bytes pinned %zu, not %zu",
+                          sizes[k], pinned.size[i], want[k]);
+        nstages += made;
+        if (nstages > base + 4)
+            nstages = base + 4;
+        ck_assert_int_eq(kiln__staging_count(), nstages);
+        kiln_tensor_release(t);
+        free(in);
+        free(back);
+    }
+    kiln__staging_set_chunk(0);
+}
+END_TEST
+
 /* to() across contexts in several chunks: a discrete source is read chunk by chunk through its
  * pinned stages, a unified one mapped and written to a discrete device through its stages. */
 START_TEST(test_staged_to_other_context)
@@ -1813,6 +1859,7 @@ Suite *tensor_suite(void)
     tcase_add_test(tc, test_staged_round_trips);
     tcase_add_test(tc, test_staged_offsets);
     tcase_add_test(tc, test_staged_faults);
+    tcase_add_test(tc, test_staged_sizes);
     tcase_add_test(tc, test_staged_to_other_context);
     suite_add_tcase(s, tc);
     return s;
