@@ -562,12 +562,18 @@ START_TEST(test_conv2d)
 }
 END_TEST
 
-/* Pooling against C loops: max (with its indices) and average over windows with strides and
- * paddings, f32/f64/f16 on every device; NaN wins a max; the global average; errors. */
+/* Pooling against C loops: max (with its indices, and without) and average over windows with
+ * strides and paddings, f32/f64/f16/bf16 on every device, and max pooling's gradient (g summed
+ * into each window's maximum: overlapping windows, windows tiling x exactly, windows with gaps
+ * and padding between them); NaN wins a max; the global average; errors. */
 START_TEST(test_pool2d)
 {
-    static const kiln_pool2d_params cases[] = {
-        {{2, 2}, {0, 0}, {0, 0}}, {{3, 3}, {2, 2}, {1, 1}}, {{3, 2}, {1, 2}, {1, 1}}};
+    static const kiln_pool2d_params cases[] = {{{2, 2}, {0, 0}, {0, 0}},
+                                               {{3, 3}, {2, 2}, {1, 1}},
+                                               {{3, 2}, {1, 2}, {1, 1}},
+                                               {{1, 2}, {0, 0}, {0, 0}},
+                                               {{2, 2}, {3, 3}, {1, 1}}};
+    const size_t ncases = sizeof cases / sizeof *cases;
     const int64_t xs[4] = {2, 3, 7, 6};
     double x[252];
     for (int i = 0; i < 252; i++)
@@ -580,18 +586,36 @@ START_TEST(test_pool2d)
                 continue;
             kiln_tensor *tx = upload(dev, dt, 4, xs, x);
             double *xv = download(tx);
-            for (size_t ci = 0; ci < 3; ci++) {
+            for (size_t ci = 0; ci < ncases; ci++) {
                 const kiln_pool2d_params *p = &cases[ci];
                 int sh = p->stride[0] ? p->stride[0] : p->kernel[0];
                 int sw = p->stride[1] ? p->stride[1] : p->kernel[1];
                 int64_t oh = (7 + 2 * p->padding[0] - p->kernel[0]) / sh + 1;
                 int64_t ow = (6 + 2 * p->padding[1] - p->kernel[1]) / sw + 1;
-                kiln_tensor *mx = NULL, *idx = NULL, *av = NULL;
+                kiln_tensor *mx = NULL, *idx = NULL, *av = NULL, *mv = NULL;
                 ASSERT_OK(kiln_max_pool2d(tx, p, &mx, &idx));
                 ASSERT_OK(kiln_avg_pool2d(tx, p, &av));
                 ck_assert_int_eq(kiln_tensor_dtype(idx), KILN_I64);
                 ck_assert(kiln_tensor_shape(mx)[2] == oh && kiln_tensor_shape(mx)[3] == ow);
                 double *gm = download(mx), *ga = download(av), *gi = download(idx);
+                /* without indices (another kernel): the same maxima */
+                ASSERT_OK(kiln_max_pool2d(tx, p, &mv, NULL));
+                double *gv = download(mv);
+                ck_assert_mem_eq(gv, gm, (size_t)(6 * oh * ow) * sizeof *gv);
+                free(gv);
+                kiln_tensor_release(mv);
+                /* the gradient of sum(y wg) for weights wg: wg summed into each window's maximum
+                 * (the C loop's indices, checked below); tx itself is no leaf: a copy is */
+                int64_t ny = 6 * oh * ow, ys[4] = {2, 3, oh, ow};
+                double *wg = malloc((size_t)ny * sizeof *wg), *dref = calloc(252, sizeof *dref);
+                for (int64_t i = 0; i < ny; i++)
+                    wg[i] = (double)((i * 13) % 17) / 8.0 - 1;
+                kiln_tensor *leaf = upload(dev, dt, 4, xs, x), *tg = upload(dev, dt, 4, ys, wg);
+                kiln_tensor *yg = NULL;
+                ASSERT_OK(kiln_tensor_set_requires_grad(leaf, true));
+                ASSERT_OK(kiln_max_pool2d(leaf, p, &yg, NULL));
+                ASSERT_OK(kiln_backward(yg, tg, 0));
+                double *dx = download(kiln_tensor_grad(leaf)), *wgr = download(tg);
                 for (int64_t pl = 0; pl < 6; pl++)
                     for (int64_t i = 0; i < oh; i++)
                         for (int64_t j = 0; j < ow; j++) {
@@ -609,6 +633,8 @@ START_TEST(test_pool2d)
                                         best = v, at = h * 6 + w;
                                 }
                             int64_t o = (pl * oh + i) * ow + j;
+                            if (at >= 0)
+                                dref[pl * 42 + at] += wgr[o];
                             double avg = sum / (p->kernel[0] * p->kernel[1]);
                             ck_assert_msg(gm[o] == best && gi[o] == (double)at,
                                           "max case %zu %s on %s [%lld]: %g at %g, want %g at %lld",
@@ -619,6 +645,17 @@ START_TEST(test_pool2d)
                                           kiln_dtype_name(dt), kiln_device_spec(dev), (long long)o,
                                           ga[o], avg);
                         }
+                for (int e = 0; e < 252; e++)
+                    ck_assert_msg(fabs(dx[e] - dref[e]) <= 4 * eps_of(dt) * (1 + fabs(dref[e])),
+                                  "max pooling's gradient, case %zu %s on %s [%d]: %g, want %g", ci,
+                                  kiln_dtype_name(dt), kiln_device_spec(dev), e, dx[e], dref[e]);
+                free(dx);
+                free(dref);
+                free(wg);
+                free(wgr);
+                kiln_tensor_release(yg);
+                kiln_tensor_release(tg);
+                kiln_tensor_release(leaf);
                 free(gm);
                 free(ga);
                 free(gi);

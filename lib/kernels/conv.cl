@@ -75,9 +75,15 @@ kernel void kiln_col2im(global const KILN_T *cols, global KILN_T *dx, long N, lo
  * divisions): a window of KH x KW from (oh SH - PH, ow SW - PW), padding outside x.
  *   kiln_max_pool2d      the maximum (NaN wins, the first of equals) and its index h W + w in
  *                        the plane (PyTorch's return_indices)
+ *   kiln_max_pool2d_values  the maximum alone (no indices asked for: 8 bytes an output less)
  *   kiln_max_pool2d_bw   dx[nc, h, w] = the sum of g over the windows whose maximum is at (h, w),
  *                        found again in x by the forward's own search (kiln_pool_argmax), so
  *                        that autograd keeps x alone, not the indices (8 bytes an output)
+ *   kiln_max_pool2d_bw_windows  the same where windows do not overlap (stride >= kernel, as in
+ *                        the usual 2x2 pooling), over [OW, OH, NC]: each window's maximum found
+ *                        once (the gather above searches each window once per element of it), g
+ *                        written there and 0 to the window's other elements; elements in no
+ *                        window are left to the caller (zeroed first)
  *   kiln_avg_pool2d      the sum over the window's elements inside x / (KH KW) (PyTorch's
  *                        count_include_pad)
  *   kiln_avg_pool2d_bw   dx[nc, h, w] = the sum of g / (KH KW) over the windows holding (h, w)
@@ -95,7 +101,8 @@ void kiln_pool_windows(long p, long P, long K, long S, long O, long *o0, long *o
 }
 
 #if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_max_pool2d) ||                                 \
-    defined(KILN_WANT_kiln_max_pool2d_bw)
+    defined(KILN_WANT_kiln_max_pool2d_values) || defined(KILN_WANT_kiln_max_pool2d_bw) ||          \
+    defined(KILN_WANT_kiln_max_pool2d_bw_windows)
 /* The maximum of window (oh, ow) of plane nc into *best and its index h W + w in the plane (-1
  * for a window wholly in the padding): NaN wins, the first of equals in row-major order. */
 long kiln_pool_argmax(global const KILN_T *x, long nc, long oh, long ow, long H, long W, long KH,
@@ -135,6 +142,49 @@ kernel void kiln_max_pool2d(global const KILN_T *x, global KILN_T *out, global l
                 long o = (nc * OH + oh) * OW + ow;
                 STORE_T(out, o, best);
                 idx[o] = at;
+            }
+        }
+    }
+}
+#endif
+
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_max_pool2d_values)
+kernel void kiln_max_pool2d_values(global const KILN_T *x, global KILN_T *out, long NC, long H,
+                                   long W, long OH, long OW, long KH, long KW, long SH, long SW,
+                                   long PH, long PW)
+{
+    KILN_FOR(nc, 2, NC) {
+        KILN_FOR(oh, 1, OH) {
+            KILN_FOR(ow, 0, OW) {
+                KILN_TC best;
+                (void)kiln_pool_argmax(x, nc, oh, ow, H, W, KH, KW, SH, SW, PH, PW, &best);
+                STORE_T(out, (nc * OH + oh) * OW + ow, best);
+            }
+        }
+    }
+}
+#endif
+
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_max_pool2d_bw_windows)
+kernel void kiln_max_pool2d_bw_windows(global const KILN_T *g, global const KILN_T *x,
+                                       global KILN_T *dx, long NC, long H, long W, long OH,
+                                       long OW, long KH, long KW, long SH, long SW, long PH,
+                                       long PW)
+{
+    KILN_FOR(nc, 2, NC) {
+        KILN_FOR(oh, 1, OH) {
+            KILN_FOR(ow, 0, OW) {
+                KILN_TC best;
+                long at = kiln_pool_argmax(x, nc, oh, ow, H, W, KH, KW, SH, SW, PH, PW, &best);
+                KILN_TC gv = LOAD_T(g, (nc * OH + oh) * OW + ow);
+                for (long i = 0; i < KH; i++) {
+                    long h = oh * SH - PH + i;
+                    for (long j = 0; h >= 0 && h < H && j < KW; j++) {
+                        long w = ow * SW - PW + j;
+                        if (w >= 0 && w < W)
+                            STORE_T(dx, (nc * H + h) * W + w, h * W + w == at ? gv : (KILN_TC)0);
+                    }
+                }
             }
         }
     }

@@ -378,12 +378,16 @@ kiln_status kiln_max_pool2d(const kiln_tensor *x, const kiln_pool2d_params *para
     const int64_t shape[4] = {x->shape[0], x->shape[1], oh, ow};
     kiln_tensor *y = NULL, *idx = NULL;
     s = kiln__tensor_new(x->dev, x->dtype, 4, shape, op, &y);
-    if (s == KILN_OK)
+    if (s == KILN_OK && indices)
         s = kiln__tensor_new(x->dev, KILN_I64, 4, shape, op, &idx);
     if (s == KILN_OK && y->numel > 0) {
         size_t global[3] = {(size_t)ow, (size_t)oh, (size_t)(x->shape[0] * x->shape[1])};
-        s = pool_run("kiln_max_pool2d", op, x, 3, (const kiln_tensor *[]){x, y, idx}, w, oh, ow,
-                     global);
+        if (idx)
+            s = pool_run("kiln_max_pool2d", op, x, 3, (const kiln_tensor *[]){x, y, idx}, w, oh, ow,
+                         global);
+        else
+            s = pool_run("kiln_max_pool2d_values", op, x, 2, (const kiln_tensor *[]){x, y}, w, oh,
+                         ow, global);
     }
     if (s != KILN_OK) {
         kiln_tensor_release(y);
@@ -451,10 +455,34 @@ static kiln_status pool_bw(const char *name, const kiln_tensor *g, const kiln_te
     return s;
 }
 
+/* Where windows do not overlap (stride >= kernel in both dimensions: the usual 2x2 pooling) each
+ * window's maximum is found once and g scattered (kiln_max_pool2d_bw_windows), after zeros where
+ * some element is in no window; else the gather, which searches each window once per element. */
 kiln_status kiln__max_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln__ag_args *a,
                                 kiln_tensor **dx)
 {
-    return pool_bw("kiln_max_pool2d_bw", g, x, x, a, dx);
+    const char *op = "kiln_backward (pooling)";
+    int64_t w[6];
+    for (int i = 0; i < 6; i++)
+        w[i] = a->perm[i];
+    if (w[2] < w[0] || w[3] < w[1])
+        return pool_bw("kiln_max_pool2d_bw", g, x, x, a, dx);
+    int64_t oh = g->shape[2], ow = g->shape[3];
+    bool covered = w[2] == w[0] && w[3] == w[1] && w[4] == 0 && w[5] == 0 &&
+                   oh * w[0] == x->shape[2] && ow * w[1] == x->shape[3];
+    kiln_status s = kiln__tensor_new(g->dev, g->dtype, 4, x->shape, op, dx);
+    if (s == KILN_OK && !covered)
+        s = kiln_fill(*dx, 0.0);
+    if (s == KILN_OK && g->numel > 0) {
+        size_t global[3] = {(size_t)ow, (size_t)oh, (size_t)(x->shape[0] * x->shape[1])};
+        s = pool_run("kiln_max_pool2d_bw_windows", op, x, 3, (const kiln_tensor *[]){g, x, *dx}, w,
+                     oh, ow, global);
+    }
+    if (s != KILN_OK) {
+        kiln_tensor_release(*dx);
+        *dx = NULL;
+    }
+    return s;
 }
 
 kiln_status kiln__avg_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln__ag_args *a,
