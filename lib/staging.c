@@ -242,7 +242,7 @@ static void stages_give(kiln_device *dev, kiln__stage **st, int n)
             drop = s;
         }
     }
-    while (p->nidle > KILN__STAGING_KEEP) { /* drop the smallest */
+    while (p->nidle > KILN__STAGING_KEEP && p->idle) { /* drop the smallest */
         kiln__stage **min = &p->idle;
         for (kiln__stage **at = &p->idle; *at; at = &(*at)->next)
             if ((*at)->size < (*min)->size)
