@@ -8,9 +8,8 @@
  * chunk overlaps the transfer of the other; a copy smaller than a chunk takes one buffer of the
  * power of two from 64 KiB that holds it. The buffers are pooled per device (at most
  * KILN__STAGING_KEEP kept idle, the largest) and are host memory, not counted in
- * kiln_memory_stats. When a
- * pinned buffer cannot be made, the copy goes directly from the caller's memory (logged at
- * KILN_LOG=info). */
+ * kiln_memory_stats. When a pinned buffer cannot be made, the copy goes directly from the
+ * caller's memory (logged at KILN_LOG=info). */
 #ifndef KILN_STAGING_H
 #define KILN_STAGING_H
 

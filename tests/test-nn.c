@@ -604,8 +604,8 @@ START_TEST(test_pool2d)
                 ck_assert_mem_eq(gv, gm, (size_t)(6 * oh * ow) * sizeof *gv);
                 free(gv);
                 kiln_tensor_release(mv);
-                /* the gradient of sum(y wg) for weights wg: wg summed into each window's maximum
-                 * (the C loop's indices, checked below); tx itself is no leaf: a copy is */
+                /* the gradient of sum(y wg) for weights wg, on a leaf holding the same values:
+                 * wg summed into each window's maximum (the C loop's indices, checked below) */
                 int64_t ny = 6 * oh * ow, ys[4] = {2, 3, oh, ow};
                 double *wg = malloc((size_t)ny * sizeof *wg), *dref = calloc(252, sizeof *dref);
                 for (int64_t i = 0; i < ny; i++)
