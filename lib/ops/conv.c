@@ -432,25 +432,30 @@ kiln_status kiln_avg_pool2d(const kiln_tensor *x, const kiln_pool2d_params *para
     return kiln__ag_record(s, op, KILN__AG_AVG_POOL, &a, 1, &x, out);
 }
 
-/* The gradients: dx over [W, H, NC]; max pooling reads x (`values`) too. */
+/* The gradients: dx over [W, H, NC] (a gather per input element), or with over_windows over
+ * [OW, OH, NC] (a scatter per window, after zeros when zero_first: some element is in no
+ * window); max pooling reads x (`values`) too. */
 static kiln_status pool_bw(const char *name, const kiln_tensor *g, const kiln_tensor *x,
-                           const kiln_tensor *values, const kiln__ag_args *a, kiln_tensor **dx)
+                           const kiln_tensor *values, const kiln__ag_args *a, bool over_windows,
+                           bool zero_first, kiln_tensor **dx)
 {
     const char *op = "kiln_backward (pooling)";
     int64_t w[6];
     for (int i = 0; i < 6; i++)
         w[i] = a->perm[i];
     kiln_status s = kiln__tensor_new(g->dev, g->dtype, 4, x->shape, op, dx);
-    if (s == KILN_OK && x->numel > 0) {
-        size_t global[3] = {(size_t)x->shape[3], (size_t)x->shape[2],
-                            (size_t)(x->shape[0] * x->shape[1])};
+    if (s == KILN_OK && zero_first)
+        s = kiln_fill(*dx, 0.0);
+    if (s == KILN_OK && x->numel > 0 && g->numel > 0) {
+        const int64_t *o = over_windows ? g->shape : x->shape;
+        size_t global[3] = {(size_t)o[3], (size_t)o[2], (size_t)(x->shape[0] * x->shape[1])};
         const kiln_tensor *ts[3] = {g, values, *dx};
         s = pool_run(name, op, x, values ? 3 : 2, values ? ts : (const kiln_tensor *[]){g, *dx}, w,
                      g->shape[2], g->shape[3], global);
-        if (s != KILN_OK) {
-            kiln_tensor_release(*dx);
-            *dx = NULL;
-        }
+    }
+    if (s != KILN_OK) {
+        kiln_tensor_release(*dx);
+        *dx = NULL;
     }
     return s;
 }
@@ -461,34 +466,18 @@ static kiln_status pool_bw(const char *name, const kiln_tensor *g, const kiln_te
 kiln_status kiln__max_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln__ag_args *a,
                                 kiln_tensor **dx)
 {
-    const char *op = "kiln_backward (pooling)";
-    int64_t w[6];
-    for (int i = 0; i < 6; i++)
-        w[i] = a->perm[i];
+    const int *w = a->perm; /* KH, KW, SH, SW, PH, PW */
     if (w[2] < w[0] || w[3] < w[1])
-        return pool_bw("kiln_max_pool2d_bw", g, x, x, a, dx);
-    int64_t oh = g->shape[2], ow = g->shape[3];
+        return pool_bw("kiln_max_pool2d_bw", g, x, x, a, false, false, dx);
     bool covered = w[2] == w[0] && w[3] == w[1] && w[4] == 0 && w[5] == 0 &&
-                   oh * w[0] == x->shape[2] && ow * w[1] == x->shape[3];
-    kiln_status s = kiln__tensor_new(g->dev, g->dtype, 4, x->shape, op, dx);
-    if (s == KILN_OK && !covered)
-        s = kiln_fill(*dx, 0.0);
-    if (s == KILN_OK && g->numel > 0) {
-        size_t global[3] = {(size_t)ow, (size_t)oh, (size_t)(x->shape[0] * x->shape[1])};
-        s = pool_run("kiln_max_pool2d_bw_windows", op, x, 3, (const kiln_tensor *[]){g, x, *dx}, w,
-                     oh, ow, global);
-    }
-    if (s != KILN_OK) {
-        kiln_tensor_release(*dx);
-        *dx = NULL;
-    }
-    return s;
+                   g->shape[2] * w[0] == x->shape[2] && g->shape[3] * w[1] == x->shape[3];
+    return pool_bw("kiln_max_pool2d_bw_windows", g, x, x, a, true, !covered, dx);
 }
 
 kiln_status kiln__avg_pool2d_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln__ag_args *a,
                                 kiln_tensor **dx)
 {
-    return pool_bw("kiln_avg_pool2d_bw", g, x, NULL, a, dx);
+    return pool_bw("kiln_avg_pool2d_bw", g, x, NULL, a, false, false, dx);
 }
 
 kiln_status kiln_adaptive_avg_pool2d(const kiln_tensor *x, int64_t oh, int64_t ow,
