@@ -590,6 +590,19 @@ kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_t
         RUN(&sc, gx, kiln__col2im(g, x, &nd->a, &gx));
         give(&sc, nd, 0, gx, grads);
         break;
+    case KILN__AG_CONV_DW: {
+        const kiln_tensor *w = nd->in[1].t;
+        kiln_tensor *gw = NULL;
+        if (sc.s == KILN_OK) {
+            sc.s = kiln__conv_dw_bw(g, x, w, &nd->a, x->requires_grad ? &gx : NULL,
+                                    w->requires_grad ? &gw : NULL);
+            keep(&sc, gx);
+            keep(&sc, gw);
+        }
+        give(&sc, nd, 0, gx, grads);
+        give(&sc, nd, 1, gw, grads);
+        break;
+    }
     case KILN__AG_MAX_POOL:
         RUN(&sc, gx, kiln__max_pool2d_bw(g, x, &nd->a, &gx));
         give(&sc, nd, 0, gx, grads);

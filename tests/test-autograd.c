@@ -242,6 +242,8 @@ static const kiln_conv2d_params conv_cases[] = {
     {{2, 1}, {1, 2}, {1, 1}, 1}, /* strides and paddings that differ per dimension */
     {{1, 1}, {2, 2}, {2, 2}, 2}, /* dilated, two groups */
     {{2, 2}, {1, 1}, {1, 1}, 4}, /* depthwise */
+    {{1, 1}, {1, 2}, {2, 1}, 4}, /* depthwise at stride 1, dilated (weight [8, 1, 3, 3]: x2) */
+    {{2, 1}, {0, 1}, {1, 1}, 4}, /* depthwise, a 2x3 window (weight [4, 1, 2, 3]) */
 };
 static kiln_status f_conv(kiln_tensor *const *in, kiln_tensor **out, const void *c)
 {
@@ -480,6 +482,14 @@ START_TEST(test_fd_conv2d)
             snprintf(what, sizeof what, "conv2d case %d%s", k, with_bias ? " with bias" : "");
             gradcheck(what, f_conv, &c, with_bias ? 3 : 2, sp);
         }
+    /* the direct depthwise kernels' other variants: stride 1 with a channel multiplier of 2
+     * (a 3x3 window: unrolled, vector loads) and a 2x3 window (the generic loops) */
+    spec dm[3] = {S4(2, 4, 5, 5, -1.0, 1.0), S4(8, 1, 3, 3, -1.0, 1.0), S1(8, -1.0, 1.0)};
+    opctx cm = {.op = 4, .flags = 1};
+    gradcheck("conv2d depthwise x2", f_conv, &cm, 3, dm);
+    spec dr[2] = {S4(2, 4, 5, 6, -1.0, 1.0), S4(4, 1, 2, 3, -1.0, 1.0)};
+    opctx cr = {.op = 5, .flags = 0};
+    gradcheck("conv2d depthwise 2x3", f_conv, &cr, 2, dr);
     /* 1x1 at stride 1: the matmul on x's view, no im2col (its own path in kiln_conv2d) */
     spec pw[3] = {S4(2, 4, 3, 3, -1.0, 1.0), S4(5, 4, 1, 1, -1.0, 1.0), S1(5, -1.0, 1.0)};
     opctx c = {.op = 0, .flags = 1};

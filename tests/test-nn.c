@@ -495,6 +495,10 @@ START_TEST(test_conv2d)
         {3, 5, 4, 4, 7, 1, 1, {{1, 1}, {0, 0}, {1, 1}, 1}, true},  /* 1x1 */
         {1, 2, 5, 5, 3, 5, 5, {{1, 1}, {0, 0}, {1, 1}, 1}, false}, /* kernel = input: 1x1 out */
         {0, 2, 5, 5, 3, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, true},  /* an empty batch */
+        {2, 3, 9, 7, 6, 3, 3, {{2, 2}, {1, 1}, {1, 1}, 3}, true},  /* depthwise x2, strided */
+        {1, 4, 6, 9, 4, 2, 3, {{1, 1}, {1, 0}, {1, 2}, 4}, false}, /* depthwise 2x3, dilated */
+        {2, 2, 7, 7, 2, 5, 5, {{1, 1}, {2, 2}, {1, 1}, 2}, true},  /* depthwise 5x5 */
+        {2, 1, 6, 6, 5, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, true},  /* one input channel */
     };
     for (int di = 0; di < ndevs; di++) {
         kiln_device *dev = devs[di];
@@ -529,27 +533,36 @@ START_TEST(test_conv2d)
                     for (int i = 0; i < 3; i++)
                         free(held[i]);
                 }
-                ASSERT_OK(kiln_conv2d(tx, tw, tb, &k->p, &y));
-                ck_assert_int_eq(kiln_tensor_dtype(y), dt);
-                const int64_t *ys = kiln_tensor_shape(y);
-                ck_assert_int_eq(kiln_tensor_ndim(y), 4);
-                ck_assert(ys[0] == k->n && ys[1] == k->o);
-                int64_t ny = kiln_tensor_numel(y);
-                double *ref = malloc(sizeof(double) * (size_t)(ny ? ny : 1));
-                double *mag = malloc(sizeof(double) * (size_t)(ny ? ny : 1));
-                ref_conv(k, x, w, b, ys[2], ys[3], ref, mag);
-                double *got = download(y);
-                double ebound = narrow(dt) ? eps_of(KILN_F32) : eps_of(dt);
-                for (int64_t i = 0; i < ny; i++)
-                    ck_assert_msg(fabs(got[i] - ref[i]) <=
-                                      8 * ebound * (mag[i] + 1) +
-                                          (narrow(dt) ? eps_of(dt) * (fabs(ref[i]) + 1) : 0),
-                                  "conv2d case %zu %s on %s: [%lld] %.9g, want %.9g", ci,
-                                  kiln_dtype_name(dt), kiln_device_spec(dev), (long long)i, got[i],
-                                  ref[i]);
-                free(got);
-                free(ref);
-                free(mag);
+                /* one input channel a group: the direct kernels, then (path 1) im2col */
+                bool direct = g == k->c;
+                for (int path = 0; path < (direct ? 2 : 1); path++) {
+                    if (path)
+                        setenv("KILN_CONV_DEPTHWISE", "0", 1);
+                    ASSERT_OK(kiln_conv2d(tx, tw, tb, &k->p, &y));
+                    unsetenv("KILN_CONV_DEPTHWISE");
+                    ck_assert_int_eq(kiln_tensor_dtype(y), dt);
+                    const int64_t *ys = kiln_tensor_shape(y);
+                    ck_assert_int_eq(kiln_tensor_ndim(y), 4);
+                    ck_assert(ys[0] == k->n && ys[1] == k->o);
+                    int64_t ny = kiln_tensor_numel(y);
+                    double *ref = malloc(sizeof(double) * (size_t)(ny ? ny : 1));
+                    double *mag = malloc(sizeof(double) * (size_t)(ny ? ny : 1));
+                    ref_conv(k, x, w, b, ys[2], ys[3], ref, mag);
+                    double *got = download(y);
+                    double ebound = narrow(dt) ? eps_of(KILN_F32) : eps_of(dt);
+                    for (int64_t i = 0; i < ny; i++)
+                        ck_assert_msg(fabs(got[i] - ref[i]) <=
+                                          8 * ebound * (mag[i] + 1) +
+                                              (narrow(dt) ? eps_of(dt) * (fabs(ref[i]) + 1) : 0),
+                                      "conv2d case %zu%s %s on %s: [%lld] %.9g, want %.9g", ci,
+                                      path ? " (im2col)" : "", kiln_dtype_name(dt),
+                                      kiln_device_spec(dev), (long long)i, got[i], ref[i]);
+                    free(got);
+                    free(ref);
+                    free(mag);
+                    kiln_tensor_release(y);
+                    y = NULL;
+                }
                 free(x);
                 free(w);
                 kiln_tensor_release(tx);

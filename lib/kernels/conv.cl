@@ -73,6 +73,127 @@ kernel void kiln_col2im(global const KILN_T *cols, global KILN_T *dx, long N, lo
 #endif
 #endif
 
+/* Depthwise convolution (groups = C, O = M C: output channel o reads input channel o / M), direct:
+ * im2col would copy x KH KW times and multiply [1, KH KW] rows (9 MACs an output for a 3x3).
+ * w is [O, 1, KH, KW]; accumulation in the compute type, taps in (ki, kj) order.
+ *   kiln_conv_dw       y[n, o, oh, ow] = the sum over the window of x[n, o / M, h, w] w[o, ki, kj],
+ *                      h = oh SH - PH + ki DH, w = ow SW - PW + kj DW (0 outside x); over
+ *                      [OW, OH, N O]
+ *   kiln_conv_dw_bw_x  dx[n, c, h, w] = the sum of g[n, c M + m, oh, ow] w[c M + m, ki, kj] over
+ *                      the outputs whose window read (n, c, h, w) (gathered, no atomics); over
+ *                      [W, H, N C]
+ *   kiln_conv_dw_bw_w  part[n, o, ki KW + kj] = the sum over (oh, ow) of g[n, o, oh, ow] times
+ *                      the x element that tap read, in the compute type (the host sums over n);
+ *                      over [KH KW, N O]
+ * With KILN_DW_K (KH = KW = KILN_DW_K, set by the host for 3x3 and 5x5 kernels) the window
+ * loops have constant bounds: unrolled, they leave the forward without a loop of its own, which
+ * PoCL then vectorizes across work-items; with KILN_DW_SW1 (stride 1 along rows) it knows that
+ * neighbouring work-items read neighbouring elements, and loads vectors instead of gathering. */
+#ifdef KILN_T
+#ifdef KILN_DW_K
+#define DW_KH KILN_DW_K
+#define DW_KW KILN_DW_K
+#define DW_UNROLL _Pragma("unroll")
+#else
+#define DW_KH KH
+#define DW_KW KW
+#define DW_UNROLL
+#endif
+#ifdef KILN_DW_SW1 /* stride 1 along rows: neighbouring work-items read neighbouring elements */
+#define DW_SW 1
+#else
+#define DW_SW SW
+#endif
+
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_conv_dw)
+kernel void kiln_conv_dw(global const KILN_T *x, global const KILN_T *wt, global KILN_T *y, long N,
+                         long C, long H, long W, long M, long KH, long KW, long SH, long SW,
+                         long PH, long PW, long DH, long DW, long OH, long OW)
+{
+    long O = C * M;
+    KILN_FOR(no, 2, N * O) {
+        long n = no / O, o = no - n * O;
+        long x0 = (n * C + (M == 1 ? o : o / M)) * H * W, w0 = o * DW_KH * DW_KW;
+        KILN_FOR(oh, 1, OH) {
+            KILN_FOR(ow, 0, OW) {
+                KILN_TC acc = (KILN_TC)0;
+                DW_UNROLL for (long ki = 0; ki < DW_KH; ki++) {
+                    long h = oh * SH - PH + ki * DH;
+                    DW_UNROLL for (long kj = 0; kj < DW_KW; kj++) {
+                        long w = ow * DW_SW - PW + kj * DW;
+                        KILN_TC v = h >= 0 && h < H && w >= 0 && w < W ? LOAD_T(x, x0 + h * W + w)
+                                                                     : (KILN_TC)0;
+                        acc += v * LOAD_T(wt, w0 + ki * DW_KW + kj);
+                    }
+                }
+                STORE_T(y, (no * OH + oh) * OW + ow, acc);
+            }
+        }
+    }
+}
+#endif
+
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_conv_dw_bw_x)
+kernel void kiln_conv_dw_bw_x(global const KILN_T *g, global const KILN_T *wt, global KILN_T *dx,
+                              long N, long C, long H, long W, long M, long KH, long KW, long SH,
+                              long SW, long PH, long PW, long DH, long DW, long OH, long OW)
+{
+    long O = C * M;
+    KILN_FOR(nc, 2, N * C) {
+        long n = nc / C, c = nc - n * C;
+        KILN_FOR(h, 1, H) {
+            KILN_FOR(w, 0, W) {
+                KILN_TC acc = (KILN_TC)0;
+                for (long m = 0; m < M; m++) {
+                    long o = c * M + m, g0 = (n * O + o) * OH * OW, w0 = o * DW_KH * DW_KW;
+                    for (long ki = 0; ki < DW_KH; ki++) {
+                        long hh = h + PH - ki * DH, oh = SH == 1 ? hh : hh / SH;
+                        if (hh < 0 || oh * SH != hh || oh >= OH)
+                            continue;
+                        for (long kj = 0; kj < DW_KW; kj++) {
+                            long ww = w + PW - kj * DW, ow = ww / DW_SW;
+                            if (ww < 0 || ow * DW_SW != ww || ow >= OW)
+                                continue;
+                            acc += LOAD_T(g, g0 + oh * OW + ow) * LOAD_T(wt, w0 + ki * DW_KW + kj);
+                        }
+                    }
+                }
+                STORE_T(dx, (nc * H + h) * W + w, acc);
+            }
+        }
+    }
+}
+#endif
+
+#if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_conv_dw_bw_w)
+kernel void kiln_conv_dw_bw_w(global const KILN_T *g, global const KILN_T *x, global KILN_TC *part,
+                              long N, long C, long H, long W, long M, long KH, long KW, long SH,
+                              long SW, long PH, long PW, long DH, long DW, long OH, long OW)
+{
+    long O = C * M;
+    KILN_FOR(no, 1, N * O) {
+        long n = no / O, o = no - n * O;
+        long x0 = (n * C + (M == 1 ? o : o / M)) * H * W, g0 = no * OH * OW;
+        KILN_FOR(tap, 0, DW_KH * DW_KW) {
+            long ki = tap / DW_KW, kj = tap - ki * DW_KW;
+            KILN_TC acc = (KILN_TC)0;
+            for (long oh = 0; oh < OH; oh++) {
+                long h = oh * SH - PH + ki * DH;
+                if (h < 0 || h >= H)
+                    continue;
+                for (long ow = 0; ow < OW; ow++) {
+                    long w = ow * DW_SW - PW + kj * DW;
+                    if (w >= 0 && w < W)
+                        acc += LOAD_T(g, g0 + oh * OW + ow) * LOAD_T(x, x0 + h * W + w);
+                }
+            }
+            part[no * DW_KH * DW_KW + tap] = acc;
+        }
+    }
+}
+#endif
+#endif
+
 /* Pooling over x [NC, H, W] (N C planes), out [NC, OH, OW], launched over [OW, OH, NC] (no
  * divisions): a window of KH x KW from (oh SH - PH, ow SW - PW), padding outside x.
  *   kiln_max_pool2d      the maximum (NaN wins, the first of equals) and its index h W + w in

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "autograd.h"
@@ -50,6 +51,47 @@ static kiln_status run(const char *name, const char *op, const kiln_tensor *in, 
                        kiln_arg_i64(g->pw),     kiln_arg_i64(g->dh),  kiln_arg_i64(g->dw),
                        kiln_arg_i64(g->oh),     kiln_arg_i64(g->ow),  kiln_arg_i32(g->groups == 1)};
     return kiln__kernel_launch(in->dev, k, op, dims, global, NULL, 18, args);
+}
+
+/* Whether kiln_conv2d runs the direct depthwise kernels: one input channel a group (groups = C,
+ * O a multiple of C). KILN_CONV_DEPTHWISE=0 sends these through im2col as well, which the tests
+ * use to hold the two paths against each other. */
+static bool depthwise(const geom *g)
+{
+    if (g->groups != g->c || g->o % g->c)
+        return false;
+    const char *env = getenv("KILN_CONV_DEPTHWISE");
+    return !(env && strcmp(env, "0") == 0);
+}
+
+/* Launch one of the depthwise kernels (conv.cl: kiln_conv_dw...) over a 3-D range: tensors a, b
+ * and out, then the geometry. 3x3 and 5x5 windows get a program whose window loops have constant
+ * bounds (KILN_DW_K), stride 1 along rows one that knows it (KILN_DW_SW1). */
+static kiln_status run_dw(const char *name, const char *op, const kiln_tensor *a,
+                          const kiln_tensor *b, kiln_tensor *out, const geom *g,
+                          const size_t global[3])
+{
+    char defs[160] = "";
+    kiln__dtype_defines(defs, sizeof defs, "T", a->dtype);
+    if (g->kh == g->kw && (g->kh == 3 || g->kh == 5)) {
+        size_t used = strnlen(defs, sizeof defs);
+        snprintf(defs + used, sizeof defs - used, " -DKILN_DW_K=%d", (int)g->kh);
+    }
+    if (g->sw == 1) {
+        size_t used = strnlen(defs, sizeof defs);
+        snprintf(defs + used, sizeof defs - used, " -DKILN_DW_SW1=1");
+    }
+    kiln__kernel *k;
+    kiln_status s = kiln__builtin_kernel(a->dev, "conv", defs, name, op, &k);
+    if (s != KILN_OK)
+        return s;
+    kiln_arg args[] = {kiln_arg_tensor(a),  kiln_arg_tensor(b),        kiln_arg_tensor(out),
+                       kiln_arg_i64(g->n),  kiln_arg_i64(g->c),        kiln_arg_i64(g->h),
+                       kiln_arg_i64(g->w),  kiln_arg_i64(g->o / g->c), kiln_arg_i64(g->kh),
+                       kiln_arg_i64(g->kw), kiln_arg_i64(g->sh),       kiln_arg_i64(g->sw),
+                       kiln_arg_i64(g->ph), kiln_arg_i64(g->pw),       kiln_arg_i64(g->dh),
+                       kiln_arg_i64(g->dw), kiln_arg_i64(g->oh),       kiln_arg_i64(g->ow)};
+    return kiln__kernel_launch(a->dev, k, op, 3, global, NULL, 18, args);
 }
 
 static void geom_to_args(const geom *g, kiln__ag_args *a)
@@ -118,6 +160,82 @@ kiln_status kiln__col2im(const kiln_tensor *gc, const kiln_tensor *x, const kiln
         if (s != KILN_OK) {
             kiln_tensor_release(*dx);
             *dx = NULL;
+        }
+    }
+    return s;
+}
+
+/* y [N, O, OH, OW] = the depthwise convolution of x with w [O, 1, KH, KW] (no bias), recorded
+ * with its own gradient. */
+static kiln_status conv_dw(const kiln_tensor *x, const kiln_tensor *w, const geom *g,
+                           const char *op, kiln_tensor **y)
+{
+    kiln_status s =
+        kiln__tensor_new(x->dev, x->dtype, 4, (const int64_t[]){g->n, g->o, g->oh, g->ow}, op, y);
+    if (s == KILN_OK && (*y)->numel > 0) {
+        size_t global[3] = {(size_t)g->ow, (size_t)g->oh, (size_t)(g->n * g->o)};
+        s = run_dw("kiln_conv_dw", op, x, w, *y, g, global);
+        if (s != KILN_OK) {
+            kiln_tensor_release(*y);
+            *y = NULL;
+        }
+    }
+    kiln__ag_args a;
+    geom_to_args(g, &a);
+    a.axis = (int)(g->o / g->c); /* the channel multiplier M */
+    const kiln_tensor *ins[2] = {x, w};
+    return kiln__ag_record(s, op, KILN__AG_CONV_DW, &a, 2, ins, y);
+}
+
+kiln_status kiln__conv_dw_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln_tensor *w,
+                             const kiln__ag_args *a, kiln_tensor **dx, kiln_tensor **dw)
+{
+    const char *op = "kiln_conv2d (backward)";
+    geom ge = geom_from(x, a, g->shape[2], g->shape[3]);
+    ge.o = w->shape[0];
+    kiln_status s = KILN_OK;
+    if (dx)
+        *dx = NULL;
+    if (dw)
+        *dw = NULL;
+    if (dx) {
+        s = kiln__tensor_new(g->dev, g->dtype, 4, x->shape, op, dx);
+        if (s == KILN_OK && x->numel > 0) {
+            size_t global[3] = {(size_t)ge.w, (size_t)ge.h, (size_t)(ge.n * ge.c)};
+            s = run_dw("kiln_conv_dw_bw_x", op, g, w, *dx, &ge, global);
+        }
+    }
+    if (dw && s == KILN_OK) {
+        /* per sample and tap in the compute type, then summed over the samples */
+        int64_t taps = ge.kh * ge.kw, pshape[2] = {ge.n, ge.o * taps};
+        kiln_tensor *part = NULL, *sum = NULL, *sum4 = NULL;
+        s = kiln__tensor_new(g->dev, kiln__dtype_compute(g->dtype), 2, pshape, op, &part);
+        if (s == KILN_OK && part->numel > 0) {
+            size_t global[3] = {(size_t)taps, (size_t)(ge.n * ge.o), 1};
+            s = run_dw("kiln_conv_dw_bw_w", op, g, x, part, &ge, global);
+        }
+        if (s == KILN_OK)
+            s = kiln_reduce(KILN_REDUCE_SUM, part, 0, false, &sum);
+        if (s == KILN_OK)
+            s = kiln_tensor_reshape(sum, 4, w->shape, &sum4);
+        if (s == KILN_OK && sum4->dtype == w->dtype) {
+            *dw = sum4;
+            sum4 = NULL;
+        } else if (s == KILN_OK) {
+            s = kiln_cast(sum4, w->dtype, dw);
+        }
+        kiln_tensor_release(part);
+        kiln_tensor_release(sum);
+        kiln_tensor_release(sum4);
+    }
+    if (s != KILN_OK) {
+        if (dx) {
+            kiln_tensor_release(*dx);
+            *dx = NULL;
+        }
+        if (dw) {
+            kiln_tensor_release(*dw);
+            *dw = NULL;
         }
     }
     return s;
@@ -238,15 +356,21 @@ kiln_status kiln_conv2d(const kiln_tensor *x, const kiln_tensor *weight, const k
      * at N32 64->128 28x28 on the CPU) */
     bool pointwise =
         G == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+    bool direct = !pointwise && depthwise(&g);
     if (kiln__log_enabled(KILN_LOG_DEBUG))
         kiln__log(KILN_LOG_DEBUG, "%s: %s", op,
                   pointwise ? "1x1 stride 1: matmul on x itself (no im2col)"
+                  : direct  ? "depthwise: the direct kernel (no im2col, no matmul)"
                             : "im2col, then matmul");
-    if (pointwise)
+    if (direct)
+        s = conv_dw(x, weight, &g, op, &y);
+    else if (pointwise)
         s = kiln_tensor_reshape(x, 3, (const int64_t[]){g.n, g.c, l}, &cols);
     else
         s = im2col(x, &g, op, &cols);
-    if (G == 1) { /* [O, K] x [N, K, L] = [N, O, L]: NCHW as it comes */
+    if (direct) {
+        /* y is [N, O, OH, OW] already */
+    } else if (G == 1) { /* [O, K] x [N, K, L] = [N, O, L]: NCHW as it comes */
         if (s == KILN_OK)
             s = kiln_tensor_reshape(weight, 2, (const int64_t[]){g.o, k}, &wg);
         if (s == KILN_OK)
