@@ -28,7 +28,8 @@ kiln_status kiln__kernel_launch(kiln_device *dev, struct kiln__kernel *k, const 
 
 /* The local size kiln picks for a launch with local = NULL: within the kernel's work-group
  * size (and at most 256), a multiple of its preferred multiple in 1-D, close to the global
- * size. local gets work_dim entries. */
+ * size; in 2-D and 3-D square-ish on GPUs, long in dimension 0 (up to 64) on CPU devices.
+ * local gets work_dim entries. */
 void kiln__choose_local(const struct kiln__kernel *k, int work_dim, const size_t *global,
                         size_t *local);
 

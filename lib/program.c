@@ -732,6 +732,7 @@ static kiln_status make_kernel(kiln_device *dev, cl_program p, const char *name,
         n->k.max_items[d] = items[d] ? items[d] : 1;
     if (n->k.wg_multiple == 0 || n->k.wg_multiple > n->k.wg_size)
         n->k.wg_multiple = 1;
+    n->k.cpu = dev->info.type == KILN_DEVICE_CPU;
     pthread_mutex_init(&n->k.lock, NULL);
     *out = n;
     return KILN_OK;

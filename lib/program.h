@@ -39,6 +39,7 @@ typedef struct kiln__kernel {
     size_t wg_size;             /* CL_KERNEL_WORK_GROUP_SIZE on the device */
     size_t wg_multiple;         /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE */
     size_t max_items[3];        /* CL_DEVICE_MAX_WORK_ITEM_SIZES: local size limit per dimension */
+    bool cpu;                   /* on a CPU device (kiln__choose_local shapes groups for it) */
     pthread_mutex_t lock;
 } kiln__kernel;
 

@@ -244,6 +244,7 @@ static const kiln_conv2d_params conv_cases[] = {
     {{2, 2}, {1, 1}, {1, 1}, 4}, /* depthwise */
     {{1, 1}, {1, 2}, {2, 1}, 4}, /* depthwise at stride 1, dilated (weight [8, 1, 3, 3]: x2) */
     {{2, 1}, {0, 1}, {1, 1}, 4}, /* depthwise, a 2x3 window (weight [4, 1, 2, 3]) */
+    {{1, 1}, {1, 1}, {1, 1}, 2}, /* depthwise on wide rows (x [1, 2, 4, 21]) */
 };
 static kiln_status f_conv(kiln_tensor *const *in, kiln_tensor **out, const void *c)
 {
@@ -490,6 +491,10 @@ START_TEST(test_fd_conv2d)
     spec dr[2] = {S4(2, 4, 5, 6, -1.0, 1.0), S4(4, 1, 2, 3, -1.0, 1.0)};
     opctx cr = {.op = 5, .flags = 0};
     gradcheck("conv2d depthwise 2x3", f_conv, &cr, 2, dr);
+    /* rows wider than the CPU kernels' 8-column vectors (two of them and a tail) */
+    spec dw[3] = {S4(1, 2, 4, 21, -1.0, 1.0), S4(2, 1, 3, 3, -1.0, 1.0), S1(2, -1.0, 1.0)};
+    opctx cw = {.op = 6, .flags = 1};
+    gradcheck("conv2d depthwise wide", f_conv, &cw, 3, dw);
     /* 1x1 at stride 1: the matmul on x's view, no im2col (its own path in kiln_conv2d) */
     spec pw[3] = {S4(2, 4, 3, 3, -1.0, 1.0), S4(5, 4, 1, 1, -1.0, 1.0), S1(5, -1.0, 1.0)};
     opctx c = {.op = 0, .flags = 1};

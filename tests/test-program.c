@@ -1222,6 +1222,30 @@ START_TEST(choose_local_is_valid)
     ck_assert_uint_eq(l[0], 1);
     ck_assert_uint_eq(l[1], 4);
     ck_assert_uint_le(l[0] * l[1] * l[2], 256);
+    /* CPU devices: groups long in dimension 0 (up to 64), the other dimensions fill the rest */
+    kiln__kernel cpu = {
+        .wg_size = 4096, .wg_multiple = 8, .max_items = {4096, 4096, 4096}, .cpu = true};
+    g[0] = 3136, g[1] = 64, g[2] = 32; /* a [32, 64, 56 x 56] per-channel broadcast */
+    kiln__choose_local(&cpu, 3, g, l);
+    ck_assert_uint_eq(l[0], 64);
+    ck_assert_uint_eq(l[1], 4);
+    ck_assert_uint_eq(l[2], 1);
+    g[0] = 5, g[1] = 1000;
+    kiln__choose_local(&cpu, 2, g, l);
+    ck_assert_uint_eq(l[0], 8);
+    ck_assert_uint_eq(l[1], 32);
+    g[0] = 1, g[1] = 2, g[2] = 1000;
+    kiln__choose_local(&cpu, 3, g, l);
+    ck_assert_uint_eq(l[0], 1);
+    ck_assert_uint_eq(l[1], 2);
+    ck_assert_uint_eq(l[2], 128);
+    cpu.wg_size = 100; /* a kernel limit below 256 that is no power of two */
+    cpu.max_items[0] = 16;
+    g[0] = 3136, g[1] = 64, g[2] = 32;
+    kiln__choose_local(&cpu, 3, g, l);
+    ck_assert_uint_eq(l[0], 16);
+    ck_assert_uint_le(l[0] * l[1] * l[2], 100);
+    ck_assert_uint_ge(l[0] * l[1] * l[2], 64);
 }
 END_TEST
 

@@ -1,10 +1,12 @@
-/* conv.c - kiln_conv2d as im2col and one batched matmul (PyTorch's weight layout
- * [O, C/groups, KH, KW], NCHW). im2col (conv.cl) is the only new kernel and the only op with a
- * gradient of its own (col2im, its adjoint); the weight's reshape, the matmul over the groups,
- * the permute back to NCHW and the bias add are recorded by autograd as the ops they are, so
- * the gradients for input, weight and bias follow. On CPU devices the matmul is OpenBLAS's
- * (matmul.c picks the path, KILN_LOG=debug says which). Also the 2-D poolings (max, average,
- * global average), whose kernels live in conv.cl too. */
+/* conv.c - kiln_conv2d (PyTorch's weight layout [O, C/groups, KH, KW], NCHW) in one of three
+ * ways: a 1x1 kernel at stride 1 is the matmul on x itself; a depthwise convolution (groups = C)
+ * runs the direct kernels of conv.cl with a gradient node of their own (KILN__AG_CONV_DW); the
+ * rest is im2col (conv.cl, its gradient col2im, its adjoint) and one batched matmul. The weight's
+ * reshape, the matmul over the groups, the permute back to NCHW and the bias add are recorded by
+ * autograd as the ops they are, so the gradients for input, weight and bias follow. On CPU
+ * devices the matmul is OpenBLAS's (matmul.c picks the path, KILN_LOG=debug says which, and
+ * which of the three this file took). Also the 2-D poolings (max, average, global average),
+ * whose kernels live in conv.cl too. */
 #include "ops/conv.h"
 #include "amp.h"
 
@@ -19,6 +21,7 @@
 #include "dtype.h"
 #include "launch.h"
 #include "program.h"
+#include "registry.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -64,23 +67,20 @@ static bool depthwise(const geom *g)
     return !(env && strcmp(env, "0") == 0);
 }
 
-/* Launch one of the depthwise kernels (conv.cl: kiln_conv_dw...) over a 3-D range: tensors a, b
- * and out, then the geometry. 3x3 and 5x5 windows get a program whose window loops have constant
- * bounds (KILN_DW_K), stride 1 along rows one that knows it (KILN_DW_SW1). */
+/* Launch one of the depthwise kernels (conv.cl: kiln_conv_dw...) over `dims` dimensions: tensors a,
+ * b and out, then the geometry. 3x3 and 5x5 windows get a program whose window loops have
+ * constant bounds (KILN_DW_K), stride 1 along rows one that knows it (KILN_DW_SW1). */
 static kiln_status run_dw(const char *name, const char *op, const kiln_tensor *a,
-                          const kiln_tensor *b, kiln_tensor *out, const geom *g,
-                          const size_t global[3])
+                          const kiln_tensor *b, kiln_tensor *out, const geom *g, int dims,
+                          const size_t *global)
 {
     char defs[160] = "";
     kiln__dtype_defines(defs, sizeof defs, "T", a->dtype);
-    if (g->kh == g->kw && (g->kh == 3 || g->kh == 5)) {
-        size_t used = strnlen(defs, sizeof defs);
-        snprintf(defs + used, sizeof defs - used, " -DKILN_DW_K=%d", (int)g->kh);
-    }
-    if (g->sw == 1) {
-        size_t used = strnlen(defs, sizeof defs);
+    size_t used = strnlen(defs, sizeof defs);
+    if (g->kh == g->kw && (g->kh == 3 || g->kh == 5))
+        used += (size_t)snprintf(defs + used, sizeof defs - used, " -DKILN_DW_K=%d", (int)g->kh);
+    if (g->sw == 1 && used < sizeof defs)
         snprintf(defs + used, sizeof defs - used, " -DKILN_DW_SW1=1");
-    }
     kiln__kernel *k;
     kiln_status s = kiln__builtin_kernel(a->dev, "conv", defs, name, op, &k);
     if (s != KILN_OK)
@@ -91,7 +91,7 @@ static kiln_status run_dw(const char *name, const char *op, const kiln_tensor *a
                        kiln_arg_i64(g->kw), kiln_arg_i64(g->sh),       kiln_arg_i64(g->sw),
                        kiln_arg_i64(g->ph), kiln_arg_i64(g->pw),       kiln_arg_i64(g->dh),
                        kiln_arg_i64(g->dw), kiln_arg_i64(g->oh),       kiln_arg_i64(g->ow)};
-    return kiln__kernel_launch(a->dev, k, op, 3, global, NULL, 18, args);
+    return kiln__kernel_launch(a->dev, k, op, dims, global, NULL, 18, args);
 }
 
 static void geom_to_args(const geom *g, kiln__ag_args *a)
@@ -173,8 +173,11 @@ static kiln_status conv_dw(const kiln_tensor *x, const kiln_tensor *w, const geo
     kiln_status s =
         kiln__tensor_new(x->dev, x->dtype, 4, (const int64_t[]){g->n, g->o, g->oh, g->ow}, op, y);
     if (s == KILN_OK && (*y)->numel > 0) {
+        /* CPU devices: a row per work-item (conv.cl says why) */
+        bool rows = x->dev->info.type == KILN_DEVICE_CPU;
         size_t global[3] = {(size_t)g->ow, (size_t)g->oh, (size_t)(g->n * g->o)};
-        s = run_dw("kiln_conv_dw", op, x, w, *y, g, global);
+        s = rows ? run_dw("kiln_conv_dw_rows", op, x, w, *y, g, 2, global + 1)
+                 : run_dw("kiln_conv_dw", op, x, w, *y, g, 3, global);
         if (s != KILN_OK) {
             kiln_tensor_release(*y);
             *y = NULL;
@@ -201,8 +204,10 @@ kiln_status kiln__conv_dw_bw(const kiln_tensor *g, const kiln_tensor *x, const k
     if (dx) {
         s = kiln__tensor_new(g->dev, g->dtype, 4, x->shape, op, dx);
         if (s == KILN_OK && x->numel > 0) {
+            bool rows = x->dev->info.type == KILN_DEVICE_CPU && ge.sw == 1;
             size_t global[3] = {(size_t)ge.w, (size_t)ge.h, (size_t)(ge.n * ge.c)};
-            s = run_dw("kiln_conv_dw_bw_x", op, g, w, *dx, &ge, global);
+            s = rows ? run_dw("kiln_conv_dw_bw_x_rows", op, g, w, *dx, &ge, 2, global + 1)
+                     : run_dw("kiln_conv_dw_bw_x", op, g, w, *dx, &ge, 3, global);
         }
     }
     if (dw && s == KILN_OK) {
@@ -211,8 +216,8 @@ kiln_status kiln__conv_dw_bw(const kiln_tensor *g, const kiln_tensor *x, const k
         kiln_tensor *part = NULL, *sum = NULL, *sum4 = NULL;
         s = kiln__tensor_new(g->dev, kiln__dtype_compute(g->dtype), 2, pshape, op, &part);
         if (s == KILN_OK && part->numel > 0) {
-            size_t global[3] = {(size_t)taps, (size_t)(ge.n * ge.o), 1};
-            s = run_dw("kiln_conv_dw_bw_w", op, g, x, part, &ge, global);
+            size_t global[2] = {(size_t)taps, (size_t)(ge.n * ge.o)};
+            s = run_dw("kiln_conv_dw_bw_w", op, g, x, part, &ge, 2, global);
         }
         if (s == KILN_OK)
             s = kiln_reduce(KILN_REDUCE_SUM, part, 0, false, &sum);

@@ -332,9 +332,10 @@ int bench_conv(bench_ctx *ctx)
     }
     free(step);
     bench_note(ctx,
-               "conv: f32, stride 1; fwd: kiln_conv2d (im2col + matmul) against the same "
-               "algorithm in C (im2col loops + cblas_sgemm on host arrays); fwd+bwd: forward, "
-               "sum, backward to the weight (and through im2col); PyTorch rows run after kiln's, "
+               "conv: f32, stride 1; fwd: kiln_conv2d (im2col + matmul; 1x1: the matmul alone; "
+               "depthwise: the direct kernels) against im2col in C (im2col loops + cblas_sgemm "
+               "on host arrays); fwd+bwd: forward, sum, backward to the weight (and to the "
+               "input); PyTorch rows run after kiln's, "
                "on the same inputs, at 1 and 2 threads; cnn_digits step: forward, "
                "cross-entropy, zero_grad, backward, Adam, loss read, in a scope");
     return rc;
