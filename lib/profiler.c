@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "clcall.h"
 #include "queue.h"
 #include "registry.h"
@@ -762,6 +763,18 @@ static void event(FILE *f, bool *first, const rec *r, int pid, int tid, uint64_t
     *first = false;
 }
 
+/* Device records by queue, then start; the longer first where two start together. */
+static int by_queue_start(const void *pa, const void *pb)
+{
+    const rec *a = *(const rec *const *)pa, *b = *(const rec *const *)pb;
+    if (a->queue != b->queue)
+        return a->queue < b->queue ? -1 : 1;
+    if (a->d0 != b->d0)
+        return a->d0 < b->d0 ? -1 : 1;
+    uint64_t la = a->d1 - a->d0, lb = b->d1 - b->d0;
+    return la > lb ? -1 : la < lb;
+}
+
 /* The host time (ns since the session began) at device time 0 of device d: the largest
  * (enqueue call's start - queued) over its records, so that no command is queued before kiln
  * called the driver. */
@@ -793,9 +806,15 @@ kiln_status kiln_profiler_export_trace(const char *path)
         pthread_mutex_unlock(&lock);
         return s;
     }
+    const rec **order = kiln__malloc((P.n ? P.n : 1) * sizeof *order); /* device records */
+    if (!order) {
+        pthread_mutex_unlock(&lock);
+        return kiln__host_oom(op);
+    }
     FILE *f = fopen(path, "w");
     if (!f) {
         int e = errno;
+        free(order);
         pthread_mutex_unlock(&lock);
         return kiln__error(KILN_ERR_IO, "%s: cannot open %s for writing: %s", op, path,
                            strerror(e));
@@ -849,19 +868,31 @@ kiln_status kiln_profiler_export_trace(const char *path)
                                                                     : "copy";
         event(f, &first, r, 0, (int)r->tid, r->h0 - P.t_start, r->h1 - r->h0, cat);
     }
+    /* A queue runs one command at a time, in order; a driver may still report a command as
+     * starting before the one before it ended (Oclgrind: two reads at one timestamp, the first
+     * 0.8 us long), so each command starts no earlier than its queue's previous one ended. */
     for (int d = 0; d < nd; d++) {
         int64_t off = device_offset(d);
-        for (size_t i = 0; i < P.n; i++) {
-            const rec *r = &P.r[i];
-            if (r->dev != d || !r->d1)
-                continue;
-            int64_t ts = (int64_t)r->d0 + off;
-            event(f, &first, r, 1 + d, r->queue, ts > 0 ? (uint64_t)ts : 0, r->d1 - r->d0,
+        size_t m = 0;
+        for (size_t i = 0; i < P.n; i++)
+            if (P.r[i].dev == d && P.r[i].d1)
+                order[m++] = &P.r[i];
+        qsort(order, m, sizeof *order, by_queue_start);
+        uint64_t last_end = 0;
+        for (size_t i = 0; i < m; i++) {
+            const rec *r = order[i];
+            if (i == 0 || r->queue != order[i - 1]->queue)
+                last_end = 0;
+            uint64_t d0 = r->d0 > last_end ? r->d0 : last_end, d1 = r->d1 > d0 ? r->d1 : d0;
+            last_end = d1;
+            int64_t ts = (int64_t)d0 + off;
+            event(f, &first, r, 1 + d, r->queue, ts > 0 ? (uint64_t)ts : 0, d1 - d0,
                   r->kind <= K_NATIVE ? "kernel" : "memcpy");
         }
     }
     fputs("\n]}\n", f);
     bool bad = ferror(f) != 0;
+    free(order);
     bad = fclose(f) != 0 || bad;
     pthread_mutex_unlock(&lock);
     if (bad)
