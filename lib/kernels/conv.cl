@@ -30,13 +30,27 @@ kernel void kiln_im2col(global const KILN_T *x, global KILN_T *cols, long N, lon
         KILN_FOR(no, 0, N * OH) {
             long n = no / OH, oh = no - n * OH, h = oh * SH - PH + ki * DH;
             bool hin = h >= 0 && h < H;
-            long in0 = ((n * C + c) * H + h) * W;
             long out0 = SM ? (n * K + row) * L + oh * OW : row * NL + n * L + oh * OW;
-            for (long ow = 0; ow < OW; ow++) {
-                long w = ow * SW - PW + kj * DW;
-                STORE_T(cols, out0 + ow,
-                        hin && w >= 0 && w < W ? LOAD_T(x, in0 + w) : (KILN_TC)0);
+            /* [lo, hi): the columns whose w = ow SW - PW + kj DW is inside the row, copied
+             * without a check per element (a plain loop the compiler vectorizes: the checked
+             * loop took 35 of a N32 64->64 56x56 convolution's 88 ms on PoCL); zeros around */
+            long lo = 0, hi = 0;
+            if (hin) {
+                long a = PW - kj * DW, last = W - 1 + PW - kj * DW;
+                lo = a <= 0 ? 0 : min(SW == 1 ? a : (a + SW - 1) / SW, OW);
+                hi = last < 0 ? lo : clamp((SW == 1 ? last : last / SW) + 1, lo, OW);
             }
+            long in0 = ((n * C + c) * H + (hin ? h : 0)) * W - PW + kj * DW;
+            for (long ow = 0; ow < lo; ow++)
+                STORE_T(cols, out0 + ow, (KILN_TC)0);
+            if (SW == 1)
+                for (long ow = lo; ow < hi; ow++)
+                    STORE_T(cols, out0 + ow, LOAD_T(x, in0 + ow));
+            else
+                for (long ow = lo; ow < hi; ow++)
+                    STORE_T(cols, out0 + ow, LOAD_T(x, in0 + ow * SW));
+            for (long ow = hi; ow < OW; ow++)
+                STORE_T(cols, out0 + ow, (KILN_TC)0);
         }
     }
 }
