@@ -29,6 +29,7 @@ typedef enum kiln__ag_kind {
     KILN__AG_GATHER,        /* axis (resolved); inputs x, index */
     KILN__AG_IM2COL,        /* kiln_conv2d's unfolding: the geometry (ops/conv.h); input x */
     KILN__AG_CONV_DW,       /* kiln_conv2d's depthwise kernel: the geometry (ops/conv.h); x, w */
+    KILN__AG_CONV_GEMM,     /* kiln_conv2d in chunks of samples: the geometry (ops/conv.h); x, w */
     KILN__AG_MAX_POOL,      /* the window (ops/conv.h); input x (the backward finds the maxima) */
     KILN__AG_AVG_POOL,      /* the window (ops/conv.h); input x */
     KILN__AG_RNN_SCAN,      /* a recurrent layer's time loop (ops/rnn.h): op mode, flags reverse */

@@ -590,12 +590,13 @@ kiln_status kiln__ag_grads(const kiln__ag_node *nd, const kiln_tensor *g, kiln_t
         RUN(&sc, gx, kiln__col2im(g, x, &nd->a, &gx));
         give(&sc, nd, 0, gx, grads);
         break;
-    case KILN__AG_CONV_DW: {
+    case KILN__AG_CONV_DW:
+    case KILN__AG_CONV_GEMM: {
         const kiln_tensor *w = nd->in[1].t;
         kiln_tensor *gw = NULL;
         if (sc.s == KILN_OK) {
-            sc.s = kiln__conv_dw_bw(g, x, w, &nd->a, x->requires_grad ? &gx : NULL,
-                                    w->requires_grad ? &gw : NULL);
+            sc.s = (nd->kind == KILN__AG_CONV_DW ? kiln__conv_dw_bw : kiln__conv_chunked_bw)(
+                g, x, w, &nd->a, x->requires_grad ? &gx : NULL, w->requires_grad ? &gw : NULL);
             keep(&sc, gx);
             keep(&sc, gw);
         }

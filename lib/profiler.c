@@ -806,7 +806,7 @@ kiln_status kiln_profiler_export_trace(const char *path)
         pthread_mutex_unlock(&lock);
         return s;
     }
-    const rec **order = kiln__malloc((P.n ? P.n : 1) * sizeof *order); /* device records */
+    const rec **order = kiln__malloc((P.n ? P.n : 1) * sizeof(const rec *)); /* device records */
     if (!order) {
         pthread_mutex_unlock(&lock);
         return kiln__host_oom(op);
@@ -877,7 +877,7 @@ kiln_status kiln_profiler_export_trace(const char *path)
         for (size_t i = 0; i < P.n; i++)
             if (P.r[i].dev == d && P.r[i].d1)
                 order[m++] = &P.r[i];
-        qsort(order, m, sizeof *order, by_queue_start);
+        qsort(order, m, sizeof(const rec *), by_queue_start);
         uint64_t last_end = 0;
         for (size_t i = 0; i < m; i++) {
             const rec *r = order[i];

@@ -495,6 +495,22 @@ START_TEST(test_fd_conv2d)
     spec dw[3] = {S4(1, 2, 4, 21, -1.0, 1.0), S4(2, 1, 3, 3, -1.0, 1.0), S1(2, -1.0, 1.0)};
     opctx cw = {.op = 6, .flags = 1};
     gradcheck("conv2d depthwise wide", f_conv, &cw, 3, dw);
+    /* one group in chunks of samples (a large batch's path, forced by the test knob): a sample
+     * at a time, then two (f64 columns: x [3, 4, 5, 5], 3x3 -> 3x3 outputs, 2592 bytes a
+     * sample), with and without bias */
+    static const char *const chunk_bytes[] = {"1", "5184"};
+    for (int ck = 0; ck < 2; ck++)
+        for (int k = 0; k < 2; k++) {
+            if (simulated(dev) && k)
+                continue;
+            spec cs[3] = {S4(3, 4, 5, 5, -1.0, 1.0), S4(3, 4, 3, 3, -1.0, 1.0), S1(3, -1.0, 1.0)};
+            opctx cc = {.op = k, .flags = !k};
+            char what[64];
+            snprintf(what, sizeof what, "conv2d case %d in chunks of %s bytes", k, chunk_bytes[ck]);
+            setenv("KILN_TEST_CONV_CHUNK_BYTES", chunk_bytes[ck], 1);
+            gradcheck(what, f_conv, &cc, k ? 2 : 3, cs);
+            unsetenv("KILN_TEST_CONV_CHUNK_BYTES");
+        }
     /* 1x1 at stride 1: the matmul on x's view, no im2col (its own path in kiln_conv2d) */
     spec pw[3] = {S4(2, 4, 3, 3, -1.0, 1.0), S4(5, 4, 1, 1, -1.0, 1.0), S1(5, -1.0, 1.0)};
     opctx c = {.op = 0, .flags = 1};

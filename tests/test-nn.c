@@ -480,6 +480,13 @@ static void ref_conv(const conv_case *k, const double *x, const double *w, const
                 }
 }
 
+/* The output size of a convolution along dimension d (0: rows, 1: columns). */
+static int64_t conv_out(int64_t in, int64_t k, const kiln_conv2d_params *p, int d)
+{
+    int64_t s = p->stride[d] ? p->stride[d] : 1, dl = p->dilation[d] ? p->dilation[d] : 1;
+    return (in + 2 * p->padding[d] - dl * (k - 1) - 1) / s + 1;
+}
+
 /* Values against ref_conv for strides, paddings, dilations, groups (depthwise too), 1x1 and
  * rectangular kernels, with and without bias, f32 and f16 on every device and f64 where it
  * computes. f16: the reference takes the f16-rounded inputs; the sums are accumulated in f32
@@ -499,6 +506,7 @@ START_TEST(test_conv2d)
         {1, 4, 6, 9, 4, 2, 3, {{1, 1}, {1, 0}, {1, 2}, 4}, false}, /* depthwise 2x3, dilated */
         {2, 2, 7, 7, 2, 5, 5, {{1, 1}, {2, 2}, {1, 1}, 2}, true},  /* depthwise 5x5 */
         {2, 1, 6, 6, 5, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, true},  /* one input channel */
+        {3, 3, 6, 5, 4, 3, 2, {{1, 2}, {1, 0}, {1, 1}, 1}, true},  /* chunks of 2, then 1 */
     };
     for (int di = 0; di < ndevs; di++) {
         kiln_device *dev = devs[di];
@@ -533,13 +541,29 @@ START_TEST(test_conv2d)
                     for (int i = 0; i < 3; i++)
                         free(held[i]);
                 }
-                /* one input channel a group: the direct kernels, then (path 1) im2col */
+                /* The paths: one input channel a group takes the direct kernels, then (path 1)
+                 * im2col; one group beyond 1x1 (f32, f64) takes im2col whole, then (paths 1
+                 * and 2) a sample and two samples at a time, as a large batch would */
                 bool direct = g == k->c;
-                for (int path = 0; path < (direct ? 2 : 1); path++) {
-                    if (path)
+                bool pointwise = k->kh == 1 && k->kw == 1 && k->p.stride[0] == 1 &&
+                                 k->p.stride[1] == 1 && k->p.padding[0] == 0 &&
+                                 k->p.padding[1] == 0;
+                bool chunked = g == 1 && !pointwise && !narrow(dt);
+                for (int path = 0; path < (direct ? 2 : chunked ? 3 : 1); path++) {
+                    char bytes[32];
+                    if (path && direct)
                         setenv("KILN_CONV_DEPTHWISE", "0", 1);
+                    if (path && chunked) { /* the columns of one sample, or of two */
+                        int64_t oh = conv_out(k->h, k->kh, &k->p, 0),
+                                ow = conv_out(k->w, k->kw, &k->p, 1);
+                        snprintf(bytes, sizeof bytes, "%lld",
+                                 (long long)(path * k->c * k->kh * k->kw * oh * ow *
+                                             (dt == KILN_F64 ? 8 : 4)));
+                        setenv("KILN_TEST_CONV_CHUNK_BYTES", bytes, 1);
+                    }
                     ASSERT_OK(kiln_conv2d(tx, tw, tb, &k->p, &y));
                     unsetenv("KILN_CONV_DEPTHWISE");
+                    unsetenv("KILN_TEST_CONV_CHUNK_BYTES");
                     ck_assert_int_eq(kiln_tensor_dtype(y), dt);
                     const int64_t *ys = kiln_tensor_shape(y);
                     ck_assert_int_eq(kiln_tensor_ndim(y), 4);
@@ -555,8 +579,12 @@ START_TEST(test_conv2d)
                                           8 * ebound * (mag[i] + 1) +
                                               (narrow(dt) ? eps_of(dt) * (fabs(ref[i]) + 1) : 0),
                                       "conv2d case %zu%s %s on %s: [%lld] %.9g, want %.9g", ci,
-                                      path ? " (im2col)" : "", kiln_dtype_name(dt),
-                                      kiln_device_spec(dev), (long long)i, got[i], ref[i]);
+                                      !path      ? ""
+                                      : direct   ? " (im2col)"
+                                      : path < 2 ? " (chunks of one sample)"
+                                                 : " (chunks of two)",
+                                      kiln_dtype_name(dt), kiln_device_spec(dev), (long long)i,
+                                      got[i], ref[i]);
                     free(got);
                     free(ref);
                     free(mag);

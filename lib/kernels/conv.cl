@@ -6,7 +6,8 @@
  *                 from (n, c, h, w), gathered by the input element (no atomics, one order)
  * x is [N, C, H, W] in slot T (half storage through LOAD_T/STORE_T), cols [G, Cg KH KW, N L],
  * or with SM (sample-major, groups 1 only) [N, C KH KW, L], whose product with the weight is
- * NCHW already.
+ * NCHW already. N0: the columns are those of samples N0 .. N0 + N - 1 of x (and of dx), so that
+ * a large batch can be taken a few samples at a time (conv.c: chunks).
  * Dimension 0 of im2col's range runs over the N OH output rows of the image, dimension 1 over
  * the G Cg KH KW rows of cols; each work-item writes its OW columns in a loop, so the index
  * arithmetic (divisions) is paid once per OW elements: on CPU devices the kernel was half of a
@@ -21,7 +22,7 @@
 #if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_im2col)
 kernel void kiln_im2col(global const KILN_T *x, global KILN_T *cols, long N, long C, long H,
                         long W, long G, long KH, long KW, long SH, long SW, long PH, long PW,
-                        long DH, long DW, long OH, long OW, int SM)
+                        long DH, long DW, long OH, long OW, int SM, long N0)
 {
     long Cg = C / G, K = Cg * KH * KW, L = OH * OW, NL = N * L;
     KILN_FOR(row, 1, G * K) {
@@ -40,7 +41,7 @@ kernel void kiln_im2col(global const KILN_T *x, global KILN_T *cols, long N, lon
                 lo = a <= 0 ? 0 : min(SW == 1 ? a : (a + SW - 1) / SW, OW);
                 hi = last < 0 ? lo : clamp((SW == 1 ? last : last / SW) + 1, lo, OW);
             }
-            long in0 = ((n * C + c) * H + (hin ? h : 0)) * W - PW + kj * DW;
+            long in0 = (((N0 + n) * C + c) * H + (hin ? h : 0)) * W - PW + kj * DW;
             for (long ow = 0; ow < lo; ow++)
                 STORE_T(cols, out0 + ow, (KILN_TC)0);
             if (SW == 1)
@@ -59,7 +60,7 @@ kernel void kiln_im2col(global const KILN_T *x, global KILN_T *cols, long N, lon
 #if !defined(KILN_ONLY) || defined(KILN_WANT_kiln_col2im)
 kernel void kiln_col2im(global const KILN_T *cols, global KILN_T *dx, long N, long C, long H,
                         long W, long G, long KH, long KW, long SH, long SW, long PH, long PW,
-                        long DH, long DW, long OH, long OW, int SM)
+                        long DH, long DW, long OH, long OW, int SM, long N0)
 {
     long Cg = C / G, K = Cg * KH * KW, L = OH * OW, NL = N * L;
     KILN_FOR(i, 0, N * C * H * W) {
@@ -81,7 +82,7 @@ kernel void kiln_col2im(global const KILN_T *cols, global KILN_T *dx, long N, lo
                 acc += LOAD_T(cols, SM ? (n * K + row) * L + l : row * NL + n * L + l);
             }
         }
-        STORE_T(dx, i, acc);
+        STORE_T(dx, N0 * C * H * W + i, acc);
     }
 }
 #endif

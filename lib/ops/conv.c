@@ -39,9 +39,10 @@ static kiln_status conv_kernel(kiln_device *dev, kiln_dtype dtype, const char *n
     return kiln__builtin_kernel(dev, "conv", defs, name, op, k);
 }
 
-/* Launch im2col or col2im with the geometry's 15 arguments after the two tensors. */
+/* Launch im2col or col2im with the geometry's arguments after the two tensors: g->n samples
+ * from sample n0 of x (im2col) or of dx (col2im). */
 static kiln_status run(const char *name, const char *op, const kiln_tensor *in, kiln_tensor *out,
-                       const geom *g, int dims, const size_t *global)
+                       const geom *g, int64_t n0, int dims, const size_t *global)
 {
     kiln__kernel *k;
     kiln_status s = conv_kernel(in->dev, in->dtype, name, op, &k);
@@ -52,8 +53,9 @@ static kiln_status run(const char *name, const char *op, const kiln_tensor *in, 
                        kiln_arg_i64(g->groups), kiln_arg_i64(g->kh),  kiln_arg_i64(g->kw),
                        kiln_arg_i64(g->sh),     kiln_arg_i64(g->sw),  kiln_arg_i64(g->ph),
                        kiln_arg_i64(g->pw),     kiln_arg_i64(g->dh),  kiln_arg_i64(g->dw),
-                       kiln_arg_i64(g->oh),     kiln_arg_i64(g->ow),  kiln_arg_i32(g->groups == 1)};
-    return kiln__kernel_launch(in->dev, k, op, dims, global, NULL, 18, args);
+                       kiln_arg_i64(g->oh),     kiln_arg_i64(g->ow),  kiln_arg_i32(g->groups == 1),
+                       kiln_arg_i64(n0)};
+    return kiln__kernel_launch(in->dev, k, op, dims, global, NULL, 19, args);
 }
 
 /* Whether kiln_conv2d runs the direct depthwise kernels: one input channel a group (groups = C,
@@ -131,7 +133,7 @@ static kiln_status im2col(const kiln_tensor *x, const geom *g, const char *op, k
     kiln_status s = kiln__tensor_new(x->dev, x->dtype, 3, shape, op, cols);
     if (s == KILN_OK && k * g->n * l > 0) {
         size_t global[2] = {(size_t)(g->n * g->oh), (size_t)(g->groups * k)};
-        s = run("kiln_im2col", op, x, *cols, g, 2, global);
+        s = run("kiln_im2col", op, x, *cols, g, 0, 2, global);
         if (s != KILN_OK) {
             kiln_tensor_release(*cols);
             *cols = NULL;
@@ -156,10 +158,169 @@ kiln_status kiln__col2im(const kiln_tensor *gc, const kiln_tensor *x, const kiln
     kiln_status s = kiln__tensor_new(gc->dev, gc->dtype, 4, x->shape, op, dx);
     if (s == KILN_OK && x->numel > 0) {
         size_t global = (size_t)x->numel;
-        s = run("kiln_col2im", op, gc, *dx, &g, 1, &global);
+        s = run("kiln_col2im", op, gc, *dx, &g, 0, 1, &global);
         if (s != KILN_OK) {
             kiln_tensor_release(*dx);
             *dx = NULL;
+        }
+    }
+    return s;
+}
+
+/* ---- one group, a few samples at a time ------------------------------------------------ */
+
+/* A large batch's columns (N32 64->64 56x56 3x3: 231 MB) are made and multiplied a chunk of
+ * samples at a time, at most this many bytes of columns each (8 MiB; KILN_TEST_CONV_CHUNK_BYTES
+ * lowers it for the tests): each chunk's columns are still in cache when the matmul reads them
+ * (the forward of that convolution 88 -> 60 ms on PoCL), and the backward makes them again
+ * instead of autograd keeping them all. */
+static int64_t chunk_bytes(void)
+{
+    const char *env = getenv("KILN_TEST_CONV_CHUNK_BYTES");
+    long long v = env ? atoll(env) : 0;
+    return v > 0 ? (int64_t)v : (int64_t)8 << 20;
+}
+
+/* Samples per chunk for the convolution g of dtype dt, or 0 where it runs whole: its columns fit
+ * one chunk, or it has groups, or 16-bit weight gradients would round once per chunk. */
+static int64_t chunk_samples(const geom *g, kiln_dtype dt)
+{
+    int64_t per = g->c * g->kh * g->kw * g->oh * g->ow * (int64_t)kiln__dtype_size(dt);
+    if (g->groups != 1 || kiln__dtype_is_narrow(dt) || per == 0 || per * g->n <= chunk_bytes())
+        return 0;
+    int64_t n = chunk_bytes() / per;
+    return n < 1 ? 1 : n;
+}
+
+/* The columns [ns, C KH KW, OH OW] of samples n0 .. n0 + ns - 1 of x (one group), unrecorded. */
+static kiln_status cols_of(const kiln_tensor *x, const geom *g, int64_t n0, int64_t ns,
+                           const char *op, kiln_tensor **cols)
+{
+    int64_t k = g->c * g->kh * g->kw;
+    kiln_status s =
+        kiln__tensor_new(x->dev, x->dtype, 3, (const int64_t[]){ns, k, g->oh * g->ow}, op, cols);
+    if (s == KILN_OK) {
+        geom part = *g;
+        part.n = ns;
+        size_t global[2] = {(size_t)(ns * g->oh), (size_t)k};
+        s = run("kiln_im2col", op, x, *cols, &part, n0, 2, global);
+    }
+    if (s != KILN_OK) {
+        kiln_tensor_release(*cols);
+        *cols = NULL;
+    }
+    return s;
+}
+
+/* y [N, O, OH, OW] = the convolution of x with w [O, C, KH, KW] (one group, no bias), `per`
+ * samples at a time, recorded as one node (KILN__AG_CONV_GEMM, axis = per). */
+static kiln_status conv_chunked(const kiln_tensor *x, const kiln_tensor *w, const geom *g,
+                                int64_t per, const char *op, kiln_tensor **y)
+{
+    int64_t k = g->c * g->kh * g->kw, l = g->oh * g->ow, nch = (g->n + per - 1) / per;
+    kiln_tensor **ys = kiln__calloc((size_t)nch, sizeof(kiln_tensor *)), *wv = NULL, *y3 = NULL;
+    kiln_status s =
+        ys ? kiln__tensor_view(w, 2, (const int64_t[]){g->o, k}, op, &wv) : kiln__host_oom(op);
+    for (int64_t c = 0; c < nch && s == KILN_OK; c++) {
+        int64_t n0 = c * per, ns = g->n - n0 < per ? g->n - n0 : per;
+        kiln_tensor *cols = NULL;
+        s = cols_of(x, g, n0, ns, op, &cols);
+        if (s == KILN_OK)
+            s = kiln__tensor_new(x->dev, x->dtype, 3, (const int64_t[]){ns, g->o, l}, op, &ys[c]);
+        if (s == KILN_OK) /* [O, K] x [ns, K, L] = [ns, O, L] */
+            s = kiln_matmul_out(wv, cols, ys[c]);
+        kiln_tensor_release(cols);
+    }
+    if (s == KILN_OK)
+        s = kiln__tensor_new(x->dev, x->dtype, 3, (const int64_t[]){g->n, g->o, l}, op, &y3);
+    if (s == KILN_OK)
+        s = kiln_cat_out((const kiln_tensor *const *)ys, (int)nch, 0, y3);
+    if (s == KILN_OK)
+        s = kiln__tensor_view(y3, 4, (const int64_t[]){g->n, g->o, g->oh, g->ow}, op, y);
+    for (int64_t c = 0; ys && c < nch; c++)
+        kiln_tensor_release(ys[c]);
+    free(ys);
+    kiln_tensor_release(wv);
+    kiln_tensor_release(y3);
+    kiln__ag_args a;
+    geom_to_args(g, &a);
+    a.axis = (int)per;
+    const kiln_tensor *ins[2] = {x, w};
+    return kiln__ag_record(s, op, KILN__AG_CONV_GEMM, &a, 2, ins, y);
+}
+
+kiln_status kiln__conv_chunked_bw(const kiln_tensor *g, const kiln_tensor *x, const kiln_tensor *w,
+                                  const kiln__ag_args *a, kiln_tensor **dx, kiln_tensor **dw)
+{
+    const char *op = "kiln_conv2d (backward)";
+    geom ge = geom_from(x, a, g->shape[2], g->shape[3]);
+    ge.o = w->shape[0];
+    int64_t k = ge.c * ge.kh * ge.kw, l = ge.oh * ge.ow, per = a->axis > 0 ? a->axis : 1;
+    int64_t nch = (ge.n + per - 1) / per;
+    kiln_tensor *g3 = NULL, *wv = NULL, *acc = NULL;
+    if (dx)
+        *dx = NULL;
+    if (dw)
+        *dw = NULL;
+    kiln_status s = kiln__tensor_view(g, 3, (const int64_t[]){ge.n, ge.o, l}, op, &g3);
+    if (s == KILN_OK)
+        s = kiln__tensor_view(w, 2, (const int64_t[]){ge.o, k}, op, &wv);
+    if (s == KILN_OK && dx)
+        s = kiln__tensor_new(g->dev, g->dtype, 4, x->shape, op, dx);
+    for (int64_t c = 0; c < nch && s == KILN_OK; c++) {
+        int64_t n0 = c * per, ns = ge.n - n0 < per ? ge.n - n0 : per;
+        kiln_tensor *gc = NULL, *dcols = NULL, *cols = NULL, *part = NULL, *sum = NULL;
+        s = kiln__tensor_new(g->dev, g->dtype, 3, (const int64_t[]){ns, ge.o, l}, op, &gc);
+        if (s == KILN_OK)
+            s = kiln_slice_out(g3, 0, n0, n0 + ns, gc);
+        if (s == KILN_OK && dx) { /* dx of the chunk = col2im(w^T g) */
+            s = kiln__tensor_new(g->dev, g->dtype, 3, (const int64_t[]){ns, k, l}, op, &dcols);
+            if (s == KILN_OK)
+                s = kiln_matmul_trans_out(wv, gc, KILN_MATMUL_TRANS_A, dcols);
+            geom part = ge;
+            part.n = ns;
+            size_t global = (size_t)(ns * ge.c * ge.h * ge.w);
+            if (s == KILN_OK && global > 0)
+                s = run("kiln_col2im", op, dcols, *dx, &part, n0, 1, &global);
+        }
+        if (s == KILN_OK && dw) { /* dw += the sum over the chunk's samples of g cols^T */
+            s = cols_of(x, &ge, n0, ns, op, &cols);
+            if (s == KILN_OK)
+                s = kiln__tensor_new(g->dev, g->dtype, 3, (const int64_t[]){ns, ge.o, k}, op,
+                                     &part);
+            if (s == KILN_OK)
+                s = kiln_matmul_trans_out(gc, cols, KILN_MATMUL_TRANS_B, part);
+            if (s == KILN_OK)
+                s = kiln_reduce(KILN_REDUCE_SUM, part, 0, false, &sum);
+            if (s == KILN_OK && acc) {
+                kiln_tensor *t = NULL;
+                s = kiln_add(acc, sum, &t);
+                kiln_tensor_release(acc);
+                acc = t;
+            } else if (s == KILN_OK) {
+                acc = sum;
+                sum = NULL;
+            }
+        }
+        kiln_tensor_release(gc);
+        kiln_tensor_release(dcols);
+        kiln_tensor_release(cols);
+        kiln_tensor_release(part);
+        kiln_tensor_release(sum);
+    }
+    if (s == KILN_OK && dw)
+        s = kiln_tensor_reshape(acc, 4, w->shape, dw);
+    kiln_tensor_release(acc);
+    kiln_tensor_release(g3);
+    kiln_tensor_release(wv);
+    if (s != KILN_OK) {
+        if (dx) {
+            kiln_tensor_release(*dx);
+            *dx = NULL;
+        }
+        if (dw) {
+            kiln_tensor_release(*dw);
+            *dw = NULL;
         }
     }
     return s;
@@ -362,18 +523,22 @@ kiln_status kiln_conv2d(const kiln_tensor *x, const kiln_tensor *weight, const k
     bool pointwise =
         G == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
     bool direct = !pointwise && depthwise(&g);
+    int64_t per = pointwise || direct ? 0 : chunk_samples(&g, x->dtype);
     if (kiln__log_enabled(KILN_LOG_DEBUG))
         kiln__log(KILN_LOG_DEBUG, "%s: %s", op,
                   pointwise ? "1x1 stride 1: matmul on x itself (no im2col)"
                   : direct  ? "depthwise: the direct kernel (no im2col, no matmul)"
+                  : per     ? "im2col, then matmul, a chunk of samples at a time"
                             : "im2col, then matmul");
     if (direct)
         s = conv_dw(x, weight, &g, op, &y);
+    else if (per)
+        s = conv_chunked(x, weight, &g, per, op, &y);
     else if (pointwise)
         s = kiln_tensor_reshape(x, 3, (const int64_t[]){g.n, g.c, l}, &cols);
     else
         s = im2col(x, &g, op, &cols);
-    if (direct) {
+    if (direct || per) {
         /* y is [N, O, OH, OW] already */
     } else if (G == 1) { /* [O, K] x [N, K, L] = [N, O, L]: NCHW as it comes */
         if (s == KILN_OK)
