@@ -96,6 +96,21 @@ static kiln_status run_dw(const char *name, const char *op, const kiln_tensor *a
     return kiln__kernel_launch(a->dev, k, op, dims, global, NULL, 18, args);
 }
 
+/* col2im of cols (g->n samples) into samples n0 .. n0 + g->n - 1 of dx: on CPU devices at stride
+ * 1 along rows a row of dx per work-item (kiln_col2im_rows; f32 and f64), else an element. */
+static kiln_status col2im_into(const kiln_tensor *cols, kiln_tensor *dx, const geom *g, int64_t n0,
+                               const char *op)
+{
+    size_t count = (size_t)(g->n * g->c * g->h * g->w);
+    if (count == 0)
+        return KILN_OK;
+    if (dx->dev->info.type == KILN_DEVICE_CPU && g->sw == 1 && !kiln__dtype_is_narrow(dx->dtype)) {
+        size_t global[2] = {(size_t)g->h, (size_t)(g->n * g->c)};
+        return run("kiln_col2im_rows", op, cols, dx, g, n0, 2, global);
+    }
+    return run("kiln_col2im", op, cols, dx, g, n0, 1, &count);
+}
+
 static void geom_to_args(const geom *g, kiln__ag_args *a)
 {
     *a =
@@ -156,9 +171,8 @@ kiln_status kiln__col2im(const kiln_tensor *gc, const kiln_tensor *x, const kiln
         (x->shape[2] + 2 * (int64_t)a->perm[4] - a->perm[6] * (kh - 1) - 1) / a->perm[2] + 1;
     geom g = geom_from(x, a, oh, ow);
     kiln_status s = kiln__tensor_new(gc->dev, gc->dtype, 4, x->shape, op, dx);
-    if (s == KILN_OK && x->numel > 0) {
-        size_t global = (size_t)x->numel;
-        s = run("kiln_col2im", op, gc, *dx, &g, 0, 1, &global);
+    if (s == KILN_OK) {
+        s = col2im_into(gc, *dx, &g, 0, op);
         if (s != KILN_OK) {
             kiln_tensor_release(*dx);
             *dx = NULL;
@@ -279,9 +293,8 @@ kiln_status kiln__conv_chunked_bw(const kiln_tensor *g, const kiln_tensor *x, co
                 s = kiln_matmul_trans_out(wv, gc, KILN_MATMUL_TRANS_A, dcols);
             geom part = ge;
             part.n = ns;
-            size_t global = (size_t)(ns * ge.c * ge.h * ge.w);
-            if (s == KILN_OK && global > 0)
-                s = run("kiln_col2im", op, dcols, *dx, &part, n0, 1, &global);
+            if (s == KILN_OK)
+                s = col2im_into(dcols, *dx, &part, n0, op);
         }
         if (s == KILN_OK && dw) { /* dw += the sum over the chunk's samples of g cols^T */
             s = cols_of(x, &ge, n0, ns, op, &cols);
