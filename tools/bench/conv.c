@@ -334,8 +334,8 @@ int bench_conv(bench_ctx *ctx)
     bench_note(ctx,
                "conv: f32, stride 1; fwd: kiln_conv2d (im2col + matmul; 1x1: the matmul alone; "
                "depthwise: the direct kernels) against im2col in C (im2col loops + cblas_sgemm "
-               "on host arrays); fwd+bwd: forward, sum, backward to the weight (and to the "
-               "input); PyTorch rows run after kiln's, "
+               "on host arrays); fwd+bwd: forward, sum, backward to the weight alone (x "
+               "needs no gradient, as a first layer's); PyTorch rows run after kiln's, "
                "on the same inputs, at 1 and 2 threads; cnn_digits step: forward, "
                "cross-entropy, zero_grad, backward, Adam, loss read, in a scope");
     return rc;
