@@ -1,12 +1,13 @@
-/* conv.c - kiln_conv2d (PyTorch's weight layout [O, C/groups, KH, KW], NCHW) in one of three
+/* conv.c - kiln_conv2d (PyTorch's weight layout [O, C/groups, KH, KW], NCHW) in one of four
  * ways: a 1x1 kernel at stride 1 is the matmul on x itself; a depthwise convolution (groups = C)
- * runs the direct kernels of conv.cl with a gradient node of their own (KILN__AG_CONV_DW); the
- * rest is im2col (conv.cl, its gradient col2im, its adjoint) and one batched matmul. The weight's
- * reshape, the matmul over the groups, the permute back to NCHW and the bias add are recorded by
- * autograd as the ops they are, so the gradients for input, weight and bias follow. On CPU
- * devices the matmul is OpenBLAS's (matmul.c picks the path, KILN_LOG=debug says which, and
- * which of the three this file took). Also the 2-D poolings (max, average, global average),
- * whose kernels live in conv.cl too. */
+ * runs the direct kernels of conv.cl with a gradient node of their own (KILN__AG_CONV_DW); one
+ * group with many columns runs im2col and the matmul a chunk of samples at a time, also under a
+ * node of its own (KILN__AG_CONV_GEMM); the rest is im2col (conv.cl, its gradient col2im, its
+ * adjoint) and one batched matmul, whose reshape of the weight, matmul over the groups and
+ * permute back to NCHW autograd records as the ops they are. The bias add is an elementwise op
+ * after any of them. On CPU devices the matmul is OpenBLAS's (matmul.c picks the path,
+ * KILN_LOG=debug says which, and which of the four this file took). Also the 2-D poolings (max,
+ * average, global average), whose kernels live in conv.cl too. */
 #include "ops/conv.h"
 #include "amp.h"
 
@@ -186,7 +187,7 @@ kiln_status kiln__col2im(const kiln_tensor *gc, const kiln_tensor *x, const kiln
 /* A large batch's columns (N32 64->64 56x56 3x3: 231 MB) are made and multiplied a chunk of
  * samples at a time, at most this many bytes of columns each (8 MiB; KILN_TEST_CONV_CHUNK_BYTES
  * lowers it for the tests): each chunk's columns are still in cache when the matmul reads them
- * (the forward of that convolution 88 -> 60 ms on PoCL), and the backward makes them again
+ * (the forward of that convolution about 100 -> 70 ms on PoCL), and the backward makes them again
  * instead of autograd keeping them all. */
 static int64_t chunk_bytes(void)
 {
