@@ -499,9 +499,19 @@ kiln_status kiln_profiler_stop(void)
         kiln__queue_timing(false);
     pthread_mutex_lock(&lock);
     /* Every command is complete now on the devices kiln times; a lost device's events are read
-     * as they are (what failed has no times). */
-    for (size_t i = 0; i < P.n; i++)
-        resolve(&P.r[i]);
+     * as they are (what failed has no times). At exit Oclgrind's are left alone (no times: its
+     * API no longer works, kiln__driver_callable). */
+    int nd;
+    kiln_device **devs = kiln__devices_if_enumerated(&nd);
+    for (size_t i = 0; i < P.n; i++) {
+        rec *r = &P.r[i];
+        if (r->ev && r->dev >= 0 && r->dev < nd && !kiln__driver_callable(devs[r->dev])) {
+            r->ev = NULL; /* the process ends; its driver cannot take the release */
+            P.pending--;
+            continue;
+        }
+        resolve(r);
+    }
     P.t_stop = kiln__now_ns();
     restore_table();
     pthread_mutex_unlock(&lock);

@@ -294,7 +294,7 @@ void kiln__queue_timing(bool on)
             pthread_mutex_lock(&devs[i]->lock);
             cl_command_queue q = devs[i]->timed_queue;
             pthread_mutex_unlock(&devs[i]->lock);
-            if (q && !atomic_load(&devs[i]->lost))
+            if (q && !atomic_load(&devs[i]->lost) && kiln__driver_callable(devs[i]))
                 kiln__cl.Finish(q);
         }
     }

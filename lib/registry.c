@@ -582,8 +582,16 @@ static pthread_mutex_t exit_fns_lock = PTHREAD_MUTEX_INITIALIZER;
 static void (*exit_fns[KILN__DEVICE_HOOKS])(void);
 static int nexit_fns;
 
+static atomic_bool exiting;
+
+bool kiln__driver_callable(const kiln_device *dev)
+{
+    return !(atomic_load(&exiting) && kiln__device_is_oclgrind(dev));
+}
+
 static void finish_at_exit(void)
 {
+    atomic_store(&exiting, true);
     if (!atomic_load_explicit(&reg_ready, memory_order_acquire))
         return;
     for (int i = 0; i < reg.nvisible; i++) {
@@ -592,7 +600,7 @@ static void finish_at_exit(void)
             continue;
         /* Oclgrind runs its commands at enqueue and frees its state in its own exit handlers:
          * a clFinish after those corrupted the heap (release build, gpu-check --standin). */
-        if (kiln__device_is_oclgrind(dev))
+        if (!kiln__driver_callable(dev))
             continue;
         if (dev->queue)
             kiln__cl.Finish(dev->queue);

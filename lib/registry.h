@@ -154,6 +154,11 @@ void kiln__exit_hook(void);
  * the registry (after every queue is finished), once. At most KILN__DEVICE_HOOKS of them. */
 void kiln__registry_on_exit(void (*fn)(void));
 
+/* Whether dev's driver can still be called: false for Oclgrind once the process is exiting
+ * (exit() destroys its per-thread API state before any atexit handler runs, so a call from an
+ * exit handler writes into freed memory). */
+bool kiln__driver_callable(const kiln_device *dev);
+
 /* The devices when they have been enumerated already, else NULL (and *n 0): for code that must
  * not be the one to enumerate (the profiler, which may start before main). */
 kiln_device **kiln__devices_if_enumerated(int *n);

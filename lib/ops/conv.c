@@ -576,9 +576,13 @@ kiln_status kiln_conv2d(const kiln_tensor *x, const kiln_tensor *weight, const k
     if (s == KILN_OK && bias)
         s = kiln_add(r, b4, out);
     if (s != KILN_OK) { /* an inner op's error (out of memory, the device), under this name */
-        char *msg = kiln__strdup(kiln_last_error());
-        s = kiln__error(s, "%s: %s", op, msg ? msg : "");
-        free(msg);
+        const char *inner = kiln_last_error();
+        size_t n = strlen(op);
+        if (strncmp(inner, op, n) != 0 || inner[n] != ':') { /* not named so already */
+            char *msg = kiln__strdup(inner);
+            s = kiln__error(s, "%s: %s", op, msg ? msg : "");
+            free(msg);
+        }
     }
     kiln__log_release();
     kiln_tensor_release(cols);
