@@ -196,6 +196,17 @@ kiln_status kiln__check_out(const char *op, const kiln_tensor *out, const kiln_d
     return KILN_OK;
 }
 
+kiln_status kiln__inner_error(kiln_status s, const char *op)
+{
+    const char *inner = kiln_last_error();
+    if (strncmp(inner, op, strlen(op)) == 0) /* named so already (the allocating form, say) */
+        return s;
+    char *msg = kiln__strdup(inner);
+    s = kiln__error(s, "%s: %s", op, msg ? msg : "");
+    free(msg);
+    return s;
+}
+
 kiln_status kiln__out_from(const char *op, kiln_status s, kiln_tensor *r, kiln_tensor *out)
 {
     if (s == KILN_OK)
@@ -204,15 +215,8 @@ kiln_status kiln__out_from(const char *op, kiln_status s, kiln_tensor *r, kiln_t
         s = kiln__check_out(op, out, r->dev, r->dtype, r->ndim, r->shape);
     if (s == KILN_OK)
         s = kiln_tensor_copy(out, r);
-    if (s != KILN_OK) {
-        char *msg = kiln__strdup(kiln_last_error());
-        /* the inner call's message names the allocating form: keep it after this one's name */
-        if (msg && strncmp(msg, op, strlen(op)) == 0)
-            s = kiln__error(s, "%s", msg);
-        else
-            s = kiln__error(s, "%s: %s", op, msg ? msg : "");
-        free(msg);
-    }
+    if (s != KILN_OK)
+        s = kiln__inner_error(s, op);
     kiln__log_release();
     kiln_tensor_release(r);
     return s;

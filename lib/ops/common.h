@@ -78,6 +78,10 @@ kiln_status kiln__check_out(const char *op, const kiln_tensor *out, const kiln_d
  * released. out is not NULL. */
 kiln_status kiln__out_from(const char *op, kiln_status s, kiln_tensor *r, kiln_tensor *out);
 
+/* An op made of inner calls that failed with s: the last error again under op's name ("op: the
+ * inner message"), unless the message names op already (it starts with op). Returns s. */
+kiln_status kiln__inner_error(kiln_status s, const char *op);
+
 /* For ops that read their inputs while writing out: KILN_ERR_INVALID_ARGUMENT when out shares
  * memory with one of ins[0..n-1] (NULL entries are skipped). */
 kiln_status kiln__check_not_aliased(const char *op, const kiln_tensor *out, int n,

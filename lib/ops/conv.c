@@ -182,6 +182,18 @@ kiln_status kiln__col2im(const kiln_tensor *gc, const kiln_tensor *x, const kiln
     return s;
 }
 
+/* The end of a gradient function: on failure *dx and *dw (those asked for) released and NULL. */
+static kiln_status grads_or_none(kiln_status s, kiln_tensor **dx, kiln_tensor **dw)
+{
+    kiln_tensor **both[2] = {dx, dw};
+    for (int i = 0; i < 2 && s != KILN_OK; i++)
+        if (both[i]) {
+            kiln_tensor_release(*both[i]);
+            *both[i] = NULL;
+        }
+    return s;
+}
+
 /* ---- one group, a few samples at a time ------------------------------------------------ */
 
 /* A large batch's columns (N32 64->64 56x56 3x3: 231 MB) are made and multiplied a chunk of
@@ -327,17 +339,7 @@ kiln_status kiln__conv_chunked_bw(const kiln_tensor *g, const kiln_tensor *x, co
     kiln_tensor_release(acc);
     kiln_tensor_release(g3);
     kiln_tensor_release(wv);
-    if (s != KILN_OK) {
-        if (dx) {
-            kiln_tensor_release(*dx);
-            *dx = NULL;
-        }
-        if (dw) {
-            kiln_tensor_release(*dw);
-            *dw = NULL;
-        }
-    }
-    return s;
+    return grads_or_none(s, dx, dw);
 }
 
 /* y [N, O, OH, OW] = the depthwise convolution of x with w [O, 1, KH, KW] (no bias), recorded
@@ -408,17 +410,7 @@ kiln_status kiln__conv_dw_bw(const kiln_tensor *g, const kiln_tensor *x, const k
         kiln_tensor_release(sum);
         kiln_tensor_release(sum4);
     }
-    if (s != KILN_OK) {
-        if (dx) {
-            kiln_tensor_release(*dx);
-            *dx = NULL;
-        }
-        if (dw) {
-            kiln_tensor_release(*dw);
-            *dw = NULL;
-        }
-    }
-    return s;
+    return grads_or_none(s, dx, dw);
 }
 
 /* The checks of kiln_conv2d: shapes, dtypes, devices and parameters, into *g. */
@@ -575,15 +567,8 @@ kiln_status kiln_conv2d(const kiln_tensor *x, const kiln_tensor *weight, const k
         s = kiln_tensor_reshape(bias, 4, (const int64_t[]){1, g.o, 1, 1}, &b4);
     if (s == KILN_OK && bias)
         s = kiln_add(r, b4, out);
-    if (s != KILN_OK) { /* an inner op's error (out of memory, the device), under this name */
-        const char *inner = kiln_last_error();
-        size_t n = strlen(op);
-        if (strncmp(inner, op, n) != 0 || inner[n] != ':') { /* not named so already */
-            char *msg = kiln__strdup(inner);
-            s = kiln__error(s, "%s: %s", op, msg ? msg : "");
-            free(msg);
-        }
-    }
+    if (s != KILN_OK) /* an inner op's error (out of memory, the device), under this name */
+        s = kiln__inner_error(s, op);
     kiln__log_release();
     kiln_tensor_release(cols);
     kiln_tensor_release(wg);
@@ -823,11 +808,8 @@ kiln_status kiln_adaptive_avg_pool2d(const kiln_tensor *x, int64_t oh, int64_t o
         s = kiln_reduce(KILN_REDUCE_MEAN, flat, 2, true, &m);
     if (s == KILN_OK)
         s = kiln_tensor_reshape(m, 4, (const int64_t[]){x->shape[0], x->shape[1], 1, 1}, out);
-    if (s != KILN_OK) {
-        char *msg = kiln__strdup(kiln_last_error());
-        s = kiln__error(s, "%s: %s", op, msg ? msg : "");
-        free(msg);
-    }
+    if (s != KILN_OK)
+        s = kiln__inner_error(s, op);
     kiln__log_release();
     kiln_tensor_release(flat);
     kiln_tensor_release(m);

@@ -6,8 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "alloc.h"
 #include "amp.h"
+#include "common.h"
 #include "dtype.h"
 #include "status.h"
 #include "tensor.h"
@@ -99,11 +99,8 @@ kiln_status kiln_logsumexp(const kiln_tensor *x, int axis, bool keepdim, kiln_te
         s = kiln_tensor_reshape(m, kiln_tensor_ndim(sum), kiln_tensor_shape(sum), &mr);
     if (s == KILN_OK)
         s = kiln_add(l, mr, out);
-    if (s != KILN_OK) {
-        char *msg = kiln__strdup(kiln_last_error());
-        s = kiln__error(s, "%s: %s", op, msg ? msg : "");
-        free(msg);
-    }
+    if (s != KILN_OK)
+        s = kiln__inner_error(s, op);
     kiln__log_release();
     kiln_tensor_release(m);
     kiln_tensor_release(d);
