@@ -45,6 +45,7 @@ static void teardown_devices(void)
     unsetenv("KILN_MATMUL");
     kiln__matmul_cblas_no_native = false;
     kiln__matmul_cblas_always_map = false;
+    kiln__matmul_cblas_parts = 0;
     kiln__matmul_builtin_max_groups = 65535;
     kiln__matmul_clblast_any_device = false;
     kiln__clblast_gemm = kiln__clblast_gemm_real;
@@ -339,6 +340,45 @@ START_TEST(test_narrow)
                 kiln_tensor_release(a);
             }
         }
+}
+END_TEST
+
+/* The cblas path in parts on the host pool: whole products of a batch per part (batch >= parts),
+ * else bands of columns (C wider than tall) or rows, in multiples of 16 with a ragged last band
+ * and empty parts; every transpose, f32, f64 and f16, native kernel and fallback. */
+START_TEST(test_cblas_parts)
+{
+    for (int d = 0; d < ndevs; d++) {
+        if (!path_runs(devs[d], "cblas"))
+            continue;
+        static const int parts[] = {2, 3, 7};
+        for (size_t pi = 0; pi < sizeof parts / sizeof parts[0]; pi++) {
+            kiln__matmul_cblas_parts = parts[pi];
+            for (unsigned f = 0; f < 4; f++) {
+                bool ta = f & KILN_MATMUL_TRANS_A, tb = f & KILN_MATMUL_TRANS_B;
+                /* wide (columns split), tall (rows split), a batch of 2 and one of 9 */
+                const int64_t mnk[][4] = {
+                    {37, 101, 23, 1}, {90, 21, 30, 1}, {19, 70, 11, 2}, {13, 17, 9, 9}};
+                for (int c = 0; c < 4; c++) {
+                    int64_t m = mnk[c][0], n = mnk[c][1], k = mnk[c][2], bt = mnk[c][3];
+                    operand a = {3, {bt, ta ? k : m, ta ? m : k}};
+                    operand b = {3, {bt, tb ? n : k, tb ? k : n}};
+                    check_product(devs[d], "cblas", KILN_F32, a, b, f);
+                    if (f == 0 && c < 2) {
+                        check_product(devs[d], "cblas", KILN_F16, a, b, f);
+                        if (has_fp64(devs[d]))
+                            check_product(devs[d], "cblas", KILN_F64, a, b, f);
+                    }
+                }
+            }
+            kiln__matmul_cblas_no_native = true;
+            check_product(devs[d], "cblas", KILN_F32, mat(45, 66), mat(66, 130), 0);
+            kiln__matmul_cblas_no_native = false;
+        }
+        kiln__matmul_cblas_parts = 0;
+        /* and at OpenBLAS's own count: a product large enough to be split by it */
+        check_product(devs[d], "cblas", KILN_F32, mat(64, 300), mat(300, 257), 0);
+    }
 }
 END_TEST
 
@@ -1044,6 +1084,7 @@ Suite *matmul_suite(void)
     tcase_add_test(paths, test_f64);
     tcase_add_test(paths, test_narrow);
     tcase_add_test(paths, test_default_and_fallback);
+    tcase_add_test(paths, test_cblas_parts);
     tcase_add_test(paths, test_queue_order);
     tcase_add_test(paths, test_empty);
     tcase_add_test(paths, test_out);

@@ -7,6 +7,7 @@
 #include "../alloc.h"
 #include "../clcall.h"
 #include "../halfconv.h"
+#include "../hostpool.h"
 #include "../memory.h"
 #include "../profiler.h"
 #include "../queue.h"
@@ -17,6 +18,7 @@
 
 bool kiln__matmul_cblas_no_native = false;
 bool kiln__matmul_cblas_always_map = false;
+int kiln__matmul_cblas_parts = 0;
 
 #ifdef KILN_HAVE_CBLAS
 
@@ -39,6 +41,7 @@ typedef struct cblas_job {
 /* One GEMM at a time: several devices' worker threads (or the map fallback on the host
  * thread) may call at once, and kiln does not rely on the BLAS build being reentrant. */
 static pthread_mutex_t gemm_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool pool_stop_registered; /* under gemm_lock: kiln__host_pool_stop joins at exit */
 
 /* OpenBLAS's NT kernels are up to 2x slower than NN on small B (a Linear layer's x @ W^T with
  * W [out, in]: measured 25 vs 13 us for 256x128x16): below this many elements of B, B^T is
@@ -61,12 +64,6 @@ static void *transposed_b(const cblas_job *j)
                    b + ((size_t)r * (size_t)j->k + (size_t)c) * es, es);
     return out;
 }
-
-/* Products of fewer multiply-adds than this run on one OpenBLAS thread: waking its threads
- * costs more than they save there, and they compete with the device's own worker threads
- * (measured: a 50-step LSTM forward at batch 32, hidden 128, whose per-step products are
- * 32 x 512 x 128, went from about 20 to 13 ms with OPENBLAS_NUM_THREADS=1; issue 27). */
-enum { SMALL_GEMM_MACS = 1 << 22 };
 
 static void gemm_f32_or_f64(const cblas_job *j);
 
@@ -97,34 +94,88 @@ static void gemm(const cblas_job *j)
         gemm_f32_or_f64(j);
 }
 
-static void gemm_f32_or_f64(const cblas_job *j)
+/* One block of one product of the batch: rows [m0, m1) and columns [n0, n1) of C. */
+static void gemm_block(const cblas_job *j, const void *b, bool trans_b, int64_t i, int m0, int m1,
+                       int n0, int n1)
 {
-    void *bt = transposed_b(j);
-    bool trans_b = j->trans_b && !bt;
-    const void *b = bt ? bt : j->b;
     enum CBLAS_TRANSPOSE ta = j->trans_a ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
     int lda = j->trans_a ? j->m : j->k, ldb = trans_b ? j->k : j->n, ldc = j->n;
-    pthread_mutex_lock(&gemm_lock);
-    int threads = 0; /* OpenBLAS's count to restore, 0 when left alone */
-    if ((int64_t)j->m * j->n * j->k * j->batch < SMALL_GEMM_MACS &&
-        (threads = openblas_get_num_threads()) > 1)
-        openblas_set_num_threads(1);
+    /* A's rows m0.. start at column m0 of a transposed A; B's columns n0.. at row n0 of a
+     * transposed B */
+    int64_t oa = i * j->stride_a + (j->trans_a ? m0 : (int64_t)m0 * lda);
+    int64_t ob = i * j->stride_b + (trans_b ? (int64_t)n0 * ldb : n0);
+    int64_t oc = i * j->stride_c + (int64_t)m0 * ldc + n0;
+    if (j->dtype == KILN_F32)
+        cblas_sgemm(CblasRowMajor, ta, tb, m1 - m0, n1 - n0, j->k, 1.0f, (const float *)j->a + oa,
+                    lda, (const float *)b + ob, ldb, 0.0f, (float *)j->c + oc, ldc);
     else
-        threads = 0;
-    for (int64_t i = 0; i < j->batch; i++) {
-        if (j->dtype == KILN_F32)
-            cblas_sgemm(CblasRowMajor, ta, tb, j->m, j->n, j->k, 1.0f,
-                        (const float *)j->a + i * j->stride_a, lda,
-                        (const float *)b + i * j->stride_b, ldb, 0.0f,
-                        (float *)j->c + i * j->stride_c, ldc);
-        else
-            cblas_dgemm(CblasRowMajor, ta, tb, j->m, j->n, j->k, 1.0,
-                        (const double *)j->a + i * j->stride_a, lda,
-                        (const double *)b + i * j->stride_b, ldb, 0.0,
-                        (double *)j->c + i * j->stride_c, ldc);
+        cblas_dgemm(CblasRowMajor, ta, tb, m1 - m0, n1 - n0, j->k, 1.0, (const double *)j->a + oa,
+                    lda, (const double *)b + ob, ldb, 0.0, (double *)j->c + oc, ldc);
+}
+
+typedef struct gemm_parts {
+    const cblas_job *j;
+    const void *b;
+    bool trans_b;
+} gemm_parts;
+
+/* Part `part` of `parts` of the products: whole products of the batch when there are at least
+ * as many as parts, else a band of each product's columns (or rows, when C is taller than
+ * wide) in multiples of 16. Each element of C is one thread's dot product over all of K, in
+ * the order a single-threaded GEMM takes: results do not depend on the number of parts. */
+static void gemm_part(void *ctx, int part, int parts)
+{
+    const gemm_parts *g = ctx;
+    const cblas_job *j = g->j;
+    if (j->batch >= parts) {
+        for (int64_t i = j->batch * part / parts; i < j->batch * (part + 1) / parts; i++)
+            gemm_block(j, g->b, g->trans_b, i, 0, j->m, 0, j->n);
+        return;
     }
-    if (threads)
+    bool cols = j->n >= j->m;
+    int64_t len = cols ? j->n : j->m, blocks = (len + 15) / 16;
+    int lo = (int)(blocks * part / parts * 16), hi = (int)(blocks * (part + 1) / parts * 16);
+    if (hi > len)
+        hi = (int)len;
+    for (int64_t i = 0; i < j->batch && lo < hi; i++) {
+        if (cols)
+            gemm_block(j, g->b, g->trans_b, i, 0, j->m, lo, hi);
+        else
+            gemm_block(j, g->b, g->trans_b, i, lo, hi, 0, j->n);
+    }
+}
+
+/* Products of at least this many multiply-adds per thread run in parts on kiln's host pool
+ * (hostpool.h), each part a single-threaded GEMM: OpenBLAS's own threads spin for about 0.1 s
+ * after each multithreaded call, and every PoCL kernel queued in that window ran at half
+ * speed beside them (a 1x1 convolution's bias add, N32 128x28x28: 3.2-3.7 ms after such a
+ * GEMM, 1.8 after a single-threaded one). Smaller products run on the calling thread alone. */
+enum { PART_MACS = 1 << 21 };
+
+static void gemm_f32_or_f64(const cblas_job *j)
+{
+    void *bt = transposed_b(j);
+    gemm_parts g = {.j = j, .b = bt ? bt : j->b, .trans_b = j->trans_b && !bt};
+    pthread_mutex_lock(&gemm_lock);
+    /* OpenBLAS's thread count (OPENBLAS_NUM_THREADS, or what the program set) is the number of
+     * parts; OpenBLAS itself runs on one thread here and is given its count back after */
+    int threads = openblas_get_num_threads();
+    int64_t macs = (int64_t)j->m * j->n * j->k * j->batch, parts = macs / PART_MACS;
+    if (parts > threads)
+        parts = threads;
+    if (kiln__matmul_cblas_parts > 0)
+        parts = kiln__matmul_cblas_parts;
+    if (parts > KILN__HOST_POOL_MAX + 1)
+        parts = KILN__HOST_POOL_MAX + 1;
+    if (threads > 1)
+        openblas_set_num_threads(1);
+    if (!pool_stop_registered && parts > 1) {
+        pool_stop_registered = true;
+        kiln__registry_on_exit(kiln__host_pool_stop);
+    }
+    kiln__host_parallel(parts < 1 ? 1 : (int)parts, gemm_part, &g);
+    if (threads > 1)
         openblas_set_num_threads(threads);
     pthread_mutex_unlock(&gemm_lock);
     free(bt);

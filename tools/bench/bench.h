@@ -42,6 +42,12 @@ typedef struct bench_result {
 /* Monotonic seconds. */
 double bench_now(void);
 
+/* Wait until the host BLAS's threads, busy after a baseline's multithreaded call, have gone to
+ * sleep (OpenBLAS's spin for 2^28 TSC cycles after each call: about 0.1 s at 2.6 GHz), so that
+ * kiln's next sample does not share the cores with them: kiln's own GEMM threads sleep between
+ * products (lib/hostpool.c) and a program using kiln alone has no such spinning threads. */
+void bench_blas_settle(void);
+
 /* Median of n samples (sorts them in place); min and max optional. */
 double bench_median(double *v, int n, double *min, double *max);
 

@@ -1,4 +1,5 @@
 /* common.c - kiln-bench timing, statistics and output. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,13 @@ double bench_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void bench_blas_settle(void)
+{
+    struct timespec t = {0, 200 * 1000 * 1000};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    }
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -78,6 +78,8 @@ static int measure(bench_ctx *ctx, mm *m, const char *label, int samples)
     for (int r = 0; r < samples && s == KILN_OK; r++) {
         if (r % 2)
             base[r] = time_host(m, iters);
+        if (have_baseline())
+            bench_blas_settle();
         s = time_kiln(m, iters, &k[r]);
         if (r % 2 == 0)
             base[r] = time_host(m, iters);
@@ -154,6 +156,8 @@ static void notes(bench_ctx *ctx, const char *deflt, const char *user_choice)
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     bench_note(ctx, "OpenBLAS core: %s (OPENBLAS_CORETYPE=%s), %d threads", openblas_get_corename(),
                coretype ? coretype : "unset", openblas_get_num_threads());
+    bench_note(ctx, "kiln's samples start 0.2 s after the baseline's last cblas_sgemm, when "
+                    "OpenBLAS's threads have stopped spinning");
 #else
     bench_note(ctx, "kiln-bench was built without CBLAS: no cblas_sgemm baseline");
 #endif

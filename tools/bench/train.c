@@ -241,6 +241,9 @@ static int bench_one(bench_ctx *ctx, int batch, int hidden, train_case *tc)
             sink += host_step(&hm, x, y, i + 1);
         (void)sink; /* only there so the compiler keeps the host steps */
         tb[r] = (bench_now() - t0) / steps * 1e3;
+#ifdef KILN_HAVE_CBLAS
+        bench_blas_settle();
+#endif
         /* The autograd step against the hand-written one, interleaved step by step (each
          * waited for; which goes first alternates) so that both see the same machine. */
         double hand = 0, autograd = 0;
@@ -415,7 +418,8 @@ int bench_train(bench_ctx *ctx)
     rc |= bench_classify(ctx);
     bench_note(ctx, "train: baseline is the same forward, backward and Adam step in plain C%s",
 #ifdef KILN_HAVE_CBLAS
-               " with cblas_sgemm for the products"
+               " with cblas_sgemm for the products (kiln's next sample starts 0.2 s after the "
+               "last, when OpenBLAS's threads have stopped spinning)"
 #else
                " loops"
 #endif
