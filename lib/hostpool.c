@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 /* How long a thread watches for the next job, or a caller for its job's last part, before it
  * sleeps; and how long a thread tries for the lock before it blocks on it. Waking a thread that
@@ -23,6 +24,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;     /* everything below
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;       /* a job or stop for the threads */
 static pthread_cond_t done = PTHREAD_COND_INITIALIZER;       /* the job's last part finished */
 static pthread_t threads[KILN__HOST_POOL_MAX];
+static pid_t threads_pid; /* the process that started them: a fork's child has none of them */
 static int nthreads, sleepers;
 static bool stopping, caller_sleeps;
 static atomic_uint jobs;    /* jobs started: a watching thread sees a new one without the lock */
@@ -110,6 +112,10 @@ static void grow(int want)
     if (want > KILN__HOST_POOL_MAX)
         want = KILN__HOST_POOL_MAX;
     pthread_mutex_lock(&lock);
+    if (threads_pid != getpid()) {
+        threads_pid = getpid();
+        nthreads = sleepers = 0;
+    }
     while (nthreads < want && pthread_create(&threads[nthreads], NULL, worker, NULL) == 0)
         nthreads++;
     pthread_mutex_unlock(&lock);
@@ -164,7 +170,7 @@ void kiln__host_pool_stop(void)
     pthread_mutex_lock(&lock);
     stopping = true;
     pthread_cond_broadcast(&wake);
-    int n = nthreads;
+    int n = threads_pid == getpid() ? nthreads : 0;
     pthread_mutex_unlock(&lock);
     for (int i = 0; i < n; i++)
         pthread_join(threads[i], NULL);

@@ -563,6 +563,7 @@ rnn 120
 torch-rnn 120 serial
 bench-rnn 120 serial nostandin
 halfconv 30
+hostpool 30
 amp 120
 bench-half 60 serial nostandin
 "
