@@ -1,9 +1,10 @@
-/* hostpool.h - a few host threads that run the parts of one job beside the calling thread (the
- * host BLAS's GEMM on CPU devices, matmul_cblas.c), sleeping on a condition variable between
- * jobs. OpenBLAS's own threads spin for about 0.1 s after each multithreaded GEMM (2^28 cycles,
- * fixed when the library loads), and on a CPU device every OpenCL kernel queued in that window
- * ran at half speed beside them: kiln calls the BLAS on one thread per part instead.
- * Internal: not part of the public API. */
+/* hostpool.h - a few host threads that run the parts of one job beside the calling thread (a
+ * batch of products of the host BLAS on CPU devices, one run of whole products per thread:
+ * matmul_cblas.c), watching for the next job briefly and then sleeping on a condition variable.
+ * OpenBLAS's own threads split each product of a batch, and spin for about 0.1 s after each
+ * multithreaded call (2^28 cycles, fixed when the library loads): on a CPU device the OpenCL
+ * kernels queued in that window ran at half speed beside them. Internal: not part of the
+ * public API. */
 #ifndef KILN_HOSTPOOL_H
 #define KILN_HOSTPOOL_H
 

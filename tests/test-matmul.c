@@ -343,9 +343,10 @@ START_TEST(test_narrow)
 }
 END_TEST
 
-/* The cblas path in parts on the host pool: whole products of a batch per part (batch >= parts),
- * else bands of columns (C wider than tall) or rows, in multiples of 16 with a ragged last band
- * and empty parts; every transpose, f32, f64 and f16, native kernel and fallback. */
+/* The cblas path's batches in parts on the host pool: runs of whole products, split evenly and
+ * unevenly (9 products in 2, 3 and 7 parts; 4 in 7 parts is 4 parts of one), every transpose,
+ * a shared B, f32, f64 and f16, native kernel and fallback; a single product with the knob set
+ * runs as it would without. */
 START_TEST(test_cblas_parts)
 {
     for (int d = 0; d < ndevs; d++) {
@@ -356,27 +357,32 @@ START_TEST(test_cblas_parts)
             kiln__matmul_cblas_parts = parts[pi];
             for (unsigned f = 0; f < 4; f++) {
                 bool ta = f & KILN_MATMUL_TRANS_A, tb = f & KILN_MATMUL_TRANS_B;
-                /* wide (columns split), tall (rows split), a batch of 2 and one of 9 */
-                const int64_t mnk[][4] = {
-                    {37, 101, 23, 1}, {90, 21, 30, 1}, {19, 70, 11, 2}, {13, 17, 9, 9}};
-                for (int c = 0; c < 4; c++) {
+                const int64_t mnk[][4] = {{37, 41, 23, 9}, {19, 70, 11, 4}, {13, 17, 9, 1}};
+                for (int c = 0; c < 3; c++) {
                     int64_t m = mnk[c][0], n = mnk[c][1], k = mnk[c][2], bt = mnk[c][3];
                     operand a = {3, {bt, ta ? k : m, ta ? m : k}};
                     operand b = {3, {bt, tb ? n : k, tb ? k : n}};
                     check_product(devs[d], "cblas", KILN_F32, a, b, f);
-                    if (f == 0 && c < 2) {
+                    if (f == 0 && c == 0) {
                         check_product(devs[d], "cblas", KILN_F16, a, b, f);
                         if (has_fp64(devs[d]))
                             check_product(devs[d], "cblas", KILN_F64, a, b, f);
                     }
                 }
             }
+            /* A transposed batch against a shared B (stride 0) */
+            check_product(devs[d], "cblas", KILN_F32, (operand){3, {5, 12, 10}}, mat(14, 12),
+                          KILN_MATMUL_TRANS_A | KILN_MATMUL_TRANS_B);
             kiln__matmul_cblas_no_native = true;
-            check_product(devs[d], "cblas", KILN_F32, mat(45, 66), mat(66, 130), 0);
+            check_product(devs[d], "cblas", KILN_F32, (operand){3, {6, 45, 66}},
+                          (operand){3, {6, 66, 30}}, 0);
             kiln__matmul_cblas_no_native = false;
         }
         kiln__matmul_cblas_parts = 0;
-        /* and at OpenBLAS's own count: a product large enough to be split by it */
+        /* and as the size decides: a batch large enough for the pool, one product large enough
+         * for OpenBLAS's threads */
+        check_product(devs[d], "cblas", KILN_F32, (operand){3, {8, 64, 80}},
+                      (operand){3, {8, 80, 128}}, 0);
         check_product(devs[d], "cblas", KILN_F32, mat(64, 300), mat(300, 257), 0);
     }
 }

@@ -84,8 +84,8 @@ extern bool kiln__matmul_cblas_no_native;
 /* Test only: the cblas path maps every operand, even where the device runs kiln's buffers in
  * place (matmul_cblas.c, in_place_ptr). */
 extern bool kiln__matmul_cblas_always_map;
-/* Test only: run every cblas product in this many parts on the host pool (0: OpenBLAS's thread
- * count, for products large enough; matmul_cblas.c, gemm_f32_or_f64). */
+/* Test only: run every cblas batch of at least this many products in this many parts on the
+ * host pool, whatever its size (0: as matmul_cblas.c's plan_for decides). */
 extern int kiln__matmul_cblas_parts;
 
 /* Test hook: the most work-groups one launch of the built-in kernel has along its row and batch

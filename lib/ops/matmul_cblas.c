@@ -94,24 +94,21 @@ static void gemm(const cblas_job *j)
         gemm_f32_or_f64(j);
 }
 
-/* One block of one product of the batch: rows [m0, m1) and columns [n0, n1) of C. */
-static void gemm_block(const cblas_job *j, const void *b, bool trans_b, int64_t i, int m0, int m1,
-                       int n0, int n1)
+/* Product i of the batch. */
+static void gemm_one(const cblas_job *j, const void *b, bool trans_b, int64_t i)
 {
     enum CBLAS_TRANSPOSE ta = j->trans_a ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
     int lda = j->trans_a ? j->m : j->k, ldb = trans_b ? j->k : j->n, ldc = j->n;
-    /* A's rows m0.. start at column m0 of a transposed A; B's columns n0.. at row n0 of a
-     * transposed B */
-    int64_t oa = i * j->stride_a + (j->trans_a ? m0 : (int64_t)m0 * lda);
-    int64_t ob = i * j->stride_b + (trans_b ? (int64_t)n0 * ldb : n0);
-    int64_t oc = i * j->stride_c + (int64_t)m0 * ldc + n0;
     if (j->dtype == KILN_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, m1 - m0, n1 - n0, j->k, 1.0f, (const float *)j->a + oa,
-                    lda, (const float *)b + ob, ldb, 0.0f, (float *)j->c + oc, ldc);
+        cblas_sgemm(CblasRowMajor, ta, tb, j->m, j->n, j->k, 1.0f,
+                    (const float *)j->a + i * j->stride_a, lda, (const float *)b + i * j->stride_b,
+                    ldb, 0.0f, (float *)j->c + i * j->stride_c, ldc);
     else
-        cblas_dgemm(CblasRowMajor, ta, tb, m1 - m0, n1 - n0, j->k, 1.0, (const double *)j->a + oa,
-                    lda, (const double *)b + ob, ldb, 0.0, (double *)j->c + oc, ldc);
+        cblas_dgemm(CblasRowMajor, ta, tb, j->m, j->n, j->k, 1.0,
+                    (const double *)j->a + i * j->stride_a, lda,
+                    (const double *)b + i * j->stride_b, ldb, 0.0, (double *)j->c + i * j->stride_c,
+                    ldc);
 }
 
 typedef struct gemm_parts {
@@ -120,38 +117,52 @@ typedef struct gemm_parts {
     bool trans_b;
 } gemm_parts;
 
-/* Part `part` of `parts` of the products: whole products of the batch when there are at least
- * as many as parts, else a band of each product's columns (or rows, when C is taller than
- * wide) in multiples of 16. Each element of C is one thread's dot product over all of K, in
- * the order a single-threaded GEMM takes: results do not depend on the number of parts. */
+/* Part `part` of `parts`: a run of whole products of the batch. */
 static void gemm_part(void *ctx, int part, int parts)
 {
     const gemm_parts *g = ctx;
-    const cblas_job *j = g->j;
-    if (j->batch >= parts) {
-        for (int64_t i = j->batch * part / parts; i < j->batch * (part + 1) / parts; i++)
-            gemm_block(j, g->b, g->trans_b, i, 0, j->m, 0, j->n);
-        return;
-    }
-    bool cols = j->n >= j->m;
-    int64_t len = cols ? j->n : j->m, blocks = (len + 15) / 16;
-    int lo = (int)(blocks * part / parts * 16), hi = (int)(blocks * (part + 1) / parts * 16);
-    if (hi > len)
-        hi = (int)len;
-    for (int64_t i = 0; i < j->batch && lo < hi; i++) {
-        if (cols)
-            gemm_block(j, g->b, g->trans_b, i, 0, j->m, lo, hi);
-        else
-            gemm_block(j, g->b, g->trans_b, i, lo, hi, 0, j->n);
-    }
+    int64_t batch = g->j->batch;
+    for (int64_t i = batch * part / parts; i < batch * (part + 1) / parts; i++)
+        gemm_one(g->j, g->b, g->trans_b, i);
 }
 
-/* Products of at least this many multiply-adds per thread run in parts on kiln's host pool
- * (hostpool.h), each part a single-threaded GEMM: OpenBLAS's own threads spin for about 0.1 s
- * after each multithreaded call, and every PoCL kernel queued in that window ran at half
- * speed beside them (a 1x1 convolution's bias add, N32 128x28x28: 3.2-3.7 ms after such a
- * GEMM, 1.8 after a single-threaded one). Smaller products run on the calling thread alone. */
-enum { PART_MACS = 1 << 21 };
+/* Products of fewer multiply-adds than this run on one OpenBLAS thread: waking its threads
+ * costs more than they save there, and they compete with the device's own worker threads
+ * (measured: a 50-step LSTM forward at batch 32, hidden 128, whose per-step products are
+ * 32 x 512 x 128, went from about 20 to 13 ms with OPENBLAS_NUM_THREADS=1; issue 27). */
+enum { SMALL_GEMM_MACS = 1 << 22 };
+
+/* How a product of the batch is run: SMALL ones on one OpenBLAS thread; a batch that splits
+ * evenly enough into one run of whole products per thread (BATCH_PARTS: each part within a
+ * quarter of an equal share) on kiln's host pool, each part on one OpenBLAS thread; anything
+ * else on OpenBLAS's own threads, product by product.
+ * Why the pool for batches: a 1x1 convolution's 32 products of [128, 64] x [64, 784] took
+ * 3.4-3.8 ms with OpenBLAS splitting each one and 2.0-2.4 ms as two runs of 16, and OpenBLAS's
+ * threads spin for about 0.1 s after each multithreaded call (2^28 cycles, fixed when the
+ * library loads): the bias add after that product ran at half speed beside them (3.2-3.7 ms
+ * against 1.4-1.8 after the pool, whose threads sleep after 1 ms). Why not the pool for one
+ * large product, split in bands of columns: measured slower than OpenBLAS's own threads, which
+ * share their packed panels (square products 2-15%, a 3x3 convolution's chunked forward and a
+ * small LSTM's backward 10-20%). */
+typedef enum gemm_plan { SMALL, BATCH_PARTS, BLAS_THREADS } gemm_plan;
+
+static gemm_plan plan_for(const cblas_job *j, int threads, int *parts)
+{
+    int64_t macs = (int64_t)j->m * j->n * j->k * j->batch;
+    int64_t p = threads < KILN__HOST_POOL_MAX + 1 ? threads : KILN__HOST_POOL_MAX + 1;
+    if (kiln__matmul_cblas_parts > 0) /* a test's count, whatever the size */
+        p = kiln__matmul_cblas_parts;
+    else if (macs < SMALL_GEMM_MACS || threads <= 1)
+        return SMALL;
+    if (p > j->batch)
+        p = j->batch;
+    int64_t most = (j->batch + p - 1) / p; /* products of the largest part */
+    if (p > 1 && (kiln__matmul_cblas_parts > 0 || most * p * 4 <= j->batch * 5)) {
+        *parts = (int)p;
+        return BATCH_PARTS;
+    }
+    return kiln__matmul_cblas_parts > 0 ? SMALL : BLAS_THREADS;
+}
 
 static void gemm_f32_or_f64(const cblas_job *j)
 {
@@ -159,23 +170,17 @@ static void gemm_f32_or_f64(const cblas_job *j)
     gemm_parts g = {.j = j, .b = bt ? bt : j->b, .trans_b = j->trans_b && !bt};
     pthread_mutex_lock(&gemm_lock);
     /* OpenBLAS's thread count (OPENBLAS_NUM_THREADS, or what the program set) is the number of
-     * parts; OpenBLAS itself runs on one thread here and is given its count back after */
-    int threads = openblas_get_num_threads();
-    int64_t macs = (int64_t)j->m * j->n * j->k * j->batch, parts = macs / PART_MACS;
-    if (parts > threads)
-        parts = threads;
-    if (kiln__matmul_cblas_parts > 0)
-        parts = kiln__matmul_cblas_parts;
-    if (parts > KILN__HOST_POOL_MAX + 1)
-        parts = KILN__HOST_POOL_MAX + 1;
-    if (threads > 1)
+     * parts; it is given back after a SMALL or BATCH_PARTS product ran on one thread */
+    int threads = openblas_get_num_threads(), parts = 1;
+    gemm_plan plan = plan_for(j, threads, &parts);
+    if (plan != BLAS_THREADS && threads > 1)
         openblas_set_num_threads(1);
-    if (!pool_stop_registered && parts > 1) {
+    if (plan == BATCH_PARTS && !pool_stop_registered) {
         pool_stop_registered = true;
         kiln__registry_on_exit(kiln__host_pool_stop);
     }
-    kiln__host_parallel(parts < 1 ? 1 : (int)parts, gemm_part, &g);
-    if (threads > 1)
+    kiln__host_parallel(parts, gemm_part, &g);
+    if (plan != BLAS_THREADS && threads > 1)
         openblas_set_num_threads(threads);
     pthread_mutex_unlock(&gemm_lock);
     free(bt);
