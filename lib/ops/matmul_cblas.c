@@ -137,10 +137,10 @@ enum { SMALL_GEMM_MACS = 1 << 22 };
  * quarter of an equal share) on kiln's host pool, each part on one OpenBLAS thread; anything
  * else on OpenBLAS's own threads, product by product.
  * Why the pool for batches: a 1x1 convolution's 32 products of [128, 64] x [64, 784] took
- * 3.4-3.8 ms with OpenBLAS splitting each one and 2.0-2.4 ms as two runs of 16, and OpenBLAS's
+ * 3.4-4.8 ms with OpenBLAS splitting each one and 2.0-2.8 ms as two runs of 16, and OpenBLAS's
  * threads spin for about 0.1 s after each multithreaded call (2^28 cycles, fixed when the
- * library loads): the bias add after that product ran at half speed beside them (3.2-3.7 ms
- * against 1.4-1.8 after the pool, whose threads sleep after 1 ms). Why not the pool for one
+ * library loads): the bias add after that product ran at half speed beside them (2.8-3.7 ms
+ * against 1.4-2.5 after the pool, whose threads sleep after 1 ms). Why not the pool for one
  * large product, split in bands of columns: measured slower than OpenBLAS's own threads, which
  * share their packed panels (square products 2-15%, a 3x3 convolution's chunked forward and a
  * small LSTM's backward 10-20%). */
