@@ -990,7 +990,7 @@ static kiln_status run(graph *g, kiln_tensor *dest, const char *op)
     }
     if (!k) {
         kiln__log_hold();
-        s = kiln__generated_kernel(dev, src.p, "kiln_fused", op, &k, &hit);
+        s = kiln__generated_kernel(dev, src.p, "kiln_fused", false, op, &k, &hit);
         kiln__log_release();
         if (s != KILN_OK)
             goto done;

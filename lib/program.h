@@ -52,9 +52,11 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
 
 /* A kernel of a program generated at run time (lib/fusion.c): text (NUL-terminated) is built
  * after the prelude like a built-in source, through the on-disk cache, once per device, and kept
- * for the life of the device like a built-in program; *hit says whether it was built before. */
+ * for the life of the device like a built-in program; *hit says whether it was built before.
+ * one_kernel: the text holds several kernels in KILN_ONLY guards (a reduction with a folded
+ * chain) and the program is built with that one alone (-DKILN_ONLY -DKILN_WANT_<kernel>). */
 kiln_status kiln__generated_kernel(kiln_device *dev, const char *text, const char *kernel,
-                                   const char *op, kiln__kernel **out, bool *hit);
+                                   bool one_kernel, const char *op, kiln__kernel **out, bool *hit);
 
 /* Release dev's built-in programs and kernels (kiln__registry_reset; tests). Valid only while no
  * other thread uses dev. */

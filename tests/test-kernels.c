@@ -40,6 +40,15 @@ static const kiln_dtype dtypes[] = {
 };
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+/* Whole programs are built for every dtype in the full tier (CI); the default tier builds those
+ * of f32, f16 and i32 (floating, half storage, integer: each code path of the sources), since
+ * each whole program is a cold build of 10-30 s on PoCL (test-kernels took 111 s of a cold
+ * README test command that went over its 10 minutes, 2026-12-07). */
+static bool in_tier(kiln_dtype dt)
+{
+    return test_full() || dt == KILN_F32 || dt == KILN_F16 || dt == KILN_I32;
+}
+
 /* A set of kernel names. */
 #define MAX_NAMES 256
 typedef struct names {
@@ -160,7 +169,7 @@ START_TEST(test_elementwise)
 {
     for (int d = 0; d < ndevs; d++) {
         for (int t = 0; t < COUNT(dtypes); t++) {
-            if (!computes(devs[d], dtypes[t]))
+            if (!computes(devs[d], dtypes[t]) || !in_tier(dtypes[t]))
                 continue;
             static names ns;
             ns.n = 0;
@@ -182,7 +191,7 @@ START_TEST(test_reduce)
     for (int d = 0; d < ndevs; d++) {
         for (int t = 0; t < COUNT(dtypes); t++) {
             kiln_dtype dt = dtypes[t];
-            if (!computes(devs[d], dt))
+            if (!computes(devs[d], dt) || !in_tier(dt))
                 continue;
             for (int family = 0; family < 2; family++) { /* adds, compares */
                 static names ns;
@@ -204,6 +213,58 @@ START_TEST(test_reduce)
             }
         }
     }
+}
+END_TEST
+
+/* A reduction with a folded chain (lib/fusion.c, kiln__fusion_fold) is a generated program made
+ * of reduce.cl's whole text; kiln__generated_kernel with one_kernel builds it with the kernel
+ * asked for alone (PoCL generated code for all eight for the cache entry, 2-10 s), without it
+ * whole. The text here is reduce.cl after the sum's defines and loads, as the fold writes them. */
+START_TEST(test_generated_one_kernel)
+{
+    const char *src = NULL;
+    for (int i = 0; i < kiln__kernel_source_count; i++)
+        if (strcmp(kiln__kernel_sources[i].name, "reduce") == 0)
+            src = kiln__kernel_sources[i].text;
+    ck_assert_ptr_nonnull(src);
+    char defs[256], text[256] = "";
+    kiln__reduce_defines(defs, sizeof defs, KILN_REDUCE_SUM, KILN_F32);
+    for (char *save = NULL, *d = strtok_r(defs, " ", &save); d; d = strtok_r(NULL, " ", &save)) {
+        ck_assert(strncmp(d, "-D", 2) == 0);
+        char *eq = strchr(d, '=');
+        if (eq)
+            *eq = ' ';
+        size_t len = strlen(text);
+        snprintf(text + len, sizeof text - len, "#define %s\n", d + 2);
+    }
+    /* the fold's own loads: here x itself, as a chain of no ops would read it */
+    const char *loads = "#define KILN_X_PARAMS global const float *x\n"
+                        "#define KILN_LOAD(p, i) ((p)[(i)])\n";
+    size_t n = strlen(text) + strlen(loads) + strlen(src) + 1;
+    char *whole = malloc(n);
+    ck_assert_ptr_nonnull(whole);
+    snprintf(whole, n, "%s%s%s", text, loads, src);
+    static char list[16384];
+    for (int d = 0; d < ndevs; d++) {
+        kiln__kernel *k = NULL;
+        bool hit;
+        const char *names[] = {"kiln_reduce_cols", "kiln_reduce_vrows"};
+        for (int i = 0; i < 2; i++) {
+            ck_assert_msg(
+                kiln__generated_kernel(devs[d], whole, names[i], true, "test", &k, &hit) == KILN_OK,
+                "%s", kiln_last_error());
+            program_kernels(k, list, sizeof list);
+            ck_assert_msg(strcmp(list, names[i]) == 0,
+                          "the generated program built for %s alone holds \"%s\"", names[i], list);
+        }
+        ck_assert_msg(kiln__generated_kernel(devs[d], whole, "kiln_reduce_cols", false, "test", &k,
+                                             &hit) == KILN_OK,
+                      "%s", kiln_last_error());
+        program_kernels(k, list, sizeof list);
+        ck_assert_msg(strstr(list, "kiln_reduce_vrows") && strstr(list, "kiln_reduce_combine"),
+                      "the whole generated program holds \"%s\"", list);
+    }
+    free(whole);
 }
 END_TEST
 
@@ -248,6 +309,7 @@ Suite *kernels_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_elementwise);
     tcase_add_test(tc, test_reduce);
+    tcase_add_test(tc, test_generated_one_kernel);
     suite_add_tcase(s, tc);
     return s;
 }

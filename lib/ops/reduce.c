@@ -115,7 +115,7 @@ static kiln_status get_kernel(kiln_device *dev, kiln_reduce_op op, kiln_dtype dt
 {
     if (fold) {
         bool hit;
-        return kiln__generated_kernel(dev, fold->text, name, OP, k, &hit);
+        return kiln__generated_kernel(dev, fold->text, name, true, OP, k, &hit);
     }
     char defs[256];
     kiln__reduce_defines(defs, sizeof defs, op, dtype);
