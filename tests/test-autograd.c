@@ -430,8 +430,13 @@ START_TEST(test_fd_binary)
         {S2(2, 1, 0.5, 1.5), S2(1, 3, 0.5, 1.5)},
         {S3(2, 2, 3, 0.5, 1.5), S2(2, 1, 0.5, 1.5)},
     };
+    /* The full tier checks every op on every pair of shapes; the default one each op on equal
+     * shapes and on one broadcast pair, each pair by some ops (each pair is a program of its own
+     * to compile: the 32 checks took 29 s of this suite's 84 on a cold cache, 2026-12-07). */
     for (size_t o = 0; o < sizeof ops / sizeof *ops; o++)
         for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+            if (!test_full() && k != 0 && k != 1 + o % 3)
+                continue;
             opctx c = {.op = ops[o]};
             char what[64];
             snprintf(what, sizeof what, "binary op %d, shapes %zu", (int)ops[o], k);
