@@ -900,6 +900,18 @@ static kiln_status builtin_entry_get(kiln_device *dev, struct kiln__programs *ps
     return s;
 }
 
+/* defines followed by the options that build `kernel` alone from a source whose kernels sit in
+ * KILN_ONLY guards (lib/kernels/embed.py), into buf. */
+static kiln_status one_kernel_defines(char *buf, size_t size, const char *defines,
+                                      const char *kernel, const char *op)
+{
+    int n = snprintf(buf, size, "%s -DKILN_ONLY -DKILN_WANT_%s", defines, kernel);
+    if (n < 0 || (size_t)n >= size)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: kernel name \"%s\" too long (kiln bug)",
+                           op, kernel);
+    return KILN_OK;
+}
+
 kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const char *defines,
                                  const char *kernel, const char *op, kiln__kernel **out)
 {
@@ -918,10 +930,9 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
     if (!defines)
         defines = "";
     if (src->one_kernel && !strstr(defines, "-DKILN_ALL_KERNELS")) {
-        int n = snprintf(one, sizeof one, "%s -DKILN_ONLY -DKILN_WANT_%s", defines, kernel);
-        if (n < 0 || (size_t)n >= sizeof one)
-            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                               "%s: kernel name \"%s\" too long (kiln bug)", op, kernel);
+        s = one_kernel_defines(one, sizeof one, defines, kernel, op);
+        if (s != KILN_OK)
+            return s;
         defines = one;
     }
     struct kiln__programs *ps = NULL;
@@ -946,10 +957,9 @@ kiln_status kiln__generated_kernel(kiln_device *dev, const char *text, const cha
      * reduction's whole text, generated code for its 8 kernels (2-10 s, measured). */
     char defines[128] = "";
     if (one_kernel) {
-        int n = snprintf(defines, sizeof defines, "-DKILN_ONLY -DKILN_WANT_%s", kernel);
-        if (n < 0 || (size_t)n >= sizeof defines)
-            return kiln__error(KILN_ERR_INVALID_ARGUMENT,
-                               "%s: kernel name \"%s\" too long (kiln bug)", op, kernel);
+        kiln_status s = one_kernel_defines(defines, sizeof defines, "", kernel, op);
+        if (s != KILN_OK)
+            return s;
     }
     kiln_status s = kiln__device_open(dev, op);
     struct kiln__programs *ps = NULL;
