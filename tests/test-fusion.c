@@ -1025,11 +1025,12 @@ static void run_child(const char *cachedir, const char *outp, unsigned long long
     int ne = 0;
     while (environ[ne])
         ne++;
-    char **env = calloc((size_t)ne + 4, sizeof *env);
+    char **env = calloc((size_t)ne + 5, sizeof *env);
     int k = 0;
     for (int i = 0; i < ne; i++)
-        if (strncmp(environ[i], "KILN_CACHE_DIR=", 15) && strncmp(environ[i], "CK_RUN_", 7))
+        if (strncmp(environ[i], "KILN_CACHE", 10) && strncmp(environ[i], "CK_RUN_", 7))
             env[k++] = environ[i];
+    env[k++] = "KILN_CACHE=1"; /* on, also in the default test tier (tests/meson.build) */
     env[k++] = e1;
     env[k++] = e2;
     env[k++] = "CK_RUN_CASE=cache child";
