@@ -8,7 +8,8 @@ nothing to compile (issue 22, item 1).
   prewarm    kiln-info --prewarm -d cpu:0 into an empty kiln cache (PoCL's own cache as the
              machine has it: what is tested is kiln's cache, and a cold PoCL cache cost CI's
              ASan stage 254 s of compiling; progress covers cold PoCL): it reports its kernels
-             ready and, on a terminal, counts them ("prewarming cpu:0: N of N kernels"); then
+             ready and, on a terminal, counts them ("prewarming cpu:0: N of N kernels"); with
+             -j 1 and -j 3 (one process, three) it counts the same kernels; then
              classify with that cache (and an empty PoCL cache) builds no program from source
              (KILN_LOG=info shows cache hits only) and prints no progress line
 
@@ -87,6 +88,15 @@ def prewarm(root, tmp):
     check(f'prewarming cpu:0: {m.group(1)} of {m.group(1)} kernels' in err,
           'no progress count on the terminal')
     check('kiln: compiling kernels' not in err, 'prewarm printed the on-demand progress line too')
+    # Its parts, one per process (-j), are together the whole list: one process, or three, count
+    # the same kernels (from the cache the first run filled), and the processes' progress sums.
+    for jobs in ['1', '3']:
+        rc, out2, err2 = run([info, '--prewarm', '-j', jobs, '-d', 'cpu:0'], env, True)
+        m2 = re.search(r'cpu:0: (\d+) built-in kernels ready in [0-9.]+ s, (\d+) process', out2)
+        check(rc == 0 and m2 and m2.group(1) == m.group(1) and m2.group(2) == jobs,
+              f'kiln-info --prewarm -j {jobs}: {out2!r} (the first run: {m.group(1)} kernels)')
+        check(f'prewarming cpu:0: {m.group(1)} of {m.group(1)} kernels' in err2,
+              f'-j {jobs}: no progress count on the terminal: {err2!r}')
     env = dict(env, POCL_CACHE_DIR=os.path.join(tmp, 'warm-pocl-2'), KILN_LOG='info')
     rc, out, err = run([os.path.join(root, 'examples', 'classify')], env, True)
     print(err)

@@ -182,6 +182,10 @@ def main(exe, vendors, have_oclgrind, have_clblast):
         (['-d'], 2, 'needs an argument'),
         (['extra'], 2, "unexpected argument 'extra'"),
         (['-l', '--json'], 2, 'at most one'),
+        (['--prewarm', '-j', '0'], 2, "from 1 to 64, not '0'"),
+        (['--prewarm', '-j', '2x'], 2, "not '2x'"),
+        (['-j', '2'], 2, '-j goes with --prewarm'),
+        (['--prewarm-part', '0/2'], 2, '--prewarm-part needs -d SPEC'),
         (['-d', 'gpu:7'], EXIT_NO_SUCH, "no device 'gpu:7'"),
         (['-d', f'{kind}:99'], EXIT_NO_SUCH, f'available: {first}'),
     ] + ([] if nvidia else [
@@ -196,6 +200,22 @@ def main(exe, vendors, have_oclgrind, have_clblast):
               f'(got {r.returncode}: {r.stderr.strip()[:160]!r})')
     r = run(exe, [], dict(plain, KILN_DEVICE='gpu:x'))
     check('KILN_DEVICE' in r.stdout, 'malformed KILN_DEVICE named on the auto line')
+    # --prewarm's child side (info/prewarm.c): a malformed part, or one out of range, is an
+    # "error" line on stdout and exit 1, before anything is built.
+    for part, text in [('1/x', "takes I/N, not '1/x'"), ('2/2', 'part 2 of 2'),
+                       ('0/0', 'part 0 of 0')]:
+        r = run(exe, ['--prewarm-part', part, '-d', first], plain)
+        check(r.returncode == 1 and r.stdout.startswith('error ') and text in r.stdout,
+              f'--prewarm-part {part} exits 1 with an error line saying "{text}" '
+              f'(got {r.returncode}: {r.stdout.strip()[:160]!r})')
+    # A part that fails, with its message or silently: --prewarm says FAIL with the message of
+    # the first, or with the process's exit status, and exits 1 (the parts build nothing).
+    for how, text in [('1', 'kiln-info: part 0/2 failed on purpose'),
+                      ('exit', 'the process for part 0 of 2 exited with status 3')]:
+        r = run(exe, ['--prewarm', '-j', '2', '-d', first], dict(plain, KILN_TEST_PREWARM_FAIL=how))
+        check(r.returncode == 1 and f'{first}: FAIL {text}' in r.stdout,
+              f'--prewarm -j 2 with failing parts ({how}) exits 1 saying "{text}" '
+              f'(got {r.returncode}: {r.stdout.strip()[:200]!r})')
 
     # No platform at all (an empty vendors folder): 3, whatever the mode or device asked for.
     for args in ([], ['-l'], ['--json'], ['-d', 'auto'], ['-d', 'gpu:3'], ['--check']):

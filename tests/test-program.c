@@ -1142,6 +1142,57 @@ START_TEST(builtin_errors)
 }
 END_TEST
 
+/* kiln_device_prewarm_part's progress calls, as a test sees them. */
+typedef struct progress_log {
+    int calls, first_done, first_total, last_done, last_total;
+} progress_log;
+
+static void log_progress(void *user, int done, int total)
+{
+    progress_log *log = user;
+    if (log->calls++ == 0)
+        log->first_done = done, log->first_total = total;
+    log->last_done = done, log->last_total = total;
+}
+
+START_TEST(prewarm_part_checks_and_shares)
+{
+    int built = 7;
+    ck_assert_int_eq(kiln_device_prewarm_part(NULL, 0, 1, NULL, NULL, &built),
+                     KILN_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(built, 0);
+    ASSERT_ERROR_HAS("kiln_device_prewarm_part: dev is NULL");
+    ck_assert_int_eq(kiln_device_prewarm(NULL, &built), KILN_ERR_INVALID_ARGUMENT);
+    ASSERT_ERROR_HAS("kiln_device_prewarm: dev is NULL");
+    static const int bad[][2] = {{0, 0}, {-1, 2}, {2, 2}, {0, -3}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        built = 7;
+        ck_assert_int_eq(kiln_device_prewarm_part(dev, bad[i][0], bad[i][1], NULL, NULL, &built),
+                         KILN_ERR_INVALID_ARGUMENT);
+        ck_assert_int_eq(built, 0);
+        ASSERT_ERROR_HAS("kiln_device_prewarm_part: part");
+    }
+    /* The shares are every parts-th kernel: among 2^20 parts the first holds the list's first
+     * kernel and the last none (the list is under a thousand long). progress hears of each. */
+    progress_log log = {0};
+    ck_assert_int_eq(kiln_device_prewarm_part(dev, 0, 1 << 20, log_progress, &log, &built),
+                     KILN_OK);
+    ck_assert_int_eq(built, 1);
+    ck_assert_int_eq(log.calls, 2);
+    ck_assert_int_eq(log.first_done, 0);
+    ck_assert_int_eq(log.first_total, 1);
+    ck_assert_int_eq(log.last_done, 1);
+    ck_assert_int_eq(log.last_total, 1);
+    log = (progress_log){0};
+    ck_assert_int_eq(
+        kiln_device_prewarm_part(dev, (1 << 20) - 1, 1 << 20, log_progress, &log, &built), KILN_OK);
+    ck_assert_int_eq(built, 0);
+    ck_assert_int_eq(log.calls, 1);
+    ck_assert_int_eq(log.first_total, 0);
+    ck_assert_int_eq(kiln_device_prewarm_part(dev, 5, 1 << 20, NULL, NULL, NULL), KILN_OK);
+}
+END_TEST
+
 struct race {
     const char *defines;
     kiln__kernel *k;
@@ -1296,6 +1347,7 @@ Suite *program_suite(void)
     tcase_add_test(tc, builtin_errors);
     tcase_add_test(tc, builtin_built_once_across_threads);
     tcase_add_test(tc, choose_local_is_valid);
+    tcase_add_test(tc, prewarm_part_checks_and_shares);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "info/prewarm.h"
 #include "kiln.h"
 
 /* Exit codes (documented in usage() and kiln-info(1); scripts tell the failures apart by them). */
@@ -19,11 +20,19 @@ enum {
     EXIT_NO_SUCH = 5,     /* -d SPEC names no device, while others exist */
 };
 
-enum mode { MODE_DETAIL, MODE_LIST, MODE_JSON, MODE_CHECK, MODE_PREWARM };
+enum mode { MODE_DETAIL, MODE_LIST, MODE_JSON, MODE_CHECK, MODE_PREWARM, MODE_PREWARM_PART };
+
+/* What parse_args found. */
+typedef struct args {
+    enum mode mode;
+    const char *spec;
+    const char *part; /* --prewarm-part I/N */
+    int jobs;         /* --prewarm's processes (-j); 0: one per core */
+} args;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kiln-info [-l | --json | --check | --prewarm] [-d SPEC]\n"
+    fprintf(f, "usage: kiln-info [-l | --json | --check | --prewarm [-j N]] [-d SPEC]\n"
                "List the OpenCL devices kiln sees and what 'auto' selects.\n"
                "\n"
                "  (no option)        every device in detail, then the 'auto' choice and why\n"
@@ -40,6 +49,9 @@ static void usage(FILE *f)
                "                     into kiln's program cache, so that programs start\n"
                "                     without compiling; run after installing kiln or a driver\n"
                "                     update (exit 1 if a kernel failed to build)\n"
+               "  -j, --jobs N       --prewarm in N processes side by side (default: one per\n"
+               "                     core, at most 8; PoCL compiles one program at a time in\n"
+               "                     a process)\n"
                "  -h, --help         this text\n"
                "  -V, --version      kiln's version\n"
                "\n"
@@ -480,58 +492,88 @@ static int run_checks(const selection *sel)
     return failed ? EXIT_FAIL : EXIT_OK;
 }
 
-/* --prewarm: every built-in kernel of each selected device into the program cache. */
-static int prewarm(const selection *sel)
+/* --prewarm: every built-in kernel of each selected device into the program cache, in `jobs`
+ * processes (info/prewarm.c). */
+static int prewarm(const selection *sel, int jobs)
 {
-    int failed = 0;
+    int failed = 0, procs = jobs > 0 ? jobs : prewarm_default_procs();
     for (int i = 0; i < sel->n; i++) {
         kiln_device *dev = sel->devs[i];
         double t0 = now_ms();
         int built = 0;
-        kiln_status s = kiln_device_prewarm(dev, &built);
+        char err[1024];
+        kiln_status s = prewarm_device(dev, procs, &built, err, sizeof err);
         if (s == KILN_OK)
-            printf("%s: %d built-in kernels ready in %.1f s (program cache: %s)\n",
-                   kiln_device_spec(dev), built, (now_ms() - t0) / 1000.0,
+            printf("%s: %d built-in kernels ready in %.1f s, %d process%s (program cache: %s)\n",
+                   kiln_device_spec(dev), built, (now_ms() - t0) / 1000.0, procs,
+                   procs == 1 ? "" : "es",
                    *kiln_cache_dir() ? kiln_cache_dir() : "off, so nothing is kept");
         else {
-            printf("%s: FAIL %s\n", kiln_device_spec(dev), kiln_last_error());
+            printf("%s: FAIL %s\n", kiln_device_spec(dev), err);
             failed++;
         }
     }
     return failed ? EXIT_FAIL : EXIT_OK;
 }
 
-/* Parse options into *mode and *spec; EXIT_OK, or the code to exit with (-1: exit 0 now). */
-static int parse_args(int argc, char **argv, enum mode *mode, const char **spec)
+/* Parse options into *a; EXIT_OK, or the code to exit with (-1: exit 0 now). */
+static int parse_args(int argc, char **argv, args *a)
 {
+    enum { OPT_JSON = 256, OPT_PREWARM_PART };
     static const struct option longopts[] = {
-        {"list", no_argument, NULL, 'l'},         {"json", no_argument, NULL, 'j'},
-        {"device", required_argument, NULL, 'd'}, {"check", no_argument, NULL, 'c'},
-        {"prewarm", no_argument, NULL, 'p'},      {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+        {"list", no_argument, NULL, 'l'},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"device", required_argument, NULL, 'd'},
+        {"check", no_argument, NULL, 'c'},
+        {"prewarm", no_argument, NULL, 'p'},
+        {"jobs", required_argument, NULL, 'j'},
+        /* internal: one part of --prewarm, run by kiln-info itself (info/prewarm.c) */
+        {"prewarm-part", required_argument, NULL, OPT_PREWARM_PART},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
     };
     int c, modes = 0;
+    char *end = NULL;
+    long jobs;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":ld:hV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":ld:j:hV", longopts, NULL)) != -1) {
         switch (c) {
         case 'l':
-            *mode = MODE_LIST;
+            a->mode = MODE_LIST;
             modes++;
             break;
-        case 'j':
-            *mode = MODE_JSON;
+        case OPT_JSON:
+            a->mode = MODE_JSON;
             modes++;
             break;
         case 'c':
-            *mode = MODE_CHECK;
+            a->mode = MODE_CHECK;
             modes++;
             break;
         case 'p':
-            *mode = MODE_PREWARM;
+            a->mode = MODE_PREWARM;
             modes++;
             break;
+        case OPT_PREWARM_PART:
+            a->mode = MODE_PREWARM_PART;
+            a->part = optarg;
+            modes++;
+            break;
+        case 'j':
+            errno = 0;
+            jobs = strtol(optarg, &end, 10);
+            if (errno || end == optarg || *end || jobs < 1 || jobs > 64) {
+                fprintf(stderr,
+                        "kiln-info: -j takes a number of processes from 1 to 64, not "
+                        "'%s'\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            a->jobs = (int)jobs;
+            break;
         case 'd':
-            *spec = optarg;
+            a->spec = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -558,6 +600,14 @@ static int parse_args(int argc, char **argv, enum mode *mode, const char **spec)
         fprintf(stderr, "kiln-info: use at most one of -l, --json, --check and --prewarm\n");
         return EXIT_USAGE;
     }
+    if (a->jobs && a->mode != MODE_PREWARM) {
+        fprintf(stderr, "kiln-info: -j goes with --prewarm\n");
+        return EXIT_USAGE;
+    }
+    if (a->mode == MODE_PREWARM_PART && !a->spec) {
+        fprintf(stderr, "kiln-info: --prewarm-part needs -d SPEC\n");
+        return EXIT_USAGE;
+    }
     return EXIT_OK;
 }
 
@@ -577,14 +627,14 @@ int main(int argc, char **argv)
 {
     /* Writes to a closed pipe then fail with EPIPE instead of killing the process. */
     signal(SIGPIPE, SIG_IGN);
-    enum mode mode = MODE_DETAIL;
-    const char *spec = NULL;
-    int code = parse_args(argc, argv, &mode, &spec);
+    args a = {.mode = MODE_DETAIL};
+    int code = parse_args(argc, argv, &a);
     if (code != EXIT_OK)
         return code < 0 ? EXIT_OK : code;
+    enum mode mode = a.mode;
 
     selection sel;
-    code = select_devices(spec, &sel);
+    code = select_devices(a.spec, &sel);
     if (code != EXIT_OK) {
         if (mode == MODE_JSON && code != EXIT_USAGE)
             print_json(&sel);
@@ -615,7 +665,10 @@ int main(int argc, char **argv)
         code = run_checks(&sel);
         break;
     case MODE_PREWARM:
-        code = prewarm(&sel);
+        code = prewarm(&sel, a.jobs);
+        break;
+    case MODE_PREWARM_PART:
+        code = prewarm_part_child(sel.devs[0], a.part) ? EXIT_FAIL : EXIT_OK;
         break;
     }
     return finish(code);

@@ -150,7 +150,26 @@ static void list_jobs(const kiln_device *dev, jobs *js)
         add(js, "shape", defs, "kiln_strided_copy");
         add(js, "shape", defs, "kiln_transpose_tiles");
     }
-    /* Duplicates (the same reduce program for several ops) cost a lookup, nothing more. */
+    /* Repeats (the same reduce program for several ops) are dropped by select_part. */
+}
+
+/* Drop the jobs an earlier one repeats (the same program and kernel), and keep share `part` of
+ * `parts` of the rest: every parts-th job from the part-th, so that each share holds all kinds. */
+static void select_part(jobs *js, int part, int parts)
+{
+    int kept = 0, unique = 0;
+    for (int i = 0; i < js->n; i++) {
+        const job *j = &js->v[i];
+        bool seen = false;
+        for (int e = 0; e < i && !seen; e++) /* ~900 jobs: the quadratic scan costs ~1 ms */
+            seen = strcmp(js->v[e].name, j->name) == 0 && strcmp(js->v[e].source, j->source) == 0 &&
+                   strcmp(js->v[e].defines, j->defines) == 0;
+        if (seen)
+            continue;
+        if (unique++ % parts == part)
+            js->v[kept++] = *j;
+    }
+    js->n = kept;
 }
 
 typedef struct pool {
@@ -161,6 +180,9 @@ typedef struct pool {
     char first_msg[512]; /* kiln_last_error is per thread: the failing worker's, copied */
     pthread_mutex_t lock;
     bool tty;
+    kiln_prewarm_progress_fn progress;
+    void *user;
+    const char *op; /* the public function, for messages */
 } pool;
 
 static void *worker(void *arg)
@@ -169,14 +191,16 @@ static void *worker(void *arg)
     for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->js->n;) {
         job *j = &p->js->v[i];
         kiln__kernel *k = NULL;
-        kiln_status s = kiln__builtin_kernel(p->dev, j->source, j->defines, j->name, OP, &k);
+        kiln_status s = kiln__builtin_kernel(p->dev, j->source, j->defines, j->name, p->op, &k);
         int done = atomic_fetch_add(&p->done, 1) + 1;
         pthread_mutex_lock(&p->lock);
         if (s != KILN_OK && atomic_fetch_add(&p->failed, 1) == 0) {
             p->first = s;
             snprintf(p->first_msg, sizeof p->first_msg, "%s", kiln_last_error());
         }
-        if (p->tty && (done % 16 == 0 || done == p->js->n))
+        if (p->progress)
+            p->progress(p->user, done, p->js->n);
+        else if (p->tty && (done % 16 == 0 || done == p->js->n))
             fprintf(stderr, "\rkiln: prewarming %s: %d of %d kernels", p->dev->info.spec, done,
                     p->js->n);
         pthread_mutex_unlock(&p->lock);
@@ -184,29 +208,41 @@ static void *worker(void *arg)
     return NULL;
 }
 
-kiln_status kiln_device_prewarm(kiln_device *dev, int *built)
+static kiln_status prewarm(kiln_device *dev, int part, int parts, kiln_prewarm_progress_fn progress,
+                           void *user, int *built, const char *op)
 {
     if (built)
         *built = 0;
     if (!dev)
-        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: dev is NULL", OP);
-    kiln_status s = kiln__device_open(dev, OP);
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT, "%s: dev is NULL", op);
+    if (parts < 1 || part < 0 || part >= parts)
+        return kiln__error(KILN_ERR_INVALID_ARGUMENT,
+                           "%s: part %d of %d; parts must be at least 1 and part in [0, parts)", op,
+                           part, parts);
+    kiln_status s = kiln__device_open(dev, op);
     if (s != KILN_OK)
         return s;
     jobs js = {0};
     list_jobs(dev, &js);
     if (js.oom) {
         free(js.v);
-        return kiln__host_oom(OP);
+        return kiln__host_oom(op);
     }
+    select_part(&js, part, parts);
     const char *log = getenv("KILN_LOG");
     pool p = {.dev = dev,
               .js = &js,
               .first = KILN_OK,
-              .tty = isatty(STDERR_FILENO) && !(log && strcmp(log, "off") == 0)};
+              .tty = !progress && isatty(STDERR_FILENO) && !(log && strcmp(log, "off") == 0),
+              .progress = progress,
+              .user = user,
+              .op = op};
     pthread_mutex_init(&p.lock, NULL);
+    if (progress)
+        progress(user, 0, js.n);
     kiln__build_progress_hold(true);
-    /* Builds are single-threaded in the drivers; one per core overlaps them. */
+    /* One build per core overlaps them where the driver compiles programs side by side; PoCL
+     * compiles one at a time in a process, so kiln-info --prewarm runs parts in processes. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int nthreads = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores;
     pthread_t threads[8];
@@ -228,8 +264,19 @@ kiln_status kiln_device_prewarm(kiln_device *dev, int *built)
         *built = n - failed;
     if (failed)
         return kiln__error(p.first,
-                           "%s: %d of %d built-in kernels failed to build on %s; the first: %s", OP,
+                           "%s: %d of %d built-in kernels failed to build on %s; the first: %s", op,
                            failed, n, dev->info.spec, p.first_msg);
-    kiln__log(KILN_LOG_INFO, "%s: %d built-in kernels ready on %s", OP, n, dev->info.spec);
+    kiln__log(KILN_LOG_INFO, "%s: %d built-in kernels ready on %s", op, n, dev->info.spec);
     return KILN_OK;
+}
+
+kiln_status kiln_device_prewarm(kiln_device *dev, int *built)
+{
+    return prewarm(dev, 0, 1, NULL, NULL, built, OP);
+}
+
+kiln_status kiln_device_prewarm_part(kiln_device *dev, int part, int parts,
+                                     kiln_prewarm_progress_fn progress, void *user, int *built)
+{
+    return prewarm(dev, part, parts, progress, user, built, "kiln_device_prewarm_part");
 }
