@@ -416,6 +416,12 @@ static bool move_aside(kiln__cache_loan *loan)
 {
     snprintf(loan->aside, sizeof loan->aside, "%s.aside.%ld.%u", loan->path, (long)getpid(),
              atomic_fetch_add(&tmp_counter, 1));
+    /* A process that starts meanwhile removes aside files older than STALE_TMP_SECONDS as a
+     * crashed loader's: the age must count from now, not from when the entry was written (an
+     * old entry's aside file was removed under the loader, which then could not put it back).
+     * Touched before the rename, so no aside file ever has the old time; a failure is the
+     * rename's to report (ENOENT: another process moved it first). */
+    utimensat(AT_FDCWD, loan->path, NULL, AT_SYMLINK_NOFOLLOW);
     if (rename(loan->path, loan->aside) == 0)
         return true;
     if (errno == ENOENT) {

@@ -1114,6 +1114,53 @@ static void wait_helper(pid_t pid, const char *errfile, unsigned long long *c)
     read_counters(errfile, c);
 }
 
+/* While the driver loads an entry (moved aside), another process starts on the same cache. */
+static const char *start_process_dir;
+
+static cl_program CL_API_CALL binary_while_process_starts(cl_context ctx, cl_uint n,
+                                                          const cl_device_id *devs,
+                                                          const size_t *lens,
+                                                          const unsigned char **bins,
+                                                          cl_int *bstatus, cl_int *err)
+{
+    if (start_process_dir) {
+        char errfile[600];
+        snprintf(errfile, sizeof errfile, "%s/starting.err", root);
+        unsigned long long c[7];
+        wait_helper(spawn_helper(start_process_dir, "1", errfile, NULL), errfile, c);
+    }
+    return real_binary(ctx, n, devs, lens, bins, bstatus, err);
+}
+
+/* An entry written long ago and moved aside while the driver loads it outlives a process that
+ * starts meanwhile: that process removes aside files older than 10 minutes (leftovers of
+ * crashed loaders), and the move must count as the file's age, not the entry's. Seen with
+ * kiln-info --prewarm's processes: "cache: cannot put ... back (No such file or directory)". */
+START_TEST(old_entry_outlives_a_process_starting_while_loaded)
+{
+    char dir[512], entry[600];
+    use_dir("oldaside", dir, sizeof dir);
+    build_ok(NULL);
+    ck_assert_int_eq(count_files(dir, ".bin", entry, sizeof entry), 1);
+    struct timespec old[2] = {{.tv_sec = 1000000}, {.tv_sec = 1000000}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, entry, old, 0), 0);
+    kiln__diskcache_reset(); /* the next build loads the entry from disk */
+    real_binary = kiln__cl.CreateProgramWithBinary;
+    kiln__cl.CreateProgramWithBinary = binary_while_process_starts;
+    start_process_dir = dir;
+    captured log;
+    capture_log(&log, "warn");
+    build_ok(NULL);
+    end_capture(&log);
+    start_process_dir = NULL;
+    kiln__cl.CreateProgramWithBinary = real_binary;
+    ck_assert_int_eq(count_lines_with(log.path, "kiln:"), 0);
+    ck_assert_int_eq(access(entry, F_OK), 0); /* put back */
+    ck_assert_int_eq(count_files(dir, ".aside.", NULL, 0), 0);
+    ck_assert_uint_eq(stats().hits, 1);
+}
+END_TEST
+
 START_TEST(hit_in_new_process)
 {
     char dir[512], err[512];
@@ -1434,6 +1481,7 @@ Suite *diskcache_suite(void)
     tcase_add_test(tc, hit_in_new_process);
     tcase_add_test(tc, one_warning_for_unusable_dir);
     tcase_add_test(tc, two_processes_race);
+    tcase_add_test(tc, old_entry_outlives_a_process_starting_while_loaded);
     tcase_add_test(tc, eight_processes_race);
     tcase_add_test(tc, driver_crash_does_not_loop);
     tcase_add_test(tc, half_binary_does_not_loop);

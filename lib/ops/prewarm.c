@@ -153,22 +153,46 @@ static void list_jobs(const kiln_device *dev, jobs *js)
     /* Repeats (the same reduce program for several ops) are dropped by select_part. */
 }
 
+/* Whether lib/kernels/<source>.cl is built one kernel per program (program.h). */
+static bool one_kernel_source(const char *source)
+{
+    for (int i = 0; i < kiln__kernel_source_count; i++)
+        if (strcmp(kiln__kernel_sources[i].name, source) == 0)
+            return kiln__kernel_sources[i].one_kernel;
+    return true;
+}
+
 /* Drop the jobs an earlier one repeats (the same program and kernel), and keep share `part` of
- * `parts` of the rest: every parts-th job from the part-th, so that each share holds all kinds. */
+ * `parts` of the rest: every parts-th program from the part-th, so that each share holds all
+ * kinds. The kernels of one program (a source built whole: creation, random, shape) stay in one
+ * share: two processes would build the program twice. */
 static void select_part(jobs *js, int part, int parts)
 {
-    int kept = 0, unique = 0;
+    if (js->oom)
+        return;
+    int kept = 0, programs = 0;
+    int *program = malloc((size_t)(js->n ? js->n : 1) * sizeof *program); /* -1: a repeat */
+    if (!program) {
+        js->oom = true;
+        return;
+    }
     for (int i = 0; i < js->n; i++) {
         const job *j = &js->v[i];
-        bool seen = false;
-        for (int e = 0; e < i && !seen; e++) /* ~900 jobs: the quadratic scan costs ~1 ms */
-            seen = strcmp(js->v[e].name, j->name) == 0 && strcmp(js->v[e].source, j->source) == 0 &&
-                   strcmp(js->v[e].defines, j->defines) == 0;
-        if (seen)
-            continue;
-        if (unique++ % parts == part)
-            js->v[kept++] = *j;
+        bool whole = !one_kernel_source(j->source), repeat = false;
+        int same = -1; /* the program of an earlier kernel of the same program */
+        for (int e = 0; e < i && !repeat; e++) /* ~900 jobs: ~1 ms */
+            if (program[e] >= 0 && strcmp(js->v[e].source, j->source) == 0 &&
+                strcmp(js->v[e].defines, j->defines) == 0) {
+                repeat = strcmp(js->v[e].name, j->name) == 0;
+                if (whole && same < 0)
+                    same = program[e];
+            }
+        program[i] = repeat ? -1 : same >= 0 ? same : programs++;
     }
+    for (int i = 0; i < js->n; i++) /* then the share, in the list's order */
+        if (program[i] >= 0 && program[i] % parts == part)
+            js->v[kept++] = js->v[i];
+    free(program);
     js->n = kept;
 }
 
@@ -224,11 +248,11 @@ static kiln_status prewarm(kiln_device *dev, int part, int parts, kiln_prewarm_p
         return s;
     jobs js = {0};
     list_jobs(dev, &js);
+    select_part(&js, part, parts);
     if (js.oom) {
         free(js.v);
         return kiln__host_oom(op);
     }
-    select_part(&js, part, parts);
     const char *log = getenv("KILN_LOG");
     pool p = {.dev = dev,
               .js = &js,
