@@ -223,12 +223,13 @@ KILN_API kiln_status kiln_device_prewarm(kiln_device *dev, int *built);
 typedef void (*kiln_prewarm_progress_fn)(void *user, int done, int total);
 
 /* kiln_device_prewarm's work split into `parts` shares, of which this call builds share `part`
- * (0 .. parts - 1): every parts-th kernel of the list, so that each share holds every kind and
- * the shares together are exactly the whole. Several processes, each building one part, prewarm
- * a device side by side where its driver compiles one program at a time per process (PoCL):
- * `kiln-info --prewarm` runs one process per core so. progress (may be NULL) replaces the
- * terminal progress line with calls to progress(user, done, total). *built (may be NULL)
- * receives the number of the part's kernels ready. part 0 of 1 is kiln_device_prewarm. */
+ * (0 .. parts - 1): every parts-th program of the list (the kernels of one program stay in one
+ * share), so that each share holds every kind and the shares together are exactly the whole.
+ * Several processes, each building one part, prewarm a device side by side where its driver
+ * compiles one program at a time per process (PoCL): `kiln-info --prewarm` runs one process per
+ * core so. progress (may be NULL) replaces the terminal progress line with calls to progress(user,
+ * done, total). *built (may be NULL) receives the number of the part's kernels ready. part 0 of 1
+ * is kiln_device_prewarm. */
 KILN_API kiln_status kiln_device_prewarm_part(kiln_device *dev, int part, int parts,
                                               kiln_prewarm_progress_fn progress, void *user,
                                               int *built);

@@ -1172,8 +1172,9 @@ START_TEST(prewarm_part_checks_and_shares)
         ck_assert_int_eq(built, 0);
         ASSERT_ERROR_HAS("kiln_device_prewarm_part: part");
     }
-    /* The shares are every parts-th kernel: among 2^20 parts the first holds the list's first
-     * kernel and the last none (the list is under a thousand long). progress hears of each. */
+    /* The shares are every parts-th program: among 2^20 parts the first holds the list's first
+     * (one elementwise kernel) and the last none (the list is under a thousand long). progress
+     * hears of each kernel. */
     progress_log log = {0};
     ck_assert_int_eq(kiln_device_prewarm_part(dev, 0, 1 << 20, log_progress, &log, &built),
                      KILN_OK);

@@ -500,13 +500,13 @@ static int prewarm(const selection *sel, int jobs)
     for (int i = 0; i < sel->n; i++) {
         kiln_device *dev = sel->devs[i];
         double t0 = now_ms();
-        int built = 0;
+        int built = 0, used = 1;
         char err[1024];
-        kiln_status s = prewarm_device(dev, procs, &built, err, sizeof err);
+        kiln_status s = prewarm_device(dev, procs, &built, &used, err, sizeof err);
         if (s == KILN_OK)
             printf("%s: %d built-in kernels ready in %.1f s, %d process%s (program cache: %s)\n",
-                   kiln_device_spec(dev), built, (now_ms() - t0) / 1000.0, procs,
-                   procs == 1 ? "" : "es",
+                   kiln_device_spec(dev), built, (now_ms() - t0) / 1000.0, used,
+                   used == 1 ? "" : "es",
                    *kiln_cache_dir() ? kiln_cache_dir() : "off, so nothing is kept");
         else {
             printf("%s: FAIL %s\n", kiln_device_spec(dev), err);

@@ -147,9 +147,11 @@ static bool show_progress(void)
     return isatty(STDERR_FILENO) && !(log && strcmp(log, "off") == 0);
 }
 
-kiln_status prewarm_device(kiln_device *dev, int procs, int *built, char *err, size_t errlen)
+kiln_status prewarm_device(kiln_device *dev, int procs, int *built, int *used, char *err,
+                           size_t errlen)
 {
     *built = 0;
+    *used = 1;
     err[0] = '\0';
     char self[4096];
     ssize_t len = procs > 1 ? readlink("/proc/self/exe", self, sizeof self - 1) : -1;
@@ -172,6 +174,7 @@ kiln_status prewarm_device(kiln_device *dev, int procs, int *built, char *err, s
     for (; started < procs; started++)
         if (!child_start(&kids[started], self, spec, started, procs, err, errlen))
             break;
+    *used = started + (started < procs);
     bool tty = show_progress(), drawn = false;
     int open = started, shown = -1;
     while (open > 0) {

@@ -12,9 +12,11 @@ int prewarm_default_procs(void);
 
 /* Build every built-in kernel of dev in procs processes (kiln-info itself, run with
  * --prewarm-part I/N -d SPEC), each building one part (kiln_device_prewarm_part); procs 1 builds
- * in this process. On a terminal, one progress line counts the kernels of all parts. Returns
- * KILN_OK with *built the kernels ready, or a failure with its message in err. */
-kiln_status prewarm_device(kiln_device *dev, int procs, int *built, char *err, size_t errlen);
+ * in this process, as do parts whose process cannot be started. On a terminal, one progress line
+ * counts the kernels of all parts. Returns KILN_OK with *built the kernels ready and *used the
+ * processes that built them, or a failure with its message in err. */
+kiln_status prewarm_device(kiln_device *dev, int procs, int *built, int *used, char *err,
+                           size_t errlen);
 
 /* The child's side: build part "I/N" of dev and report to stdout, a line each: "progress D T"
  * as kernels are built, then "built N" or "error MESSAGE". Returns the exit code (0 or 1). */
