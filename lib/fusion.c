@@ -379,10 +379,8 @@ static const char *op_text(size_t *len)
         *len = n;
         return text;
     }
-    const char *src = NULL;
-    for (int i = 0; i < kiln__kernel_source_count; i++)
-        if (strcmp(kiln__kernel_sources[i].name, "elementwise") == 0)
-            src = kiln__kernel_sources[i].text;
+    const kiln__kernel_source *ks = kiln__kernel_source_find("elementwise");
+    const char *src = ks ? ks->text : NULL;
     sbuf b = {0};
     const char *begin = "/* @fusion-begin", *end = "/* @fusion-end */";
     for (const char *p = src ? strstr(src, begin) : NULL; p; p = strstr(p, begin)) {
@@ -1198,10 +1196,8 @@ kiln_status kiln__fusion_fold(const kiln_tensor *ct, const char *source, const c
     kiln__fold *f = NULL;
     sbuf params = {0}, names = {0}, b = {0};
     kiln_status s = KILN_OK;
-    const char *src = NULL;
-    for (int i = 0; i < kiln__kernel_source_count; i++)
-        if (strcmp(kiln__kernel_sources[i].name, source) == 0)
-            src = kiln__kernel_sources[i].text;
+    const kiln__kernel_source *ks = kiln__kernel_source_find(source);
+    const char *src = ks ? ks->text : NULL;
     if (!src || !lazy_of(t) || atomic_load(&t->refs) != 1)
         goto done; /* evaluated by another thread meanwhile: read it as usual */
     g = kiln__calloc(1, sizeof *g);

@@ -759,7 +759,7 @@ static kiln_status list_kernel(kiln_device *dev, cl_program p, kernel_node **lis
     return KILN_OK;
 }
 
-static const kiln__kernel_source *find_source(const char *name)
+const kiln__kernel_source *kiln__kernel_source_find(const char *name)
 {
     for (int i = 0; i < kiln__kernel_source_count; i++)
         if (strcmp(kiln__kernel_sources[i].name, name) == 0)
@@ -798,7 +798,7 @@ static kiln_status programs_of(kiln_device *dev, const char *op, struct kiln__pr
 static kiln_status build_builtin(kiln_device *dev, const kiln__kernel_source *src,
                                  const char *defines, const char *op, cl_program *out)
 {
-    const kiln__kernel_source *prelude = find_source("prelude");
+    const kiln__kernel_source *prelude = kiln__kernel_source_find("prelude");
     size_t plen = prelude ? prelude->length : 0;
     size_t len = plen + 1 + src->length;
     char *text = kiln__malloc(len + 1);
@@ -919,7 +919,7 @@ kiln_status kiln__builtin_kernel(kiln_device *dev, const char *source, const cha
     kiln_status s = kiln__device_open(dev, op);
     if (s != KILN_OK)
         return s;
-    const kiln__kernel_source *src = source ? find_source(source) : NULL;
+    const kiln__kernel_source *src = source ? kiln__kernel_source_find(source) : NULL;
     if (!src || !kernel)
         return kiln__error(KILN_ERR_NOT_FOUND, "%s: no built-in kernel source \"%s\" (kiln bug)",
                            op, source ? source : "(null)");

@@ -26,6 +26,9 @@ void kiln__build_progress_hold(bool hold);
 extern const kiln__kernel_source kiln__kernel_sources[];
 extern const int kiln__kernel_source_count;
 
+/* The embedded source lib/kernels/<name>.cl, or NULL. */
+const kiln__kernel_source *kiln__kernel_source_find(const char *name);
+
 struct kiln__param; /* argcheck.h */
 
 /* A kernel of a built program, safe to launch from several threads: the lock is held across

@@ -163,8 +163,6 @@ def check_programs():
                 no_cpu += 1  # a GPU-only machine: a program asking for the CPU cannot run
                 continue
             env, args = dict(os.environ), []
-            if env.get('LSAN_OPTIONS'):  # LeakSanitizer's statistics would join the output
-                env['LSAN_OPTIONS'] += ':print_suppressions=0'
             if output is not None:
                 words = shlex.split(output[0][2:])
                 while words and re.match(r'^[A-Za-z_][A-Za-z0-9_]*=', words[0]):

@@ -20,8 +20,6 @@ def run(mode, log):
     env.pop('KILN_LOG', None)
     if mode == 'leak':  # on purpose: LeakSanitizer (ASan builds) would report the same objects
         env['ASAN_OPTIONS'] = ':'.join(filter(None, [env.get('ASAN_OPTIONS'), 'detect_leaks=0']))
-    if env.get('LSAN_OPTIONS'):  # its statistics of the built-in suppressions (glibc's dynamic
-        env['LSAN_OPTIONS'] += ':print_suppressions=0'  # TLS, now and then) would join stderr
     if log is not None:
         env['KILN_LOG'] = log
     p = subprocess.run([helper, mode], env=env, capture_output=True, text=True, timeout=300)

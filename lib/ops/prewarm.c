@@ -153,15 +153,6 @@ static void list_jobs(const kiln_device *dev, jobs *js)
     /* Repeats (the same reduce program for several ops) are dropped by select_part. */
 }
 
-/* Whether lib/kernels/<source>.cl is built one kernel per program (program.h). */
-static bool one_kernel_source(const char *source)
-{
-    for (int i = 0; i < kiln__kernel_source_count; i++)
-        if (strcmp(kiln__kernel_sources[i].name, source) == 0)
-            return kiln__kernel_sources[i].one_kernel;
-    return true;
-}
-
 /* Drop the jobs an earlier one repeats (the same program and kernel), and keep share `part` of
  * `parts` of the rest: every parts-th program from the part-th, so that each share holds all
  * kinds. The kernels of one program (a source built whole: creation, random, shape) stay in one
@@ -178,7 +169,8 @@ static void select_part(jobs *js, int part, int parts)
     }
     for (int i = 0; i < js->n; i++) {
         const job *j = &js->v[i];
-        bool whole = !one_kernel_source(j->source), repeat = false;
+        const kiln__kernel_source *src = kiln__kernel_source_find(j->source);
+        bool whole = src && !src->one_kernel, repeat = false;
         int same = -1; /* the program of an earlier kernel of the same program */
         for (int e = 0; e < i && !repeat; e++) /* ~900 jobs: ~1 ms */
             if (program[e] >= 0 && strcmp(js->v[e].source, j->source) == 0 &&
