@@ -92,11 +92,9 @@ static void program_kernels(const kiln__kernel *k, char *list, size_t size)
 
 static bool one_kernel_source(const char *source)
 {
-    for (int i = 0; i < kiln__kernel_source_count; i++)
-        if (strcmp(kiln__kernel_sources[i].name, source) == 0)
-            return kiln__kernel_sources[i].one_kernel;
-    ck_abort_msg("no source %s", source);
-    return false;
+    const kiln__kernel_source *src = kiln__kernel_source_find(source);
+    ck_assert_msg(src != NULL, "no source %s", source);
+    return src->one_kernel;
 }
 
 /* Resolve every name of ns in the whole program of (source, defines) on dev, then compare the
@@ -222,11 +220,9 @@ END_TEST
  * whole. The text here is reduce.cl after the sum's defines and loads, as the fold writes them. */
 START_TEST(test_generated_one_kernel)
 {
-    const char *src = NULL;
-    for (int i = 0; i < kiln__kernel_source_count; i++)
-        if (strcmp(kiln__kernel_sources[i].name, "reduce") == 0)
-            src = kiln__kernel_sources[i].text;
-    ck_assert_ptr_nonnull(src);
+    const kiln__kernel_source *reduce = kiln__kernel_source_find("reduce");
+    ck_assert_ptr_nonnull(reduce);
+    const char *src = reduce->text;
     char defs[256], text[256] = "";
     kiln__reduce_defines(defs, sizeof defs, KILN_REDUCE_SUM, KILN_F32);
     for (char *save = NULL, *d = strtok_r(defs, " ", &save); d; d = strtok_r(NULL, " ", &save)) {
