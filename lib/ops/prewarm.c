@@ -191,7 +191,8 @@ static void select_part(jobs *js, int part, int parts)
 typedef struct pool {
     kiln_device *dev;
     jobs *js;
-    atomic_int next, done, failed;
+    atomic_int next, failed;
+    int done; /* under lock */
     kiln_status first;
     char first_msg[512]; /* kiln_last_error is per thread: the failing worker's, copied */
     pthread_mutex_t lock;
@@ -208,8 +209,10 @@ static void *worker(void *arg)
         job *j = &p->js->v[i];
         kiln__kernel *k = NULL;
         kiln_status s = kiln__builtin_kernel(p->dev, j->source, j->defines, j->name, p->op, &k);
-        int done = atomic_fetch_add(&p->done, 1) + 1;
         pthread_mutex_lock(&p->lock);
+        /* counted under the lock, so that progress and the terminal line only ever go up (an
+         * atomic count taken before it reached the callback out of order: 800 then 799) */
+        int done = ++p->done;
         if (s != KILN_OK && atomic_fetch_add(&p->failed, 1) == 0) {
             p->first = s;
             snprintf(p->first_msg, sizeof p->first_msg, "%s", kiln_last_error());
